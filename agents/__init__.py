@@ -1,0 +1,1 @@
+"""Crawler and classifier agents: Hub crawl or offline catalog, triage, traits, representatives."""

@@ -1,0 +1,1 @@
+"""Coverage reports: Parquet tables, HTML, JUnit, run-to-run comparison."""
