@@ -1,0 +1,1 @@
+"""Local stand-ins for what cannot exist offline (the Hub, an LLM endpoint), speaking the real protocols."""
