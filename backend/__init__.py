@@ -1,11 +1,65 @@
-"""The simulated `neuron` device. (placeholder: the backend helper replaces this file)"""
+"""The simulated `neuron` device: a pure-Python PrivateUse1 backend imitating AWS Trainium.
+
+``import backend`` (idempotent; also done by the ``torch.backends`` entry point on ``import
+torch``) registers the device::
+
+    import torch, backend
+    x = torch.randn(4, 4, device="neuron")
+    with backend.collect_fallbacks() as events:
+        torch.nonzero(x > 0)
+    events[0].op, events[0].reason   # ('aten.nonzero.default', 'data-dependent-shape')
+
+Modules: ``device`` (registration), ``device_module`` (``torch.neuron``), ``storage`` (payloads),
+``memory`` (accounting), ``kernels``/``explicit`` (execution), ``lowering`` (+ the data file
+``lowering_table.yaml``), ``fallback`` (events and mode), ``precision``, ``errors``.
+"""
+
+from __future__ import annotations
+
+from backend import lowering
+from backend.device import register as _register
+from backend.errors import (
+    LoweringTableError,
+    NeuronError,
+    NeuronFallbackError,
+    NeuronOutOfMemoryError,
+    NeuronUnsupportedError,
+)
+from backend.fallback import (
+    FallbackEvent,
+    NeuronFallbackWarning,
+    clear_op_tracking,
+    collect_fallbacks,
+    executed_ops,
+    fallback_events,
+    fallback_mode,
+    fallback_ops,
+    record_fallback,
+    set_fallback_mode,
+)
+from backend.memory import memory_capacity, set_memory_capacity
+from backend.precision import precision, set_precision
+
+#: this package simulates the device on the CPU (a real torch-neuronx would say False)
+is_simulated = True
+DEVICE = "neuron"
+
+_register()
+
+__all__ = [
+    "DEVICE", "FallbackEvent", "LoweringTableError", "NeuronError", "NeuronFallbackError",
+    "NeuronFallbackWarning", "NeuronOutOfMemoryError", "NeuronUnsupportedError",
+    "clear_op_tracking", "collect_fallbacks", "executed_ops", "fallback_events", "fallback_mode",
+    "fallback_ops", "is_simulated", "lowering", "memory_capacity", "precision", "record_fallback",
+    "set_fallback_mode", "set_memory_capacity", "set_precision",
+]
 
 
 def _autoload() -> None:
     """Entry point of `torch.backends`: must never break `import torch` for the whole venv."""
-    import warnings
-
     try:
         import backend  # noqa: F401
     except Exception as exc:  # pragma: no cover - defensive
-        warnings.warn(f"neuron backend failed to load: {exc}")
+        import warnings
+
+        warnings.warn(f"neuron backend failed to load: {type(exc).__name__}: {exc}")

@@ -1,0 +1,87 @@
+"""Registration of the `neuron` device with PyTorch (once per process, idempotent).
+
+PrivateUse1 is renamed to ``neuron`` through ``_setup_privateuseone_for_python_backend`` (device
+module, generated tensor/module methods, hooks, device guard); kernels are registered with
+``torch.library``. The Library objects are kept alive for the whole process: when one is garbage
+collected its registrations silently disappear.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+from backend import device_module, explicit, kernels, ties
+from backend.errors import NeuronUnsupportedError
+
+NAME = "neuron"
+#: every torch.library.Library we create; never released
+_LIBRARIES: list = []
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _unsupported(feature: str):
+    def kernel(op, *args, **kwargs):
+        raise NeuronUnsupportedError(feature, f"{op} was called with a {feature[:-1] if feature.endswith('s') else feature} on neuron")
+
+    return kernel
+
+
+def _forward_ad_unsupported(*args, **kwargs):
+    raise NeuronUnsupportedError(
+        "forward-mode AD", "torch.autograd.forward_ad / torch.func.jvp cannot make dual tensors on neuron"
+    )
+
+
+def is_registered() -> bool:
+    return getattr(torch, "_neuron_backend_registered", False)
+
+
+def register() -> None:
+    """Register the device and its kernels. Safe to call again; a foreign PrivateUse1 raises."""
+    if is_registered():
+        return
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", NAME):
+        raise RuntimeError(
+            f"cannot register the simulated neuron device: PrivateUse1 is already taken by "
+            f"{current!r} in this process"
+        )
+    if current == "privateuseone":
+        _setup_privateuseone_for_python_backend(
+            NAME, backend_module=device_module, hook=_Hooks(), device_guard=_Guard()
+        )
+    sys.modules.setdefault(f"torch.{NAME}", device_module)
+
+    impl = torch.library.Library("aten", "IMPL")
+    for name, fn in explicit.KERNELS.items():
+        impl.impl(name, fn, "PrivateUse1")
+    impl.impl("_make_dual", _forward_ad_unsupported, "AutogradPrivateUse1")
+    impl.impl("_make_dual", _forward_ad_unsupported, "PrivateUse1")
+    fb = torch.library.Library("_", "IMPL")
+    fb.fallback(kernels.boxed_fallback, "PrivateUse1")
+    fb.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+    fb.fallback(_unsupported("sparse tensors"), "SparsePrivateUse1")
+    fb.fallback(_unsupported("sparse tensors"), "SparseCsrPrivateUse1")
+    fb.fallback(_unsupported("NestedTensors"), "NestedTensorPrivateUse1")
+    _LIBRARIES.extend([impl, fb])
+    ties.install()
+    torch._neuron_backend_registered = True
+    torch._neuron_backend_libraries = _LIBRARIES

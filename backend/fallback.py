@@ -1,0 +1,269 @@
+"""CPU-fallback events: what ran on the host instead of the device, where, and how often.
+
+Both execution paths report here: the eager device (``backend.kernels``) and the compiled path
+(``backend.compile`` calls :func:`record_fallback` for graph nodes it leaves to the CPU), so a
+fallback looks the same whichever path hit it::
+
+    with backend.collect_fallbacks() as events:
+        model(x)
+    for e in events:
+        print(e.op, e.reason, e.frame, e.count)
+
+Mode (``NEURON_FALLBACK_MODE`` or :func:`set_fallback_mode`): ``record`` (default), ``warn``
+(a warning once per op) or ``error`` (the op raises :class:`~backend.errors.NeuronFallbackError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import sysconfig
+import threading
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from backend.errors import NeuronFallbackError
+
+MODES = ("record", "warn", "error")
+ENV_VAR = "NEURON_FALLBACK_MODE"
+
+
+class NeuronFallbackWarning(UserWarning):
+    """Emitted once per op in ``warn`` mode."""
+
+
+@dataclass
+class FallbackEvent:
+    """One kind of fallback: the same op, input signature, reason and user frame. ``count`` grows."""
+
+    op: str  # op overload, e.g. "aten.nonzero.default"
+    input_shapes: list[list[int]]
+    input_dtypes: list[str]
+    reason: str  # "no-lowering" | "dtype" | "data-dependent-shape"
+    frame: str  # first user frame outside torch/transformers/backend: "path/to/file.py:123"
+    count: int = 1
+
+    def key(self) -> tuple:
+        return (
+            self.op,
+            tuple(tuple(s) for s in self.input_shapes),
+            tuple(self.input_dtypes),
+            self.reason,
+            self.frame,
+        )
+
+
+# ---------------------------------------------------------------- mode
+def _mode_from_env() -> str:
+    value = os.environ.get(ENV_VAR, "record").strip().lower() or "record"
+    if value not in MODES:
+        warnings.warn(f"{ENV_VAR}={value!r} is not one of {MODES}; using 'record'")
+        return "record"
+    return value
+
+
+_mode = _mode_from_env()
+
+
+def fallback_mode() -> str:
+    return _mode
+
+
+def set_fallback_mode(mode: str) -> str:
+    """Set the mode; returns the previous one (so tests and callers can restore it)."""
+    global _mode
+    if mode not in MODES:
+        raise ValueError(f"fallback mode must be one of {MODES}, got {mode!r}")
+    previous, _mode = _mode, mode
+    return previous
+
+
+@contextlib.contextmanager
+def fallback_mode_as(mode: str) -> Iterator[None]:
+    previous = set_fallback_mode(mode)
+    try:
+        yield
+    finally:
+        set_fallback_mode(previous)
+
+
+# ---------------------------------------------------------------- frames
+def _skip_dirs() -> tuple[str, ...]:
+    dirs = [Path(torch.__file__).parent, Path(__file__).parent]
+    try:
+        import transformers  # noqa: PLC0415 - optional, only its location matters
+
+        dirs.append(Path(transformers.__file__).parent)
+    except Exception:  # pragma: no cover - transformers is a dependency
+        pass
+    for key in ("stdlib", "platstdlib"):
+        with contextlib.suppress(KeyError):
+            dirs.append(Path(sysconfig.get_paths()[key]))
+    return tuple(str(d) + os.sep for d in dirs)
+
+
+_SKIP: tuple[str, ...] | None = None
+
+
+def _user_frame_of(frame) -> str | None:
+    global _SKIP
+    if _SKIP is None:
+        _SKIP = _skip_dirs()
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_SKIP) and not filename.startswith("<"):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def user_frame() -> str:
+    """First frame outside torch/transformers/backend/stdlib, as ``file:line``.
+
+    Backward ops run on the autograd engine's device thread, whose stack has no user frame; then
+    the frame is the user line that started backward (found on the waiting thread), marked
+    ``(backward)``.
+    """
+    found = _user_frame_of(sys._getframe(1))
+    if found:
+        return found
+    me = threading.get_ident()
+    for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
+        f, in_autograd = frame, False
+        while f is not None:
+            if "autograd" in f.f_code.co_filename or f.f_code.co_name == "backward":
+                in_autograd = True
+                break
+            f = f.f_back
+        if in_autograd:
+            other = _user_frame_of(frame)
+            if other:
+                return f"{other} (backward)"
+    return "<unknown>"
+
+
+# ---------------------------------------------------------------- recording
+_lock = threading.Lock()
+_events: dict[tuple, FallbackEvent] = {}
+_executed: Counter = Counter()
+_collectors: list[dict[tuple, FallbackEvent] | None] = []
+_collector_lists: list[list[FallbackEvent]] = []
+_warned: set[str] = set()
+
+
+def _describe(args: Any, kwargs: dict | None) -> tuple[list[list[int]], list[str]]:
+    shapes: list[list[int]] = []
+    dtypes: list[str] = []
+
+    def visit(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            shapes.append([int(s) for s in x.shape])
+            dtypes.append(str(x.dtype).removeprefix("torch."))
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                visit(y)
+
+    for a in args:
+        visit(a)
+    for v in (kwargs or {}).values():
+        visit(v)
+    return shapes, dtypes
+
+
+def note_executed(op: str) -> None:
+    """Count an op that ran on the device (natively or through the fallback)."""
+    _executed[op] += 1
+
+
+def record_fallback(
+    op: str, args: Any = (), kwargs: dict | None = None, reason: str = "no-lowering", frame: str | None = None
+) -> FallbackEvent:
+    """Record one fallback of ``op`` and apply the mode (warn once per op; raise in error mode).
+
+    Called by the eager fallback and by the compiled path, so both produce identical events.
+    ``args``/``kwargs`` are only inspected for tensor shapes and dtypes (real or fake tensors).
+    """
+    shapes, dtypes = _describe(args, kwargs)
+    where = frame if frame is not None else user_frame()
+    event = FallbackEvent(op, shapes, dtypes, str(reason), where, 1)
+    key = event.key()
+    with _lock:
+        existing = _events.get(key)
+        if existing is None:
+            _events[key] = event
+        else:
+            existing.count += 1
+        for store, out in zip(_collectors, _collector_lists):
+            mine = store.get(key)
+            if mine is None:
+                mine = FallbackEvent(op, shapes, dtypes, str(reason), where, 1)
+                store[key] = mine
+                out.append(mine)
+            else:
+                mine.count += 1
+    mode = _mode
+    if mode == "error":
+        raise NeuronFallbackError(op, str(reason), where)
+    if mode == "warn" and op not in _warned:
+        _warned.add(op)
+        warnings.warn(
+            f"neuron: {op} runs on the CPU (reason: {reason}) at {where}",
+            NeuronFallbackWarning,
+            stacklevel=2,
+        )
+    return existing or event
+
+
+def fallback_events() -> list[FallbackEvent]:
+    """Every fallback event since the last clear (one per op/signature/reason/frame)."""
+    with _lock:
+        return [FallbackEvent(**vars(e)) for e in _events.values()]
+
+
+def fallback_ops() -> dict[str, int]:
+    """Op overload -> number of times it fell back to the CPU, since the last clear."""
+    counts: Counter = Counter()
+    with _lock:
+        for e in _events.values():
+            counts[e.op] += e.count
+    return dict(sorted(counts.items()))
+
+
+def executed_ops() -> dict[str, int]:
+    """Op overload -> number of times it ran on the device (native or fallback), since the last clear."""
+    return dict(sorted(_executed.items()))
+
+
+def clear_op_tracking() -> None:
+    """Forget recorded fallbacks and executed ops (warn mode warns again afterwards)."""
+    with _lock:
+        _events.clear()
+        _executed.clear()
+        _warned.clear()
+
+
+@contextlib.contextmanager
+def collect_fallbacks() -> Iterator[list[FallbackEvent]]:
+    """Yield a list that receives the fallback events of the block (aggregated, live)."""
+    events: list[FallbackEvent] = []
+    store: dict[tuple, FallbackEvent] = {}
+    with _lock:
+        _collectors.append(store)
+        _collector_lists.append(events)
+    try:
+        yield events
+    finally:
+        with _lock:
+            for i in range(len(_collectors) - 1, -1, -1):
+                if _collectors[i] is store:
+                    del _collectors[i]
+                    del _collector_lists[i]
+                    break

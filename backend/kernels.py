@@ -1,0 +1,201 @@
+"""Kernels of the `neuron` device: a few explicit ones and one boxed fallback for every other op.
+
+Explicit: allocation (``empty.memory_format``, ``empty_strided``), transfers (``_copy_from``,
+``_copy_from_and_resize``), metadata-only views (``view``, ``as_strided``, ``_reshape_alias``),
+``resize_``, ``set_``, ``native_dropout`` (so dropout draws from the device generator) and the
+SDPA backend choice. Everything else goes through :func:`run_op`: inputs are seen as CPU views of
+their payloads, the lowering table decides native vs. fallback (a fallback is recorded), the CPU
+kernel computes, and results come back as device tensors (``out=``/in-place arguments are written
+in place and returned in schema order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from backend import fallback, lowering, precision, storage
+from backend.errors import NeuronUnsupportedError
+
+_CPU = torch.device("cpu")
+_META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+
+#: the device's random generator (seeded by torch.neuron.manual_seed and torch.manual_seed)
+generator = torch.Generator()
+
+
+@dataclass(slots=True)
+class OpInfo:
+    """What the fallback needs to know about an op overload, computed once from its schema."""
+
+    name: str
+    arg_index: dict[str, int]
+    mutable: tuple[tuple[int, str], ...]  # (position, name) of written arguments
+    returns_arg: tuple[int | None, ...]  # per return: position of the written argument it aliases
+    view: bool  # some return aliases an input without writing it
+    has_generator: bool
+    rounded: tuple[tuple[int, str], ...]  # (position, name) rounded to bf16 in precision mode
+
+
+_infos: dict = {}
+
+
+def op_info(op) -> OpInfo:
+    info = _infos.get(op)
+    if info is not None:
+        return info
+    schema = op._schema
+    name = f"{schema.name.replace('::', '.')}.{schema.overload_name or 'default'}"
+    args = schema.arguments
+    arg_index = {a.name: i for i, a in enumerate(args)}
+    mutable = tuple((i, a.name) for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
+    sets = {}
+    for i, a in enumerate(args):
+        if a.alias_info is not None and a.alias_info.is_write:
+            for s in a.alias_info.before_set:
+                sets[s] = i
+    returns_arg, view = [], False
+    for r in schema.returns:
+        ai = r.alias_info
+        if ai is None:
+            returns_arg.append(None)
+        elif ai.is_write:
+            returns_arg.append(next((sets[s] for s in ai.before_set if s in sets), None))
+        else:
+            returns_arg.append(None)
+            view = True
+    rounded = tuple((arg_index[n], n) for n in precision.rounded_args(name) if n in arg_index)
+    info = OpInfo(name, arg_index, mutable, tuple(returns_arg), view, "generator" in arg_index, rounded)
+    _infos[op] = info
+    return info
+
+
+class _Call:
+    """Converted arguments of one op call."""
+
+    __slots__ = ("dtypes", "devices")
+
+    def __init__(self) -> None:
+        self.dtypes: list[torch.dtype] = []
+        self.devices: list[torch.Tensor] = []
+
+    def conv(self, a, fresh: bool = False):
+        if isinstance(a, torch.Tensor):
+            if a.is_cpu:
+                return a
+            if a.layout is not torch.strided or a.is_nested:
+                raise NeuronUnsupportedError("sparse tensors" if a.is_sparse else "NestedTensor")
+            self.dtypes.append(a.dtype)
+            self.devices.append(a)
+            return storage.cpu_view(a, fresh)
+        if isinstance(a, (list, tuple)):
+            if a and (isinstance(a[0], torch.Tensor) or a[0] is None or isinstance(a[-1], torch.Tensor)):
+                return [self.conv(x, fresh) for x in a]
+            return a
+        if isinstance(a, torch.device) and a.type != "cpu":
+            return _CPU
+        return a
+
+
+def _check_result(r: torch.Tensor) -> None:
+    if r.layout is not torch.strided:
+        raise NeuronUnsupportedError("sparse tensors", f"an op produced a {r.layout} tensor")
+    if r.is_nested:
+        raise NeuronUnsupportedError("NestedTensor")
+
+
+def _wrap(r, inputs: list[torch.Tensor] | None, made: dict):
+    """CPU result -> device tensor. Results aliasing an input payload become device aliases."""
+    if isinstance(r, torch.Tensor):
+        if not r.is_cpu:
+            return r
+        _check_result(r)
+        st = r.untyped_storage()
+        key = st._cdata
+        base = made.get(key)
+        if base is None and inputs:
+            for d in inputs:
+                if storage.payload_of(d)._cdata == key:
+                    base = d
+                    break
+        if base is not None:
+            return storage.alias(base, r.size(), r.stride(), r.storage_offset())
+        t = storage.new_tensor(r.size(), r.dtype, r.stride(), payload=st, offset=r.storage_offset())
+        made[key] = t
+        return t
+    if isinstance(r, (list, tuple)):
+        out = [_wrap(x, inputs, made) for x in r]
+        return tuple(out) if isinstance(r, tuple) else out
+    return r
+
+
+def _sync_written(dev, cpu) -> None:
+    """After an op wrote ``cpu`` (a view of ``dev``'s payload), bring ``dev``'s metadata along."""
+    if isinstance(dev, torch.Tensor):
+        if dev.is_cpu:
+            return
+        if cpu.untyped_storage()._cdata != storage.payload_of(dev)._cdata:
+            storage.replace_payload(dev, cpu.untyped_storage())
+        elif cpu.size() != dev.size() or cpu.stride() != dev.stride() or cpu.storage_offset() != dev.storage_offset():
+            storage.sync_payload_size(dev)
+        else:
+            return
+        storage.set_layout(dev, cpu.size(), cpu.stride(), cpu.storage_offset())
+    elif isinstance(dev, (list, tuple)):
+        for d, c in zip(dev, cpu):
+            _sync_written(d, c)
+
+
+def run_op(op, args: tuple, kwargs: dict):
+    """Run one op for the device: decide native vs. fallback, compute on the CPU, wrap results."""
+    info = op_info(op)
+    call = _Call()
+    if info.mutable:
+        written = {i for i, _ in info.mutable}
+        cargs = [call.conv(a, i in written) for i, a in enumerate(args)]
+        ckw = {k: call.conv(v, info.arg_index.get(k) in written) for k, v in kwargs.items()}
+    else:
+        cargs = [call.conv(a) for a in args]
+        ckw = {k: call.conv(v) for k, v in kwargs.items()} if kwargs else {}
+    fallback._executed[info.name] += 1
+    ok, reason = lowering.current_table().supports(info.name, call.dtypes)
+    if not ok:
+        fallback.record_fallback(info.name, args, kwargs, reason)
+    if info.rounded and precision._mode == "bf16":
+        for i, n in info.rounded:
+            if i < len(cargs):
+                if isinstance(cargs[i], torch.Tensor):
+                    cargs[i] = precision.round_bf16(cargs[i])
+            elif isinstance(ckw.get(n), torch.Tensor):
+                ckw[n] = precision.round_bf16(ckw[n])
+    if info.has_generator:
+        i = info.arg_index["generator"]
+        if i < len(cargs):
+            if cargs[i] is None:
+                cargs[i] = generator
+        elif ckw.get("generator") is None:
+            ckw["generator"] = generator
+    result = op(*cargs, **ckw)
+    if info.mutable:
+        for i, n in info.mutable:
+            if i < len(args):
+                _sync_written(args[i], cargs[i])
+            elif n in kwargs:
+                _sync_written(kwargs[n], ckw[n])
+    if not any(r is not None for r in info.returns_arg):
+        return _wrap(result, call.devices if info.view else None, {})
+    # out= / in-place: return the written device arguments, in schema order
+    outs = result if isinstance(result, (tuple, list)) and len(info.returns_arg) > 1 else (result,)
+    final = []
+    for pos, r in zip(info.returns_arg, outs):
+        if pos is None:
+            final.append(_wrap(r, call.devices, {}))
+        else:
+            name = op._schema.arguments[pos].name
+            final.append(args[pos] if pos < len(args) else kwargs[name])
+    return tuple(final) if len(info.returns_arg) > 1 else final[0]
+
+
+def boxed_fallback(op, *args, **kwargs):
+    return run_op(op, args, kwargs)

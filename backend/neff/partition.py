@@ -1,0 +1,95 @@
+"""Split an aten FX graph into compiled partitions and host-fallback nodes, by the lowering table.
+
+torch.fx's `CapabilityBasedPartitioner` does the splitting; `TableSupport` answers "does this
+node have a native lowering for its dtypes" from the lowering table (`table.supports(op, dtypes)`).
+Nodes that are not supported stay in the outer graph and run eagerly on the device, which
+records each as a CPU fallback exactly as eager execution does.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+import torch
+import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from backend.neff.format import UnsupportedGraphError, _encode, target_name
+
+PARTITION_PREFIX = "neff_"
+
+
+class LoweringTable(Protocol):
+    version: str
+
+    def supports(self, op: str, dtypes: Any) -> tuple[bool, str | None]: ...
+
+
+def _tensor_dtypes(value: Any) -> list[torch.dtype]:
+    if isinstance(value, torch.Tensor):
+        return [value.dtype]
+    if isinstance(value, (list, tuple)):
+        return [d for v in value for d in _tensor_dtypes(v)]
+    return []
+
+
+def node_dtypes(node: torch.fx.Node) -> list[torch.dtype]:
+    """dtypes the lowering decision depends on: tensor inputs, else the outputs (factories)."""
+    dtypes: list[torch.dtype] = []
+    for arg in [*node.args, *node.kwargs.values()]:
+        for n in arg if isinstance(arg, (list, tuple)) else [arg]:
+            if isinstance(n, torch.fx.Node):
+                dtypes.extend(_tensor_dtypes(n.meta.get("val")))
+    return dtypes or _tensor_dtypes(node.meta.get("val"))
+
+
+class TableSupport(OperatorSupportBase):
+    """OperatorSupport driven by the lowering table; remembers why each node was declined."""
+
+    def __init__(self, table: LoweringTable) -> None:
+        self.table = table
+        self.declined: dict[str, str] = {}  # node name -> reason
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            src = node.args[0]
+            return isinstance(src, torch.fx.Node) and self.is_node_supported(submodules, src)
+        try:
+            name = target_name(node.target)
+            names = {n: n.name for n in node.all_input_nodes}
+            _encode([*node.args, *node.kwargs.values()], names)
+        except UnsupportedGraphError:
+            self.declined[node.name] = "not-compilable"
+            return False
+        if not isinstance(node.meta.get("val"), (torch.Tensor, list, tuple)):
+            self.declined[node.name] = "non-tensor-output"
+            return False
+        ok, reason = self.table.supports(name, node_dtypes(node))
+        if not ok:
+            self.declined[node.name] = reason or "no-lowering"
+        return bool(ok)
+
+
+@dataclass
+class PartitionedGraph:
+    module: torch.fx.GraphModule  # outer graph: call_module neff_N nodes + host-fallback nodes
+    partitions: list[str]  # submodule names of the compiled partitions
+    declined: dict[str, str]  # outer node name -> why it was not lowered
+
+
+def partition_graph(gm: torch.fx.GraphModule, table: LoweringTable) -> PartitionedGraph:
+    support = TableSupport(table)
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    proposed = partitioner.propose_partitions()
+    fused = partitioner.fuse_partitions(proposed, prefix=PARTITION_PREFIX)
+    names = [
+        str(n.target)
+        for n in fused.graph.nodes
+        if n.op == "call_module" and str(n.target).startswith(PARTITION_PREFIX)
+    ]
+    return PartitionedGraph(fused, names, dict(support.declined))

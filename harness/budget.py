@@ -1,0 +1,66 @@
+"""Bring a shrunk config under the parameter budget when the named rules were not enough.
+
+Long-tail architectures have size knobs no rule names (codec channel counts, vocoder widths,
+entity vocabularies). This pass asks the model itself: it halves the largest remaining integer
+sizes one at a time and keeps a change only when the model still builds and gets smaller. Ids,
+lengths, rates and indices are never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+_PROTECTED = ("token", "_id", "index", "idx", "rate", "length", "position", "seed", "step", "period",
+              "epsilon", "eps", "layer", "num_labels", "sample", "max_", "min_", "window", "patch",
+              "image_size", "stride", "kernel", "freq", "bins", "hop", "fft", "n_mels", "mel",
+              "chunk", "cache", "num_channels", "in_channels", "resolution", "_size_per_head")
+
+
+def _candidates(d: dict, path: tuple = ()) -> list[tuple[tuple, Any]]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict) and (k.endswith("_config") or "model_type" in v):
+            out += _candidates(v, path + (k,))
+            continue
+        if any(p in k for p in _PROTECTED):
+            continue
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 48:
+            out.append((path + (k,), v))
+        elif isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and max(v) >= 48:
+            out.append((path + (k,), max(v)))
+    return sorted(out, key=lambda c: -c[1])
+
+
+def _set(d: dict, path: tuple, fn) -> None:
+    for p in path[:-1]:
+        d = d[p]
+    v = d[path[-1]]
+    d[path[-1]] = [fn(x) for x in v] if isinstance(v, list) else fn(v)
+
+
+def fit_budget(config: dict, count: Callable[[dict], int], budget: int, max_tries: int = 40) -> tuple[dict, int, list[str]]:
+    """Greedy halving of large sizes until `count(config) < budget`. Returns (config, params, changed)."""
+    best = copy.deepcopy(config)
+    params = count(best)
+    changed: list[str] = []
+    tries = 0
+    while params >= budget and tries < max_tries:
+        improved = False
+        for path, _ in _candidates(best):
+            tries += 1
+            trial = copy.deepcopy(best)
+            _set(trial, path, lambda x: max(8, x // 4) if x >= 48 else x)
+            try:
+                n = count(trial)
+            except Exception:  # noqa: BLE001 - that knob is constrained: try the next one
+                n = None
+            if n is not None and n < params * 0.95:
+                best, params, improved = trial, n, True
+                changed.append(".".join(path))
+                break
+            if tries >= max_tries:
+                break
+        if not improved:
+            break
+    return best, params, changed

@@ -1,0 +1,118 @@
+"""`harness run`: run one tier (unit, representative, full) into a resumable run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+HELP = "Run one tier in isolated workers into RUNDIR (resumable; writes results.parquet)."
+
+EPILOG = """examples:
+  harness run --tier unit --registry registry.parquet --out runs/u1 --json
+  harness run --tier representative --out runs/r1 --workers 2
+  harness run --tier full --out runs/f1                                  # the offline catalog
+  harness run --tier full --models crawl/ --shard 2/4 --out runs/f1-2    # a crawl store, shard 2 of 4
+  harness run --tier full --models ../shared/data/hub/hub_models.jsonl.gz --out runs/hub
+  harness run --tier full --executor ray --ray-address ray://head:10001 --workers 64 --out runs/f1
+  harness run --tier mypkg.tiers:SMOKE --out runs/s1                     # a tier plug-in MODULE:ATTR
+
+Run the same command again with the same --out to continue a run that was killed: finished cases
+are kept (RUNDIR/journal.jsonl), the rest run, nothing runs twice. Exit code 0 when the run
+completed (failing cases are results, not errors; gate on them with `harness compare`), 2 on bad input.
+"""
+
+
+def parse_bytes(text: str) -> int | None:
+    """'8G', '512M', '1.5GiB', '123456' -> bytes; '0' or 'none' -> no limit."""
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    if t in ("", "0", "none", "off"):
+        return None
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    mult = units.get(t[-1], 1)
+    number = t[:-1] if t[-1] in units else t
+    try:
+        return int(float(number) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8G, 512M)") from None
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by `run` and `nightly`."""
+    parser.add_argument("--backend", default="neuron", metavar="B",
+                        help="neuron (default), cpu, cuda or MODULE:DEVICE")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="parallel worker processes (default: CPU count)")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="local process pool (default) or Ray actors (needs the ray extra)")
+    parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to join (default: $RAY_ADDRESS, "
+                        "else a local Ray instance started for the run)")
+    parser.add_argument("--timeout", type=float, metavar="S", help="seconds per case before the worker is killed "
+                        "(default per tier: unit 120, representative 900, full 300)")
+    parser.add_argument("--memory-limit", type=parse_bytes, default=8 << 30, metavar="SIZE",
+                        help="RSS limit per worker, e.g. 8G (default), 0 for none")
+    parser.add_argument("--max-cases-per-worker", type=int, default=100, metavar="N",
+                        help="recycle a worker process after N cases (default 100)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--tier", required=True, metavar="TIER",
+                        help="unit | representative | full | MODULE:ATTR (a tier plug-in)")
+    parser.add_argument("--out", required=True, metavar="RUNDIR", help="run directory (created or continued)")
+    parser.add_argument("--shard", metavar="I/N", help="run only shard I of N (1-based), e.g. for a CI matrix")
+    parser.add_argument("--registry", metavar="PATH", help="unit tier: the shape registry (default: the bundled one)")
+    parser.add_argument("--models", "--in", dest="models", metavar="PATH",
+                        help="representative: a selection dir (harness select --in); full: a crawl store dir "
+                             "or a snapshot .jsonl[.gz] (default: the offline catalog)")
+    parser.add_argument("--limit", type=int, metavar="N", help="run only the tier's first N cases")
+    add_common(parser)
+
+
+def limits_from(args: argparse.Namespace, tier_timeout: float | None):
+    from harness.workers import WorkerLimits
+
+    return WorkerLimits(timeout=args.timeout or tier_timeout or 600.0, memory_bytes=args.memory_limit,
+                        max_cases=args.max_cases_per_worker)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.runner import RunDirMismatch, RunOptions, parse_shard, run_tier
+    from harness.tiers import load_tier
+
+    try:
+        shard = parse_shard(args.shard)
+        tier = load_tier(args.tier)
+    except ValueError as exc:
+        print(f"harness run: {exc}", file=sys.stderr)
+        return 2
+    opts = RunOptions(tier=args.tier, out=args.out, backend=args.backend, shard=shard, workers=args.workers,
+                      executor=args.executor, ray_address=args.ray_address, registry=args.registry,
+                      models=args.models, limit=args.limit, limits=limits_from(args, getattr(tier, "timeout", None)),
+                      progress=not args.no_progress)
+    try:
+        summary = run_tier(opts)
+    except (RunDirMismatch, FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"harness run: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary, default=str))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def format_summary(s: dict) -> str:
+    counts = " ".join(f"{k}={v}" for k, v in s["counts"].items())
+    lines = [f"{s['tier']}: {s['cases']} cases ({s['models']} models) in {s['seconds']:.1f}s: {counts}",
+             f"  resumed {s['resumed']}, ran {s['ran']}; results: {s['results']}"]
+    for stage, c in s["by_stage"].items():
+        cov = s["coverage"].get(stage, {})
+        share = cov.get("weighted_share")
+        w = f", download-weighted pass {share:.1%}" if share is not None else ""
+        lines.append(f"  {stage:10} " + " ".join(f"{k}={v}" for k, v in c.items()) + w)
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""Classify an exception into a stage outcome: status, error class, normalized message, failing op.
+
+Normalized messages drop what changes from run to run (addresses, temp paths, object ids) so the
+same failure in two nights compares equal.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from harness.outcomes import Status
+
+_OP_RE = re.compile(r"\baten(?:::|\.)([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?")
+_SUBS = [
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+    (re.compile(r"(/tmp|/var/folders|/private/var)/[^\s'\"]+"), "<tmp>"),
+    (re.compile(r"/[^\s'\"]*site-packages/"), "<site>/"),
+    (re.compile(r" at \d+\b"), " at ?"),
+    (re.compile(r"\s+"), " "),
+]
+_OOM_WORDS = ("out of memory", "cannot allocate memory", "oom-kill")
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    status: Status
+    error_class: str
+    message: str
+    failing_op: str = ""
+
+
+def normalize(message: str, limit: int = 400) -> str:
+    msg = message.strip().splitlines()[0] if message.strip() else ""
+    for pattern, repl in _SUBS:
+        msg = pattern.sub(repl, msg)
+    return msg.strip()[:limit]
+
+
+def failing_op(exc: BaseException) -> str:
+    """The aten op that raised, where known: an `op` attribute (backend errors), else the message."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        op = getattr(e, "op", None)
+        if isinstance(op, str) and op:
+            return op
+        m = _OP_RE.search(str(e))
+        if m:
+            return f"aten.{m.group(1)}" + (f".{m.group(2)}" if m.group(2) else "")
+        e = e.__cause__ or e.__context__
+    return ""
+
+
+def classify(exc: BaseException) -> ErrorInfo:
+    text = str(exc)
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(w in text.lower() for w in _OOM_WORDS):
+        status = Status.OOM
+    elif isinstance(exc, TimeoutError):
+        status = Status.TIMEOUT
+    else:
+        status = Status.ERROR
+    return ErrorInfo(status, type(exc).__name__, normalize(text) or type(exc).__name__, failing_op(exc))
+
+
+def short_traceback(exc: BaseException, frames: int = 3) -> str:
+    return "".join(traceback.format_exception(exc)[-frames:])[-1500:]

@@ -1,0 +1,38 @@
+"""Executors: where a tier's chunks of cases run. `local` (a pool of isolated worker processes on
+this machine, the default) or `ray` (the same workers inside Ray actors on a cluster).
+
+Both take the same arguments and call `on_results(list[CaseOutcome])` as chunks finish, from one
+thread at a time, so the runner journals results identically whichever runs them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Protocol
+
+from harness.specs import Case
+from harness.tiers import CaseOutcome
+from harness.workers import WorkerLimits
+
+EXECUTORS = ("local", "ray")
+
+Chunk = tuple[list[Case], bool]  # (cases, run them with the tier's execute_many)
+OnResults = Callable[[list[CaseOutcome]], None]
+
+
+class Executor(Protocol):
+    def run(self, chunks: list[Chunk], on_results: OnResults) -> None: ...
+
+
+def make_executor(kind: str, tier_ref: str, backend: str, workers: int, limits: WorkerLimits,
+                  log_dir: str | os.PathLike | None = None, ray_address: str | None = None,
+                  sys_path: list[str] | None = None) -> Any:
+    if kind == "local":
+        from harness.executors.local import LocalExecutor
+
+        return LocalExecutor(tier_ref, backend, workers, limits, log_dir=log_dir, sys_path=sys_path)
+    if kind == "ray":
+        from harness.executors.ray import RayExecutor
+
+        return RayExecutor(tier_ref, backend, workers, limits, address=ray_address, sys_path=sys_path)
+    raise ValueError(f"unknown executor {kind!r}: use one of {', '.join(EXECUTORS)}")

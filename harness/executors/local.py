@@ -1,0 +1,73 @@
+"""The default executor: N isolated worker processes on this machine, fed from one queue.
+
+One dispatcher thread per worker pulls the next chunk, runs it in its `IsolatedWorker` (which
+turns hangs, crashes and OOMs into rows) and hands the outcomes to the runner under a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from typing import Any
+
+from harness.executors import Chunk, OnResults
+from harness.workers import IsolatedWorker, WorkerLimits
+
+
+class LocalExecutor:
+    def __init__(self, tier_ref: str, backend: str, workers: int, limits: WorkerLimits,
+                 log_dir: str | os.PathLike | None = None, sys_path: list[str] | None = None) -> None:
+        self.tier_ref, self.backend = tier_ref, backend
+        self.workers = max(1, int(workers))
+        self.limits, self.log_dir, self.sys_path = limits, log_dir, sys_path
+        self._stop = threading.Event()
+        self._live: list[IsolatedWorker] = []
+
+    def run(self, chunks: list[Chunk], on_results: OnResults) -> None:
+        todo: queue.Queue[Chunk] = queue.Queue()
+        for chunk in chunks:
+            todo.put(chunk)
+        lock = threading.Lock()
+        errors: list[BaseException] = []
+
+        def loop(n: int) -> None:
+            worker = IsolatedWorker(self.tier_ref, self.backend, self.limits, log_dir=self.log_dir,
+                                    sys_path=self.sys_path, name=f"w{n}")
+            self._live.append(worker)
+            try:
+                while not self._stop.is_set() and not errors:
+                    try:
+                        cases, many = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    outcomes = worker.run_chunk(cases, many)
+                    with lock:
+                        on_results(outcomes)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(exc)
+            finally:
+                worker.close()
+
+        threads = [threading.Thread(target=loop, args=(n,), daemon=True, name=f"harness-worker-{n}")
+                   for n in range(min(self.workers, max(1, len(chunks))))]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        if errors:
+            raise errors[0]
+
+    def stop(self) -> None:
+        """Stop dispatching and kill the workers (Ctrl-C)."""
+        self._stop.set()
+        for w in list(self._live):
+            w._kill()
+
+    def describe(self) -> dict[str, Any]:
+        return {"executor": "local", "workers": self.workers}

@@ -1,0 +1,110 @@
+"""From a ModelSpec to a tiny model with random weights: never a download, never remote code.
+
+`resolve_config(spec)` completes a partial config with the type's defaults and shrinks it;
+`build_model(config, architecture, seed)` instantiates the transformers class named by the spec
+(only classes shipped in the installed transformers; a name it does not know is an error, never a
+fetch of custom code).
+
+    >>> from harness.specs import ModelSpec
+    >>> spec = ModelSpec("catalog/bert", "bert", "BertForMaskedLM")
+    >>> model = build_model(resolve_config(spec), spec.architecture)
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from harness.quiet import quiet_transformers
+from harness.shrink import shrink_config
+
+
+class UnknownArchitecture(LookupError):
+    """The spec names a class the installed transformers does not ship."""
+
+
+@lru_cache(maxsize=None)
+def default_architecture(model_type: str) -> str | None:
+    """The type's base model class (MODEL_MAPPING), or its first head class when it has none."""
+    from transformers.models.auto import modeling_auto as ma
+
+    name = ma.MODEL_MAPPING_NAMES.get(model_type)
+    if isinstance(name, (tuple, list)):
+        name = name[0]
+    if name:
+        return name
+    for attr in sorted(dir(ma)):
+        if attr.endswith("_MAPPING_NAMES") and attr.startswith("MODEL_FOR_"):
+            name = getattr(ma, attr).get(model_type)
+            if name:
+                return name[0] if isinstance(name, (tuple, list)) else name
+    return None
+
+
+def model_class(architecture: str):
+    import transformers
+
+    if not architecture.isidentifier():
+        raise UnknownArchitecture(f"not a class name: {architecture!r}")
+    try:
+        cls = getattr(transformers, architecture)
+    except (AttributeError, ImportError) as exc:
+        raise UnknownArchitecture(f"{architecture} is not in transformers {transformers.__version__}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        raise UnknownArchitecture(f"{architecture} is not a transformers model class")
+    return cls
+
+
+def architecture_of(spec) -> str:
+    arch = spec.architecture or default_architecture(spec.model_type)
+    if not arch:
+        raise UnknownArchitecture(f"model_type {spec.model_type!r} has no model class")
+    return arch
+
+
+def count_parameters_meta(config, architecture: str) -> int:
+    """Parameter count without allocating memory (the model is built on the meta device)."""
+    cls = model_class(architecture)
+    with quiet_transformers(), torch.device("meta"):
+        model = cls(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def resolve_config(spec, *, validate_architecture: bool = True):
+    """The spec's config (partial or full) completed with defaults, then shrunk.
+
+    With `validate_architecture` a shrink level counts only when the model class can be built
+    from it (on the meta device), so the weakest level is chosen only when it must be.
+    """
+    config = dict(spec.config or {})
+    config.setdefault("model_type", spec.model_type)
+    arch = None
+    if validate_architecture:
+        try:
+            arch = architecture_of(spec)
+            model_class(arch)
+        except UnknownArchitecture:
+            arch = None
+    validate = (lambda cfg: count_parameters_meta(cfg, arch)) if arch else None
+    return shrink_config(config, spec.model_type, validate=validate)
+
+
+def build_model(config, architecture: str, seed: int = 0, device: str | torch.device = "cpu") -> torch.nn.Module:
+    """Random-weight model of `architecture` from `config`, seeded, in eval mode (no dropout)."""
+    cls = model_class(architecture)
+    torch.manual_seed(seed)
+    with quiet_transformers():
+        model = cls(config)
+    model.eval()
+    return model.to(device) if str(device) != "cpu" else model
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def describe(config) -> dict[str, Any]:
+    return {"shrink_level": getattr(config, "_shrink_level", None),
+            "shrink_errors": getattr(config, "_shrink_errors", {})}

@@ -1,0 +1,109 @@
+"""The nightly job: every tier into one directory, then the HTML report and the baseline comparison.
+
+Why: what users run every night must be one command that always ends with a complete, comparable
+result. Each tier runs into DIR/<tier>/ (a resumable run directory, all sharing one run id), a
+tier that cannot run at all is recorded and the others still run, then `harness report` writes
+DIR/report.html and JUnit XML and the comparison with the baseline decides the exit code.
+Settings per mode (limits, timeouts) are data: harness/data/nightly.toml.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tomllib
+import uuid
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from harness.runner import RunOptions, run_tier
+from harness.workers import WorkerLimits
+
+NIGHTLY_FILE = "nightly.json"
+
+
+def load_config(quick: bool, path: str | os.PathLike | None = None) -> dict[str, Any]:
+    text = Path(path).read_text() if path else resources.files("harness").joinpath("data/nightly.toml").read_text()
+    config = tomllib.loads(text)
+    mode = "quick" if quick else "full"
+    if mode not in config:
+        raise ValueError(f"nightly config has no [{mode}] section")
+    return config[mode]
+
+
+@dataclass
+class NightlyOptions:
+    out: str | os.PathLike
+    quick: bool = False
+    backend: str = "neuron"
+    workers: int = 1
+    executor: str = "local"
+    ray_address: str | None = None
+    registry: str | None = None
+    representatives: str | None = None
+    models: str | None = None
+    baseline: str | None = None
+    use_baseline: bool = True
+    limits: WorkerLimits = field(default_factory=WorkerLimits)
+    timeout: float | None = None  # overrides the config's and the tiers' per-case timeouts
+    progress: bool = True
+    config_path: str | None = None
+
+
+def _run_id(out: Path) -> str:
+    """One run id for every tier of the night; kept across restarts of the same DIR."""
+    marker = out / NIGHTLY_FILE
+    if marker.exists():
+        return json.loads(marker.read_text())["run_id"]
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    run_id = f"nightly-{stamp}-{uuid.uuid4().hex[:8]}"
+    out.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"run_id": run_id}))
+    return run_id
+
+
+def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
+    """Run the tiers, the report and the comparison; returns the `--json` object."""
+    from harness.tiers import load_tier
+
+    out = Path(opts.out)
+    config = load_config(opts.quick, opts.config_path)
+    run_id = _run_id(out)
+    tiers: dict[str, Any] = {}
+    for name in config.get("tiers", ["unit", "representative", "full"]):
+        tcfg = config.get(name, {})
+        try:
+            tier = load_tier(name)
+            timeout = opts.timeout or tcfg.get("timeout") or getattr(tier, "timeout", None) or opts.limits.timeout
+            models = {"representative": opts.representatives, "full": opts.models}.get(name)
+            run_opts = RunOptions(tier=name, out=out / tier.name, backend=opts.backend, workers=opts.workers,
+                                  executor=opts.executor, ray_address=opts.ray_address,
+                                  registry=opts.registry if name == "unit" else None, models=models,
+                                  limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=float(timeout)),
+                                  run_id=run_id, progress=opts.progress,
+                                  meta={"nightly": "quick" if opts.quick else "full"})
+            tiers[tier.name] = run_tier(run_opts)
+        except Exception as exc:  # noqa: BLE001 - one tier that cannot run must not lose the others
+            tiers[name] = {"tier": name, "error": f"{type(exc).__name__}: {exc}"}
+    result: dict[str, Any] = {"run_id": run_id, "out": str(out), "mode": "quick" if opts.quick else "full",
+                              "backend": opts.backend, "tiers": tiers,
+                              "tier_errors": sorted(n for n, t in tiers.items() if "error" in t)}
+    result.update(_report(out, opts))
+    failed = bool(result["tier_errors"]) or bool(result.get("new_failures"))
+    result["exit_code"] = 1 if failed else 0
+    return result
+
+
+def _report(out: Path, opts: NightlyOptions) -> dict[str, Any]:
+    """HTML + JUnit (harness report) and new failures against the baseline (harness compare)."""
+    try:
+        from harness.cli.report import build_report
+
+        rep = build_report(out, opts.baseline, opts.use_baseline)
+    except Exception as exc:  # noqa: BLE001 - results are on disk even if the report fails
+        return {"report_html": None, "report_error": f"{type(exc).__name__}: {exc}", "new_failures": None}
+    return {"report_html": rep["report_html"], "junit": rep["junit"], "baseline": rep["baseline"],
+            "new_failures": rep["new_failures"]}

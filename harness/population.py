@@ -1,0 +1,154 @@
+"""The full tier's population and its deduplication into one Case per distinct architecture.
+
+Why: the Hub has tens of thousands of models but only a few thousand distinct architectures once
+shrunk. Models whose shrunk configs are identical (`harness.shrink.architecture_signature`) run
+once; the outcome is attributed to each (Case.model_ids, Case.weight = their summed downloads).
+Models that cannot be run at all (broken config, no model_type, a type the installed transformers
+does not know) are kept as `not_attempted` cases with the reason, so the denominators stay honest.
+
+Sources: None = the offline catalog (agents.catalog), a directory or .parquet = a crawl store
+(agents.store), a .jsonl/.jsonl.gz file = a Hub metadata snapshot (like ../shared/data/hub).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.specs import Case, ModelSpec
+
+
+@dataclass
+class Member:
+    """One model of the population: a spec to run, or the reason it cannot run."""
+
+    model_id: str
+    downloads: int = 0
+    spec: ModelSpec | None = None
+    not_runnable: str = ""  # reason code when spec is None
+
+
+def load_population(source: str | None, instantiate: bool = False) -> list[Member]:
+    """Read the population from the catalog (None), a crawl store, or a snapshot file.
+
+    `instantiate` asks the snapshot triage to build each config (slower; the check reports
+    the same failures at its load stage anyway).
+    """
+    if source is None:
+        from agents import catalog
+
+        return [_member(r, "catalog") for r in catalog.iter_catalog()]
+    path = Path(source)
+    if path.is_dir() or path.suffix == ".parquet":
+        from agents.store import read_store
+
+        return [_member(r, r.source) for r in read_store(path)]
+    if path.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
+        from agents.snapshot import iter_snapshot
+
+        return [_member(r, "snapshot") for r in iter_snapshot(path, instantiate=instantiate)]
+    raise ValueError(f"{source}: not a crawl store directory, .parquet store or .jsonl[.gz] snapshot")
+
+
+def _get(rec: Any, key: str, default: Any = None) -> Any:
+    return rec.get(key, default) if isinstance(rec, dict) else getattr(rec, key, default)
+
+
+def _member(rec: Any, source: str) -> Member:
+    """A store ModelRecord, a ModelSpec or a snapshot dict -> Member."""
+    if isinstance(rec, ModelSpec):
+        return Member(rec.model_id, int(rec.downloads or 0), rec)
+    model_id = str(_get(rec, "id") or _get(rec, "model_id") or "")
+    downloads = int(_get(rec, "downloads") or 0)
+    if _get(rec, "_broken"):
+        return Member(model_id, downloads, not_runnable=_get(rec, "_broken"))
+    if _get(rec, "status") == "broken":
+        return Member(model_id, downloads, not_runnable=str(_get(rec, "broken_reason") or "broken"))
+    config = _get(rec, "config")
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return Member(model_id, downloads, not_runnable="config_not_json")
+    config = dict(config) if isinstance(config, dict) else {}
+    model_type = _get(rec, "model_type") or config.get("model_type")
+    if not model_type:
+        return Member(model_id, downloads, not_runnable="no_model_type")
+    if not _known_type(str(model_type)):
+        return Member(model_id, downloads, not_runnable="unknown_model_type")
+    archs = _get(rec, "architectures") or config.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    spec = ModelSpec(model_id=model_id, model_type=str(model_type), architecture=arch, config=config,
+                     downloads=downloads, source=source)
+    return Member(model_id, downloads, spec)
+
+
+def _known_type(model_type: str) -> bool:
+    from transformers import CONFIG_MAPPING
+
+    return model_type in CONFIG_MAPPING
+
+
+def _case_key(item: tuple[str, str, dict[str, Any]]) -> str:
+    """(model_type, architecture, config) -> "type/signature" (runs in pool processes too)."""
+    from harness.shrink import architecture_signature
+
+    model_type, arch, config = item
+    spec = ModelSpec(model_id="", model_type=model_type, architecture=arch, config=config)
+    try:
+        sig = architecture_signature(spec)
+    except Exception as exc:  # noqa: BLE001 - the check will record the real error at load
+        sig = f"unsignable-{type(exc).__name__}"
+    text = sig if isinstance(sig, str) else json.dumps(sig, sort_keys=True, default=str)
+    if not isinstance(sig, str) or len(text) > 16:
+        text = hashlib.sha1(text.encode()).hexdigest()[:16]
+    return f"{model_type}/{text}"
+
+
+def signature_keys(items: list[tuple[str, str, dict[str, Any]]], workers: int = 1) -> list[str]:
+    """Case keys of distinct (type, arch, config) items, in a process pool when it pays off."""
+    if workers <= 1 or len(items) < 64:
+        return [_case_key(i) for i in items]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(_case_key, items, chunksize=max(1, len(items) // (workers * 8))))
+
+
+def dedupe_cases(members: list[Member], tier: str = "full", workers: int = 1) -> list[Case]:
+    """One Case per distinct architecture signature (most downloaded first), then not-runnable groups."""
+    from harness.tiers import spec_case
+
+    contents: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    member_content: list[tuple[Member, str]] = []
+    unrunnable: dict[str, list[Member]] = defaultdict(list)
+    for m in members:
+        if m.spec is None:
+            unrunnable[m.not_runnable].append(m)
+            continue
+        content = json.dumps([m.spec.model_type, m.spec.architecture, m.spec.config], sort_keys=True, default=str)
+        contents.setdefault(content, (m.spec.model_type, m.spec.architecture, m.spec.config))
+        member_content.append((m, content))
+    keys = dict(zip(contents, signature_keys(list(contents.values()), workers)))
+    groups: dict[str, list[Member]] = defaultdict(list)
+    for m, content in member_content:
+        groups[keys[content]].append(m)
+    cases = []
+    for key, group in groups.items():
+        group.sort(key=lambda m: (-m.downloads, m.model_id))
+        cases.append(spec_case(group[0].spec, tier, case_id=key, model_ids=[m.model_id for m in group],
+                               weight=float(sum(m.downloads for m in group)),
+                               info={"signature": key.rsplit("/", 1)[-1]}))
+    # most downloaded first; ties (the catalog has no downloads) in a stable pseudo-random order so
+    # that a --limit samples across model types instead of taking the alphabet's head
+    cases.sort(key=lambda c: (-c.weight, -len(c.model_ids), hashlib.sha1(c.case_id.encode()).hexdigest()))
+    for reason, group in sorted(unrunnable.items()):
+        group.sort(key=lambda m: (-m.downloads, m.model_id))
+        cases.append(Case(case_id=f"not_attempted/{reason}", tier=tier, payload={"not_attempted": reason},
+                          model_ids=[m.model_id for m in group], weight=float(sum(m.downloads for m in group))))
+    return cases

@@ -1,0 +1,549 @@
+"""Shrink any transformers config to a tiny one with the same architecture.
+
+What is kept: the layer pattern (sliding/global, MoE every k, hybrid attention/SSM, first-k-dense),
+the query:key/value head ratio, experts per token, MLA, rope and rope-scaling type, nested
+sub-configs (each shrunk by the same rules) and every rule the model enforces that the generic
+rules know about. Field names and sizes live in data/shrink_rules.yaml.
+
+Shrinking is tried at decreasing strength (``LEVELS``): a config the full rules break (a model
+constraint no rule knows) falls back to a gentler level; the level used is recorded on the config
+as ``_shrink_level`` so reports can say how faithful the tiny model is.
+
+    >>> cfg = shrink_config({"model_type": "llama", "num_attention_heads": 32,
+    ...                      "num_key_value_heads": 8})
+    >>> cfg.num_attention_heads // cfg.num_key_value_heads
+    4
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from harness.budget import fit_budget
+from harness.layers import select_layers
+
+#: Shrink strengths, strongest first.
+LEVELS = ("full", "core", "layers")
+
+
+class ShrinkError(ValueError):
+    """No shrink level produced a config the model accepts."""
+
+    def __init__(self, model_type: str, errors: dict[str, str]):
+        self.model_type = model_type
+        self.errors = errors
+        last = next(reversed(errors.values()), "")
+        super().__init__(f"{model_type}: cannot shrink: {last}")
+
+
+@lru_cache(maxsize=1)
+def rules() -> dict[str, Any]:
+    text = resources.files("harness").joinpath("data/shrink_rules.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_subconfig(key: str, value: Any) -> bool:
+    return isinstance(value, dict) and (key.endswith("_config") or "model_type" in value)
+
+
+# --------------------------------------------------------------------------- token ids / vocab
+def _token_key(key: str, r: dict) -> bool:
+    return any(key.endswith(s) for s in r["token_id_suffixes"]) or key in ("pad_token_id", "bos_token_id", "eos_token_id")
+
+
+def _collect_token_ids(d: dict, r: dict, out: set[int]) -> None:
+    for k, v in d.items():
+        if _is_subconfig(k, v):
+            _collect_token_ids(v, r, out)
+        elif _token_key(k, r):
+            if _is_int(v):
+                out.add(v)
+            elif isinstance(v, list):
+                out.update(x for x in v if _is_int(x))
+
+
+def _token_map(d: dict, vocab: int, r: dict) -> dict[int, int]:
+    """Ids that do not fit the new vocab -> distinct ids at its top (same id -> same new id)."""
+    ids: set[int] = set()
+    _collect_token_ids(d, r, ids)
+    mapping: dict[int, int] = {}
+    nxt = vocab - 1
+    taken = {i for i in ids if 0 <= i < vocab}
+    for old in sorted(i for i in ids if i >= vocab):
+        while nxt in taken:
+            nxt -= 1
+        mapping[old] = nxt
+        taken.add(nxt)
+    return mapping
+
+
+def _apply_token_map(d: dict, mapping: dict[int, int], r: dict) -> None:
+    for k, v in list(d.items()):
+        if _is_subconfig(k, v):
+            _apply_token_map(v, mapping, r)
+        elif _token_key(k, r):
+            if _is_int(v):
+                d[k] = mapping.get(v, v)
+            elif isinstance(v, list):
+                d[k] = [mapping.get(x, x) if _is_int(x) else x for x in v]
+
+
+# --------------------------------------------------------------------------- layers
+def _layer_count_field(d: dict, r: dict) -> str | None:
+    for f in r["layer_count_fields"]:
+        if _is_int(d.get(f)) and d[f] > 0:
+            return f
+    # a per-layer list whose length is the layer count (nemotron_h: layers_block_type)
+    for f in ("layers_block_type", "layer_types", "hybrid_override_pattern"):
+        if isinstance(d.get(f), (list, str)) and d[f]:
+            return None
+    return None
+
+
+def _shrink_layers(d: dict, r: dict) -> None:
+    t = r["targets"]
+    field = _layer_count_field(d, r)
+    n = d[field] if field else None
+    if n is None:
+        for f in ("layers_block_type", "layer_types"):  # count implied by a per-layer list
+            if isinstance(d.get(f), list) and d[f]:
+                n = len(d[f])
+                break
+    if n:
+        plan = select_layers(d, n, r, t["min_layers"])
+        for k, v in plan.updates.items():
+            if v is None:
+                d.pop(k, None)
+            else:
+                d[k] = v
+        if field:
+            d[field] = len(plan.keep)
+    for f in r["extra_layer_count_fields"]:
+        if _is_int(d.get(f)) and d[f] > t["min_layers"]:
+            d[f] = t["min_layers"]
+
+
+# --------------------------------------------------------------------------- widths
+def _heads(d: dict, r: dict) -> tuple[int | None, dict[str, int]]:
+    """New head counts of this level, keeping each q:kv ratio. Returns (query heads, updates)."""
+    t = r["targets"]
+    updates: dict[str, int] = {}
+    q_heads = None
+    for q, kv in r["head_pairs"]:
+        if q in updates or not _is_int(d.get(q)) or d[q] <= 0:
+            continue
+        hq = d[q]
+        hk = d.get(kv) if kv else None
+        if _is_int(hk) and 0 < hk < hq and hq % hk == 0:
+            ratio = hq // hk
+            new_kv = 1
+            updates[q], updates[kv] = ratio * new_kv, new_kv
+        elif _is_int(hk) and hk == hq:
+            updates[q] = updates[kv] = min(hq, t["base_heads"])
+        elif _is_int(hk) and hk > 0:  # odd ratio (e.g. 3:2): keep both, just fewer
+            g = math.gcd(hq, hk)
+            updates[q], updates[kv] = hq // g, hk // g
+        else:
+            updates[q] = min(hq, t["base_heads"])
+        q_heads = q_heads or updates[q]
+    return q_heads, updates
+
+
+def _round_sections(sections: list[int], total: int) -> list[int]:
+    """Scale integer sections to sum to `total`, keeping proportions (largest remainder)."""
+    s = sum(sections)
+    raw = [x * total / s for x in sections]
+    out = [max(1, int(x)) for x in raw]
+    while sum(out) < total:
+        i = max(range(len(raw)), key=lambda j: raw[j] - out[j])
+        out[i] += 1
+    while sum(out) > total:
+        i = max(range(len(out)), key=lambda j: out[j])
+        out[i] -= 1
+    return out
+
+
+def _shrink_rope(d: dict, head_dim: int, old_head_dim: int | None) -> None:
+    """Keep rope type and scaling; rescale only what is tied to the head size (mrope sections)."""
+    for key in ("rope_parameters", "rope_scaling"):
+        rp = d.get(key)
+        if not isinstance(rp, dict):
+            continue
+        inner = [rp] + [v for v in rp.values() if isinstance(v, dict)]
+        for p in inner:
+            for sk in ("mrope_section", "mrope_sections"):
+                sec = p.get(sk)
+                if isinstance(sec, list) and sec and all(_is_int(x) for x in sec):
+                    p[sk] = _round_sections(sec, max(len(sec), head_dim // 2))
+    if _is_int(d.get("rotary_dim")) and old_head_dim:
+        d["rotary_dim"] = max(2, 2 * round(d["rotary_dim"] * head_dim / old_head_dim / 2))
+
+
+def _shrink_widths(d: dict, r: dict, level: str, known: dict[int, int]) -> dict[int, int]:
+    """Heads, hidden, head_dim, intermediate, experts, MLA, SSM. Returns {old hidden: new hidden}.
+
+    `known` holds hidden sizes already shrunk in another sub-config: the same old width gets the
+    same new width (a vision tower's output feeds the text model).
+    """
+    t = r["targets"]
+    original = dict(d)
+    q_heads, updates = _heads(d, r)
+    hidden_map: dict[int, int] = {}
+    hidden_field = next((f for f in r["hidden_fields"] if _is_int(d.get(f)) and d[f] > 0), None)
+    if q_heads is None and hidden_field is None:
+        return hidden_map
+    q_heads = q_heads or t["base_heads"]
+    head_dim = t["head_dim"] if q_heads <= 4 else t["head_dim_many_heads"]
+    new_hidden = max(t["min_hidden"], q_heads * head_dim)
+    if new_hidden % q_heads:
+        new_hidden = q_heads * math.ceil(new_hidden / q_heads)
+    old_hidden = d.get(hidden_field) if hidden_field else None
+    if old_hidden in known and known[old_hidden] % q_heads == 0:
+        new_hidden = known[old_hidden]
+    if old_hidden is not None and old_hidden <= new_hidden:
+        return hidden_map  # already tiny: leave widths alone
+    d.update(updates)
+    for q, kv in r["head_pairs"]:  # a default that leaves kv heads unset means "same as heads"
+        if kv and kv in d and d[kv] is None and _is_int(d.get(q)):
+            d[kv] = d[q]
+    old_head_dim = None
+    for f in r["hidden_fields"]:
+        if _is_int(d.get(f)) and d[f] > new_hidden:
+            hidden_map[d[f]] = new_hidden
+            d[f] = new_hidden
+    for f in r["head_dim_fields"]:
+        if f in r["fill_none_head_dim"] and f in d and d[f] is None:
+            d[f] = new_hidden // q_heads
+        if _is_int(d.get(f)) and d[f] > head_dim:
+            old_head_dim = old_head_dim or d[f]
+            d[f] = head_dim
+    if old_head_dim is None and old_hidden and q_heads:
+        old_head_dim = None
+    _shrink_rope(d, d.get("head_dim") if _is_int(d.get("head_dim")) else new_hidden // q_heads, old_head_dim)
+    inter = t["intermediate_multiplier"] * new_hidden
+    for f in r["intermediate_fields"]:
+        v = d.get(f)
+        if _is_int(v) and v > inter:
+            d[f] = inter
+        elif isinstance(v, list) and v and all(_is_int(x) for x in v):
+            d[f] = [min(x, inter) for x in v]
+    if level == "full":
+        _shrink_experts(d, r, new_hidden)
+        _shrink_mla(d, r, original)
+        _shrink_ssm(d, r, new_hidden)
+    return hidden_map
+
+
+def _shrink_experts(d: dict, r: dict, hidden: int) -> None:
+    for f in r["expert_intermediate_fields"]:
+        if _is_int(d.get(f)) and d[f] > hidden:
+            d[f] = hidden
+    top_k = next((d[f] for f in r["experts_per_token_fields"] if _is_int(d.get(f)) and d[f] > 0), 1)
+    gf = r["expert_group_fields"]
+    groups = d.get(gf["groups"]) if _is_int(d.get(gf["groups"])) and d[gf["groups"]] > 1 else None
+    for f in r["expert_count_fields"]:
+        n = d.get(f)
+        if not _is_int(n) or n <= 1:
+            continue
+        if groups and n % groups == 0:
+            per_tok_groups = d.get(gf["groups_per_token"]) or groups
+            per_group = max(2, math.ceil(top_k / max(1, per_tok_groups)))
+            target = groups * per_group
+        else:
+            target = max(r["targets"]["experts_min"], 2 * top_k)
+        if n > target:
+            d[f] = target
+
+
+def _shrink_mla(d: dict, r: dict, old: dict) -> None:
+    if "kv_lora_rank" not in d and "index_topk" not in d:
+        return
+    for f, v in r["mla"].items():
+        if _is_int(d.get(f)) and d[f] > v:
+            d[f] = v
+    for a, b in r["ties"]:
+        if a in old and _is_int(old.get(a)):
+            if "+" in b:
+                parts = b.split("+")
+                if all(_is_int(old.get(p)) for p in parts) and old[a] == sum(old[p] for p in parts):
+                    d[a] = sum(d[p] for p in parts)
+            elif _is_int(old.get(b)) and old[a] == old[b]:
+                d[a] = d[b]
+
+
+def _shrink_ssm(d: dict, r: dict, hidden: int) -> None:
+    s = r["ssm"]
+    t = r["targets"]
+    for f in s["state_fields"]:
+        if _is_int(d.get(f)) and d[f] > t["state_size"]:
+            d[f] = t["state_size"]
+    for f in s["dt_rank_fields"]:
+        if _is_int(d.get(f)) and d[f] > hidden // 4:
+            d[f] = max(1, hidden // 4)
+    for f in s["chunk_fields"]:
+        if _is_int(d.get(f)) and d[f] > t["test_sequence_length"]:
+            d[f] = t["test_sequence_length"]
+    expand = next((d[f] for f in s["expand_fields"] if isinstance(d.get(f), (int, float)) and d[f] > 0), 2)
+    inner = int(expand * hidden)
+    hd_f = next((f for f in s["ssm_head_dim_fields"] if _is_int(d.get(f))), None)
+    nh_f = next((f for f in s["ssm_head_count_fields"] if _is_int(d.get(f))), None)
+    if nh_f:
+        hd = s["ssm_head_dim"]
+        if hd_f:
+            d[hd_f] = min(d[hd_f], hd)
+            hd = d[hd_f]
+        d[nh_f] = max(1, inner // hd)
+        for f in s["group_fields"]:
+            if _is_int(d.get(f)) and d[f] > 1:
+                d[f] = math.gcd(d[f], d[nh_f])
+    for f in s["ssm_inner_fields"]:
+        if _is_int(d.get(f)) and d[f] > inner:
+            d[f] = inner
+
+
+# --------------------------------------------------------------------------- vision / audio / misc
+def _shrink_modalities(d: dict, r: dict) -> None:
+    t = r["targets"]
+    patch = next((d[f] for f in r["patch_size_fields"] if _is_int(d.get(f))), None)
+    for f in r["image_size_fields"]:
+        v = d.get(f)
+        target = (patch or 8) * t["image_patches_per_side"]
+        if _is_int(v) and v > target:
+            d[f] = target
+        elif isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v) and max(v) > target:
+            d[f] = [target, target]
+    a = r["audio"]
+    for f in a["source_position_fields"]:
+        if _is_int(d.get(f)) and d[f] > t["audio_source_positions"]:
+            d[f] = t["audio_source_positions"]
+    for f in a["conv_channel_list_fields"]:
+        v = d.get(f)
+        if isinstance(v, list) and v and all(_is_int(x) for x in v):
+            d[f] = [min(x, t["conv_channels"]) for x in v]
+    for f in a["conv_pos_embedding_fields"]:
+        if _is_int(d.get(f)) and d[f] > t["test_sequence_length"]:
+            d[f] = t["test_sequence_length"]
+    for f, v in a["small_fields"].items():
+        if _is_int(d.get(f)) and d[f] > v:
+            d[f] = v
+    first = r["stage_width_first"]
+    for f in r["stage_width_list_fields"]:
+        v = d.get(f)
+        if isinstance(v, list) and v and all(_is_int(x) and x > 0 for x in v) and v[0] > first:
+            d[f] = [max(1, round(x * first / v[0])) for x in v]
+    for f in r["stage_depth_list_fields"]:
+        v = d.get(f)
+        if isinstance(v, list) and v and all(_is_int(x) for x in v):
+            d[f] = [min(x, r["stage_depth_max"]) for x in v]
+    for f in r["stage_head_list_fields"]:
+        v = d.get(f)
+        if isinstance(v, list) and v and all(_is_int(x) and x > 0 for x in v):
+            d[f] = [max(1, x // v[0]) for x in v]
+
+
+def _shrink_windows(d: dict, r: dict) -> None:
+    seq = r["targets"]["test_sequence_length"]
+    for f in r["window_fields"]:
+        if _is_int(d.get(f)) and d[f] >= seq:
+            d[f] = seq // 2
+    mp = r["targets"]["max_position_embeddings"]
+    v = d.get("max_position_embeddings")
+    rope_orig = any(
+        isinstance(d.get(k), dict) and "original_max_position_embeddings" in json.dumps(d[k])
+        for k in ("rope_parameters", "rope_scaling")
+    )
+    if _is_int(v) and v > mp and not rope_orig:
+        d["max_position_embeddings"] = mp
+
+
+# --------------------------------------------------------------------------- driver
+def shrink_dict(config: dict, level: str = "full") -> dict:
+    """Pure dict -> dict shrink at one level (no validation)."""
+    r = rules()
+    d = copy.deepcopy(config)
+    for f in r["drop_fields"]:
+        d.pop(f, None)
+    vocab = r["targets"]["vocab"]
+    mapping = _token_map(d, vocab, r)
+    hidden_map: dict[int, int] = {}
+
+    def visit(level_dict: dict) -> None:
+        before = dict(level_dict)
+        for f in r["drop_fields"]:
+            level_dict.pop(f, None)
+        for k, v in r["force_fields"].items():
+            if k in level_dict:
+                level_dict[k] = v
+        _shrink_layers(level_dict, r)
+        for f in r["vocab_fields"]:
+            if f in level_dict and level_dict[f] is None and f in r["fill_none_vocab"]:
+                level_dict[f] = vocab
+            if _is_int(level_dict.get(f)) and level_dict[f] > vocab:
+                level_dict[f] = vocab
+        if level in ("full", "core"):
+            for old_h, new_h in _shrink_widths(level_dict, r, level, hidden_map).items():
+                hidden_map.setdefault(old_h, new_h)
+        if level == "full":
+            _shrink_modalities(level_dict, r)
+        _shrink_windows(level_dict, r)
+        level_dict["__touched__"] = {k for k in level_dict if before.get(k) != level_dict.get(k)}
+        mt = level_dict.get("model_type")
+        for k, v in r["overrides"].get(mt, {}).items() if level == "full" else ():
+            level_dict[k] = v
+        for k, v in level_dict.items():
+            if _is_subconfig(k, v):
+                visit(v)
+
+    visit(d)
+    _apply_token_map(d, mapping, r)
+
+    def finish(level_dict: dict) -> None:
+        """A size that equalled some hidden size before must equal its shrunk value (projectors)."""
+        touched = level_dict.pop("__touched__", set())
+        for k in list(level_dict):
+            v = level_dict[k]
+            if _is_subconfig(k, v):
+                finish(v)
+            elif (level == "full" and _is_int(v) and k not in touched and v in hidden_map
+                  and any(k.endswith(sfx) for sfx in r["hidden_tie_suffixes"])
+                  and not any(w in k for w in ("vocab", "token", "position", "image", "patch"))):
+                level_dict[k] = hidden_map[v]
+
+    finish(d)
+    if level == "full":
+        _apply_references(d, r)
+    return d
+
+
+def _get_path(d: dict, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+def _apply_references(d: dict, r: dict) -> None:
+    """Overrides whose value is "=path.to.field" copy that (shrunk) field: cross-config ties."""
+    for path, ref in (r.get("references", {}).get(d.get("model_type"), {}) or {}).items():
+        value = _get_path(d, ref)
+        parent_path, _, key = path.rpartition(".")
+        parent = _get_path(d, parent_path) if parent_path else d
+        if value is not None and isinstance(parent, dict) and key in parent:
+            parent[key] = value
+
+
+def full_config_dict(config: Any, model_type: str | None = None) -> tuple[str, dict]:
+    """A partial config dict (or PretrainedConfig) -> (model_type, the full dict with defaults)."""
+    from transformers import PretrainedConfig
+
+    if isinstance(config, PretrainedConfig):
+        return config.model_type, config.to_dict()
+    cfg = dict(config or {})
+    mt = model_type or cfg.get("model_type")
+    if not mt:
+        raise ValueError("config has no model_type and none was given")
+    cfg.pop("model_type", None)
+    for f in rules()["drop_fields"]:
+        cfg.pop(f, None)
+    base = config_class(mt)(**cfg)
+    return mt, base.to_dict()
+
+
+def config_class(model_type: str):
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        raise KeyError(f"model_type {model_type!r} is unknown to the installed transformers")
+    return CONFIG_MAPPING[model_type]
+
+
+def build_config(model_type: str, d: dict):
+    cfg = dict(d)
+    cfg.pop("model_type", None)
+    return config_class(model_type)(**cfg)
+
+
+def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
+    """Any config (dict, partial dict, PretrainedConfig) -> a tiny PretrainedConfig.
+
+    `validate(config) -> None` (raises on failure) lets the caller also require that a model can
+    be built from it; the strongest level that passes wins. Without it a level wins when the
+    config class accepts it.
+    """
+    from harness.quiet import quiet_transformers
+
+    with quiet_transformers():
+        mt, full = full_config_dict(config, model_type)
+        errors: dict[str, str] = {}
+        for level in LEVELS:
+            shrunk = shrink_dict(full, level)
+            try:
+                cfg = build_config(mt, shrunk)
+                params = validate(cfg) if validate is not None else None
+            except Exception as exc:  # a level the model rejects: try a gentler one
+                errors[level] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                continue
+            changes: list[str] = []
+            budget = rules()["targets"]["max_parameters"]
+            if isinstance(params, int) and params >= budget:
+                shrunk, params, changes = fit_budget(shrunk, lambda d: validate(build_config(mt, d)), budget)
+                cfg = build_config(mt, shrunk)
+            cfg._shrink_level = level
+            cfg._shrink_errors = errors
+            cfg._shrink_budget_changes = changes
+            cfg._shrink_parameters = params
+            return cfg
+    raise ShrinkError(mt, errors)
+
+
+def config_fingerprint(config) -> dict:
+    """The parts of a config that define the architecture (no names, versions, label text)."""
+    d = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+
+    def clean(x):
+        if isinstance(x, dict):
+            return {
+                k: clean(v)
+                for k, v in sorted(x.items())
+                if k not in ("_name_or_path", "transformers_version", "architectures", "id2label",
+                             "label2id", "_commit_hash", "dtype", "torch_dtype")
+                and not k.startswith("_shrink")
+            }
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+            return str(x)
+        return x
+
+    out = clean(d)
+    out["num_labels"] = len(d.get("id2label") or {}) or None
+    return out
+
+
+def architecture_signature(spec) -> str:
+    """Hash of (architecture class, shrunk config): identical architectures -> same signature."""
+    from harness.models import default_architecture, resolve_config
+
+    try:
+        cfg = resolve_config(spec)
+        body: Any = config_fingerprint(cfg)
+    except Exception as exc:  # unshrinkable: still a stable key (same input -> same signature)
+        body = {"unresolved": type(exc).__name__, "config": spec.config}
+    arch = spec.architecture or default_architecture(spec.model_type) or ""
+    blob = json.dumps({"architecture": arch, "model_type": spec.model_type, "config": body},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+

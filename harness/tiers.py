@@ -1,0 +1,266 @@
+"""Tier plug-ins: how each tier lists its Cases and executes one, behind one small interface.
+
+Why: the runner, the worker processes and the executors know nothing about models or op
+registries; they schedule `Case`s of a tier and get back a `CaseOutcome`. A tier is any object with
+
+    name: str                      # "unit", "representative", "full", or your own
+    stages: tuple[str, ...]        # the stages each case reports (rows per case)
+    chunk_size: int                # cases sent to a worker at once (1 for models)
+    timeout: float                 # optional: default seconds per case (and per chunk)
+    cases(inputs: TierInputs) -> list[Case]            # in priority order (a --limit keeps the head)
+    execute(case: Case, backend: str) -> ModelCheck | list[StageResult] | CaseOutcome
+    execute_many(cases, backend) -> list[...]           # optional, for chunks
+    setup(backend: str) -> None                          # optional, once per worker process
+
+`--tier` takes a built-in name (`unit`, `representative`, `full`) or `MODULE:ATTR` naming such an
+object (or a class, instantiated without arguments): that is how tests plug in a tier of trivial
+cases and how a user adds one without touching the harness.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from harness.outcomes import MODEL_STAGES, ModelCheck, StageResult, Status
+from harness.specs import Case, ModelSpec
+
+BUILTIN_TIERS = ("unit", "representative", "full")
+#: Stage order used to pick a case's headline status; unknown stages sort after these.
+FULL_STAGES = ("load", "forward", "backward")
+_OK = {Status.PASS.value, Status.SKIPPED.value}
+
+
+@dataclass
+class TierInputs:
+    """What a tier may need to list its cases (each tier reads the fields it understands)."""
+
+    backend: str = "neuron"
+    registry: str | None = None  # unit tier: a registry Parquet path (None: the bundled default)
+    models: str | None = None  # representative: a selection dir; full: a crawl store dir or snapshot file
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CaseOutcome:
+    """Everything a worker reports about one case: JSON-able, journaled as is."""
+
+    case_id: str
+    tier: str
+    stages: list[dict[str, Any]]  # StageResult.to_dict() each, in stage order
+    model_ids: list[str] = field(default_factory=list)
+    weight: float = 0.0
+    fallback_count: int | None = None
+    fallback_ops: list[str] = field(default_factory=list)
+    fallback_events: list[dict[str, Any]] = field(default_factory=list)
+    peak_memory_bytes: int | None = None
+    seconds: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)  # model_type, architecture, traits, parameters...
+    worker: dict[str, Any] = field(default_factory=dict)  # pid, attempts, how the worker ended
+
+    @property
+    def status(self) -> str:
+        """The case's headline status: its first stage that is neither pass nor skipped."""
+        statuses = [s["status"] for s in self.stages]
+        bad = next((s for s in statuses if s not in _OK), None)
+        if bad:
+            return bad
+        return Status.PASS.value if Status.PASS.value in statuses or not statuses else Status.SKIPPED.value
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CaseOutcome":
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**known)
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+@functools.lru_cache(maxsize=None)
+def load_tier(ref: str) -> Any:
+    """Resolve a `--tier` value to a tier object (see the module docstring)."""
+    if ref in BUILTIN_TIERS:
+        return {"unit": UnitTier, "representative": RepresentativeTier, "full": FullTier}[ref]()
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"unknown tier {ref!r}: use {', '.join(BUILTIN_TIERS)} or MODULE:ATTR")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"tier {ref!r} cannot be loaded: {exc}") from exc
+    if isinstance(obj, type):
+        obj = obj()
+    for needed in ("name", "stages", "cases", "execute"):
+        if not hasattr(obj, needed):
+            raise ValueError(f"tier {ref!r} has no {needed!r}: not a tier plug-in")
+    return obj
+
+
+def tier_chunk_size(tier: Any) -> int:
+    return max(1, int(getattr(tier, "chunk_size", 1) or 1)) if hasattr(tier, "execute_many") else 1
+
+
+# ------------------------------------------------------------------------------------- outcomes
+
+def from_result(case: Case, result: Any, stages: Iterable[str], seconds: float = 0.0) -> CaseOutcome:
+    """Normalize what a tier's execute returned (ModelCheck, StageResults, dicts) to a CaseOutcome."""
+    base = dict(case_id=case.case_id, tier=case.tier, model_ids=list(case.model_ids), weight=float(case.weight),
+                seconds=seconds)
+    if isinstance(result, CaseOutcome):
+        return result
+    if isinstance(result, dict) and "stages" in result and "case_id" in result:
+        return CaseOutcome.from_dict({**base, **result})
+    if isinstance(result, ModelCheck):
+        ordered = sorted(result.stages.values(), key=lambda r: _stage_order(r.stage))
+        info = {"model_id": result.model_id, "model_type": result.model_type,
+                "architecture": result.architecture, "parameters": result.parameters,
+                "graphs": result.graphs, "recompiles": result.recompiles, "backend": result.backend}
+        return CaseOutcome(**base, stages=[r.to_dict() for r in ordered], fallback_count=result.fallback_count,
+                           fallback_ops=list(result.fallback_ops), fallback_events=list(result.fallback_events),
+                           peak_memory_bytes=result.peak_memory_bytes, info=info)
+    if isinstance(result, StageResult):
+        result = [result]
+    if isinstance(result, (list, tuple)):
+        out = []
+        for r in result:
+            out.append(r.to_dict() if isinstance(r, StageResult) else StageResult(**r).to_dict())
+        return CaseOutcome(**base, stages=out)
+    raise TypeError(f"tier returned {type(result).__name__} for case {case.case_id!r}; expected ModelCheck, "
+                    "StageResult list or CaseOutcome")
+
+
+def failure_outcome(case: Case, stages: Iterable[str], status: Status | str, reason: str,
+                    error_class: str = "", message: str = "", seconds: float = 0.0) -> CaseOutcome:
+    """A case that did not report (hang, crash, OOM, exception): every stage gets `status`.
+
+    Which stage was running when the worker died is not known, so no stage is claimed to pass.
+    """
+    status = Status(status).value
+    rows = [StageResult(stage=s, status=status, reason=reason, error_class=error_class, message=message,
+                        seconds=seconds).to_dict() for s in (list(stages) or ["case"])]
+    return CaseOutcome(case_id=case.case_id, tier=case.tier, stages=rows, model_ids=list(case.model_ids),
+                       weight=float(case.weight), seconds=seconds)
+
+
+def _stage_order(stage: str) -> int:
+    return MODEL_STAGES.index(stage) if stage in MODEL_STAGES else len(MODEL_STAGES)
+
+
+# ------------------------------------------------------------------------------ built-in tiers
+
+@functools.lru_cache(maxsize=None)
+def backend_adapter(name: str):
+    """One adapter per worker process (resolving imports the backend module)."""
+    from harness.backends import get_backend
+
+    return get_backend(name)
+
+
+def spec_case(spec: ModelSpec, tier: str, case_id: str | None = None, model_ids: list[str] | None = None,
+              weight: float | None = None, info: dict[str, Any] | None = None) -> Case:
+    payload = {"spec": asdict(spec)}
+    if info:
+        payload["info"] = info
+    return Case(case_id=case_id or spec.model_id, tier=tier, payload=payload,
+                model_ids=model_ids if model_ids is not None else [spec.model_id],
+                weight=float(spec.downloads if weight is None else weight))
+
+
+def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOutcome:
+    """Check the case's ModelSpec with harness.check.check_model; a not-runnable case reports why."""
+    if case.payload.get("not_attempted"):
+        reason = str(case.payload["not_attempted"])
+        rows = [StageResult(s, Status.NOT_ATTEMPTED, reason=reason) for s in stages]
+        out = from_result(case, rows, stages)
+    else:
+        from harness.check import check_model
+
+        spec = ModelSpec(**case.payload["spec"])
+        out = from_result(case, check_model(spec, backend_adapter(backend), stages), stages)
+    out.info.update(case.payload.get("info") or {})
+    return out
+
+
+class UnitTier:
+    """Registry op cases (registry.unit_tier, the shape registry's generated tests)."""
+
+    name = "unit"
+    chunk_size = 64
+    timeout = 120.0  # per case, and per chunk of 64 (an op takes milliseconds)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        from registry import unit_tier
+
+        return tuple(getattr(unit_tier, "STAGES", ("op",)))
+
+    def setup(self, backend: str) -> None:
+        backend_adapter(backend)
+
+    def cases(self, inputs: TierInputs) -> list[Case]:
+        from registry import unit_tier
+
+        return list(unit_tier.cases(inputs.registry))
+
+    def execute(self, case: Case, backend: str) -> Any:
+        from registry import unit_tier
+
+        return unit_tier.execute(case.payload, backend)
+
+    def execute_many(self, cases: list[Case], backend: str) -> list[Any]:
+        from registry import unit_tier
+
+        return list(unit_tier.execute_many([c.payload for c in cases], backend))
+
+
+class RepresentativeTier:
+    """The selected representative models (agents.select), every stage."""
+
+    name = "representative"
+    stages = MODEL_STAGES
+    chunk_size = 1
+    timeout = 900.0
+
+    def setup(self, backend: str) -> None:
+        import harness.check  # noqa: F401  (torch + transformers once per worker, not per case)
+
+        backend_adapter(backend)
+
+    def cases(self, inputs: TierInputs) -> list[Case]:
+        from agents import select
+
+        specs = select.load_representatives(inputs.models) if inputs.models else select.default_representatives()
+        return [spec_case(s, self.name) for s in specs]
+
+    def execute(self, case: Case, backend: str) -> CaseOutcome:
+        return run_model_check(case, backend, self.stages)
+
+
+class FullTier:
+    """The whole population (catalog, crawl store or snapshot): load, forward, backward, deduplicated."""
+
+    name = "full"
+    stages = FULL_STAGES
+    chunk_size = 1
+    timeout = 300.0
+
+    def setup(self, backend: str) -> None:
+        RepresentativeTier.setup(self, backend)  # type: ignore[arg-type]
+
+    def cases(self, inputs: TierInputs) -> list[Case]:
+        from harness.population import dedupe_cases, load_population
+
+        workers = int(inputs.options.get("workers", 1))
+        return dedupe_cases(load_population(inputs.models), self.name, workers=workers)
+
+    def execute(self, case: Case, backend: str) -> CaseOutcome:
+        return run_model_check(case, backend, self.stages)
+
+
+def describe_case(case: Case) -> str:
+    return json.dumps({"case_id": case.case_id, "tier": case.tier, "models": len(case.model_ids)})

@@ -1,0 +1,360 @@
+"""Isolated worker processes: a hang, a segfault, an OOM or an exception is a row, never a dead run.
+
+Why: models are untrusted code paths through C++ kernels; one that segfaults or loops forever
+must not take the run down. Each `IsolatedWorker` owns one child process (`python -m
+harness.workers`, talking over a socketpair with multiprocessing's Connection framing) and
+enforces, from the parent side:
+
+- a timeout per case (the child is SIGKILLed -> status ``timeout``);
+- a memory limit as a watchdog on the child's RSS (read from /proc; over it -> SIGKILL, ``oom``;
+  optionally also RLIMIT_AS in the child, off by default because torch reserves far more
+  address space than it uses). In the child, MemoryError / an allocator's out-of-memory error is
+  reported as ``oom`` too; a SIGKILL nobody sent is the kernel's OOM killer -> ``oom``;
+- death by a signal -> ``crash`` with the signal name (SIGSEGV, SIGABRT...) and the tail of the
+  worker's log (faulthandler prints the Python stack there);
+- an exception escaping the tier -> ``error`` with the exception class and message.
+
+Workers are reused across cases (torch and transformers load once) and recycled after a crash,
+a timeout, an OOM, or `max_cases` cases. A chunk of several cases (the unit tier) that dies is
+re-run one case at a time so only the guilty case gets the bad row. Linux only (/proc, socketpair).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from harness.outcomes import Status
+from harness.specs import Case
+from harness.tiers import CaseOutcome, failure_outcome, from_result, load_tier
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class WorkerLimits:
+    timeout: float = 600.0  # seconds per case; a chunk gets the same (then reruns case by case)
+    memory_bytes: int | None = 8 << 30  # RSS watchdog; None = no limit
+    address_space_bytes: int | None = None  # RLIMIT_AS in the child; None = off
+    max_cases: int = 100  # recycle the process after this many cases
+    startup_timeout: float = 300.0  # spawn + tier.setup (imports torch, transformers)
+    poll_interval: float = 0.05
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def classify_exception(exc: BaseException) -> Status:
+    name = type(exc).__name__
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError) or "OutOfMemory" in name or "can't allocate memory" in text \
+            or "out of memory" in text:
+        return Status.OOM
+    return Status.ERROR
+
+
+def _short(text: str, limit: int = 500) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class WorkerDied(Exception):
+    def __init__(self, status: Status, reason: str, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.error_class, self.message = status, reason, error_class, message
+
+
+class IsolatedWorker:
+    """One reusable child process running cases of one tier on one backend."""
+
+    def __init__(self, tier_ref: str, backend: str, limits: WorkerLimits | None = None,
+                 log_dir: str | os.PathLike | None = None, sys_path: list[str] | None = None,
+                 name: str = "w0") -> None:
+        self.tier_ref, self.backend = tier_ref, backend
+        self.limits = limits or WorkerLimits()
+        self.log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "harness-workers"
+        self.sys_path = list(sys_path if sys_path is not None else sys.path)
+        self.name = name
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.log_path: Path | None = None
+        self.cases_in_process = 0
+        self.starts = 0
+        self._stages: tuple[str, ...] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        self.log_path = self.log_dir / f"worker-{self.name}-{self.starts}-{os.getpid()}.log"
+        parent_sock, child_sock = socket.socketpair()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "harness.workers", str(child_sock.fileno())],
+                pass_fds=[child_sock.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            )
+        child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+        self.cases_in_process = 0
+        init = {"tier": self.tier_ref, "backend": self.backend, "sys_path": self.sys_path,
+                "address_space_bytes": self.limits.address_space_bytes}
+        self.conn.send(("init", init))
+        msg = self._wait(time.monotonic() + self.limits.startup_timeout, starting=True)
+        if msg[0] == "fatal":
+            self._kill()
+            raise RuntimeError(f"worker for tier {self.tier_ref!r} failed to start: {msg[1]}")
+        self._stages = tuple(msg[2])
+
+    def stages(self) -> tuple[str, ...]:
+        if self._stages is None:
+            self._start()
+        return self._stages  # type: ignore[return-value]
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+                pass
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = self.conn = None
+
+    def close(self) -> None:
+        """Stop the child politely, then firmly."""
+        if self.proc is not None and self.proc.poll() is None and self.conn is not None:
+            try:
+                self.conn.send(("stop",))
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired, BrokenPipeError):
+                pass
+        self._kill()
+
+    # -- waiting ---------------------------------------------------------------------------
+    def _log_tail(self, lines: int = 6) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace") if self.log_path else ""
+        except OSError:
+            return ""
+        return " | ".join(text.strip().splitlines()[-lines:])
+
+    def _died(self, killed_for: str | None = None) -> WorkerDied:
+        """Make sure the child is gone and explain why it went (`killed_for`: what we killed it for)."""
+        assert self.proc is not None
+        if killed_for is None and self.proc.poll() is None:
+            killed_for = "lost"  # the pipe broke but the process lives: treat as a crash
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+            rc = None
+        tail = self._log_tail()
+        self._kill()
+        if killed_for == "timeout":
+            return WorkerDied(Status.TIMEOUT, "worker_timeout", "Timeout",
+                              f"no result within {self._deadline_s:.0f}s; worker killed")
+        if killed_for == "oom":
+            return WorkerDied(Status.OOM, "worker_memory_limit", "MemoryLimit",
+                              f"worker RSS exceeded the limit of {self.limits.memory_bytes} bytes; worker killed")
+        if killed_for == "lost":
+            return WorkerDied(Status.CRASH, "worker_lost", "WorkerLost",
+                              _short(f"the worker stopped answering. {tail}"))
+        if rc is not None and rc < 0:
+            try:
+                sig = signal.Signals(-rc).name
+            except ValueError:
+                sig = f"SIG{-rc}"
+            if sig == "SIGKILL":  # nobody here sent it: the kernel's OOM killer, or an operator
+                return WorkerDied(Status.OOM, "worker_killed:SIGKILL", "SIGKILL",
+                                  _short(f"worker killed by SIGKILL (likely the kernel OOM killer). {tail}"))
+            return WorkerDied(Status.CRASH, f"worker_crash:{sig}", sig, _short(f"worker died of {sig}. {tail}"))
+        return WorkerDied(Status.CRASH, f"worker_exit:{rc}", "WorkerExit",
+                          _short(f"worker exited with code {rc} during the case. {tail}"))
+
+    def _wait(self, deadline: float, starting: bool = False) -> tuple:
+        """Next message from the child, enforcing deadline, liveness and the memory watchdog."""
+        assert self.proc is not None and self.conn is not None
+        limit = self.limits.memory_bytes
+        while True:
+            try:
+                if self.conn.poll(self.limits.poll_interval):
+                    return self.conn.recv()
+            except (EOFError, OSError):
+                time.sleep(0.05)  # let the exit status settle
+                raise self._died()
+            if self.proc.poll() is not None:
+                raise self._died()
+            if time.monotonic() > deadline:
+                self._deadline_s = self.limits.startup_timeout if starting else self._deadline_s
+                raise self._died("timeout")
+            if limit and rss_bytes(self.proc.pid) > limit:
+                raise self._died("oom")
+
+    # -- running ---------------------------------------------------------------------------
+    def run_chunk(self, cases: list[Case], many: bool = False) -> list[CaseOutcome]:
+        """Run cases in the child; always returns one outcome per case, in order."""
+        results: dict[str, CaseOutcome] = {}
+        pending = list(cases)
+        while pending:
+            if self.proc is None or self.proc.poll() is not None:
+                if self.proc is not None:
+                    self._kill()
+                try:
+                    self._start()
+                except WorkerDied as died:  # the child cannot even start: every case gets the row
+                    for c in pending:
+                        results[c.case_id] = self._failed(c, died)
+                    break
+            batch_many = many and len(pending) > 1
+            inflight: list[str] = []
+            try:
+                self.conn.send(("run", [asdict(c) for c in pending], batch_many))
+                while True:
+                    if inflight:
+                        msg = self._wait(self._deadline)
+                    else:
+                        msg = self._wait(time.monotonic() + 60.0 + self.limits.timeout)
+                    if msg[0] == "begin":
+                        inflight = list(msg[1])
+                        self._deadline_s = self.limits.timeout  # a chunk gets one case's time
+                        self._deadline = time.monotonic() + self._deadline_s
+                    elif msg[0] == "results":
+                        for d in msg[1]:
+                            out = CaseOutcome.from_dict(d)
+                            out.worker.update({"pid": self.proc.pid, "worker": self.name})
+                            results[out.case_id] = out
+                        self.cases_in_process += len(msg[1])
+                        inflight = []
+                    elif msg[0] == "idle":
+                        break
+                pending = [c for c in pending if c.case_id not in results]
+            except WorkerDied as died:
+                done_ids = set(results)
+                pending = [c for c in pending if c.case_id not in done_ids]
+                guilty = [c for c in pending if c.case_id in inflight] or pending[:1]
+                if len(guilty) > 1:  # a chunk died: rerun its cases one by one to find the guilty one
+                    for c in guilty:
+                        results[c.case_id] = self.run_chunk([c], many=False)[0]
+                else:
+                    results[guilty[0].case_id] = self._failed(guilty[0], died)
+                pending = [c for c in pending if c.case_id not in results]
+            except (BrokenPipeError, ConnectionError):
+                self._kill()
+        if self.proc is not None and self.cases_in_process >= self.limits.max_cases:
+            self.close()  # recycle: the next chunk starts a fresh process
+        return [results[c.case_id] for c in cases]
+
+    def _failed(self, case: Case, died: WorkerDied) -> CaseOutcome:
+        stages = self._stages or ("case",)
+        out = failure_outcome(case, stages, died.status, died.reason, died.error_class, died.message,
+                              seconds=getattr(self, "_deadline_s", 0.0) if died.status == Status.TIMEOUT else 0.0)
+        out.worker.update({"worker": self.name, "died": died.reason})
+        return out
+
+    _deadline = 0.0
+    _deadline_s = 0.0
+
+
+# ------------------------------------------------------------------------------- child side
+
+def _watch_parent(ppid: int) -> None:
+    """Exit when the runner is gone (e.g. kill -9): no orphan keeps burning a core."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != ppid:
+            os._exit(70)
+
+
+def _execute_one(tier: Any, case: Case, backend: str) -> CaseOutcome:
+    t0 = time.monotonic()
+    try:
+        result = tier.execute(case, backend)
+        out = from_result(case, result, tier.stages, seconds=time.monotonic() - t0)
+        out.seconds = out.seconds or time.monotonic() - t0
+        return out
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every exception (SystemExit too) becomes the case's row
+        status = classify_exception(exc)
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+        return failure_outcome(case, tier.stages, status, f"exception:{type(exc).__name__}",
+                               type(exc).__name__, _short(f"{exc}{where}"), time.monotonic() - t0)
+
+
+def _child_main(fd: int) -> None:
+    conn = Connection(fd)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    faulthandler.enable()
+    _, init = conn.recv()
+    for p in reversed(init["sys_path"]):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    if init.get("address_space_bytes"):
+        n = int(init["address_space_bytes"])
+        resource.setrlimit(resource.RLIMIT_AS, (n, n))
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    backend = init["backend"]
+    try:
+        tier = load_tier(init["tier"])
+        if hasattr(tier, "setup"):
+            tier.setup(backend)
+        stages = list(tier.stages)
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("fatal", _short(f"{type(exc).__name__}: {exc}")))
+        return
+    conn.send(("ready", os.getpid(), stages))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg[0] == "stop":
+            return
+        cases = [Case(**c) for c in msg[1]]
+        if msg[2] and hasattr(tier, "execute_many"):
+            conn.send(("begin", [c.case_id for c in cases]))
+            t0 = time.monotonic()
+            try:
+                raw = list(tier.execute_many(cases, backend))
+                if len(raw) != len(cases):
+                    raise ValueError(f"execute_many returned {len(raw)} results for {len(cases)} cases")
+                each = (time.monotonic() - t0) / len(cases)
+                outs = [from_result(c, r, tier.stages, seconds=each) for c, r in zip(cases, raw)]
+            except Exception:  # noqa: BLE001 - the chunk failed as a whole: retry each case alone
+                outs = []
+                for c in cases:
+                    outs.append(_execute_one(tier, c, backend))
+            conn.send(("results", [o.to_dict() for o in outs]))
+        else:
+            for c in cases:
+                conn.send(("begin", [c.case_id]))
+                conn.send(("results", [_execute_one(tier, c, backend).to_dict()]))
+        conn.send(("idle",))
+
+
+if __name__ == "__main__":
+    _child_main(int(sys.argv[1]))

@@ -1,0 +1,193 @@
+"""Value constraints: what values a replayed input needs so the call means what it meant.
+
+Shapes, dtypes and strides are not enough to rebuild a valid call: an embedding's indices must be
+below its weight's rows, nll_loss targets below the class count, scatter indices unique along the
+scattered dim, a log's input positive. Two sources, merged per argument path (``a.1``, ``a.1.0``,
+``k.target``):
+
+* semantics (always, also for imported op logs and fake-tensor recordings): the rules in
+  ``data/op_semantics.yaml``, resolved against the call's shapes and scalar arguments;
+* observation (real-tensor recordings only): integer ranges, boolean mask density and
+  positivity of the values the model actually passed. Semantics win where both speak.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Any
+
+import torch
+import yaml
+
+from registry.encoding import iter_tensors
+
+
+@functools.lru_cache(maxsize=1)
+def semantics() -> dict[str, Any]:
+    text = resources.files("registry").joinpath("data/op_semantics.yaml").read_text()
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict) or not isinstance(data.get("rules"), dict):
+        raise ValueError("registry/data/op_semantics.yaml: expected a mapping with 'rules'")
+    return data
+
+
+def _lookup_keys(op: str) -> list[str]:
+    """Keys to try for an overload name, most specific first."""
+    parts = op.split(".")
+    ns, packet = parts[0], parts[1] if len(parts) > 1 else ""
+    overload = parts[2] if len(parts) > 2 else "default"
+    keys = [f"{ns}.{packet}.{overload}", f"{ns}.{packet}"]
+    base_overload = overload.removesuffix("_out").removesuffix("out") or "default"
+    if base_overload != overload:
+        keys.insert(1, f"{ns}.{packet}.{base_overload}")
+    if packet.endswith("_") and not packet.startswith("_"):
+        keys += [f"{ns}.{packet[:-1]}.{overload}", f"{ns}.{packet[:-1]}"]
+    return keys
+
+
+def op_rules(op: str) -> list[dict[str, Any]]:
+    rules = semantics()["rules"]
+    for key in _lookup_keys(op):
+        if key in rules:
+            return list(rules[key])
+    return []
+
+
+def _in_list(op: str, section: str) -> str | None:
+    entries = semantics().get(section) or {}
+    for key in _lookup_keys(op):
+        if key in entries:
+            return entries[key] if isinstance(entries, dict) else key
+    return None
+
+
+def is_metadata_only(op: str) -> bool:
+    """Random or uninitialized outputs: compare shape/dtype only."""
+    return _in_list(op, "metadata_only") is not None
+
+
+def canonical_op(op: str) -> str:
+    """The current name of an overload that older logs spell differently (aten.sum.SymInt)."""
+    return (semantics().get("renamed") or {}).get(op, op)
+
+
+def unreplayable_reason(op: str) -> str | None:
+    return _in_list(op, "unreplayable")
+
+
+def _arg(args: list, kwargs: dict, key: Any) -> Any:
+    if isinstance(key, int):
+        return args[key] if key < len(args) else None
+    return kwargs.get(key)
+
+
+def _path(key: Any) -> str:
+    return f"a.{key}" if isinstance(key, int) else f"k.{key}"
+
+
+def _resolve_high(spec: dict, args: list, kwargs: dict, i: int | None) -> int | None:
+    if "value_of" in spec:
+        value = _arg(args, kwargs, spec["value_of"])
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    ref = _arg(args, kwargs, spec["size_of"])
+    if not (isinstance(ref, dict) and "T" in ref):
+        return None
+    shape = ref["T"]
+    if spec.get("class_dim"):
+        dim = 1 if len(shape) >= 2 else 0
+    elif "dim_arg" in spec:
+        dim = _arg(args, kwargs, spec["dim_arg"])
+        if not isinstance(dim, int):
+            return None
+    elif spec.get("dim") == "$i":
+        dim = i
+    else:
+        dim = spec.get("dim", 0)
+    if not shape:
+        return 1
+    if dim is None or not -len(shape) <= dim < len(shape):
+        return None
+    return int(shape[dim])
+
+
+def infer_constraints(op: str, args: list, kwargs: dict) -> dict[str, dict[str, Any]]:
+    """Constraints from the op's semantics, resolved against the encoded call."""
+    out: dict[str, dict[str, Any]] = {}
+    for rule in op_rules(op):
+        value = _arg(args, kwargs, rule["arg"])
+        base = _path(rule["arg"])
+        targets = []
+        if rule.get("each"):
+            if isinstance(value, list):
+                targets = [(f"{base}.{i}", v, i) for i, v in enumerate(value)]
+        else:
+            targets = [(base, value, None)]
+        for path, enc, i in targets:
+            if not (isinstance(enc, dict) and "T" in enc):
+                continue
+            c = _constraint(rule, enc, args, kwargs, i)
+            if c is not None:
+                out[path] = c
+    return out
+
+
+def _constraint(rule: dict, enc: dict, args: list, kwargs: dict, i: int | None) -> dict | None:
+    kind = rule["kind"]
+    if kind == "index":
+        if enc["dt"] == "b8":
+            return {"kind": "mask", "density": 0.5, "source": "semantics"}
+        high = _resolve_high(rule["high"], args, kwargs, i)
+        if high is None:
+            return None
+        c: dict[str, Any] = {"kind": "index", "low": 0, "high": max(high, 1), "source": "semantics"}
+        unique = bool(rule.get("unique"))
+        if "unique_unless" in rule:
+            unique = not bool(_arg(args, kwargs, rule["unique_unless"]))
+        if unique:
+            dim_arg = rule["high"].get("dim_arg")
+            c["unique_dim"] = _arg(args, kwargs, dim_arg) if dim_arg is not None else None
+            c["unique"] = True
+        return c
+    if kind == "range":
+        return {"kind": "range", "low": rule.get("low", 0), "high": rule.get("high", 8), "source": "semantics"}
+    return {"kind": kind, "source": "semantics"}
+
+
+def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]) -> dict[str, dict]:
+    """Constraints from real values (recording on real tensors): ranges, densities, positivity.
+
+    Only for tensors the semantics left unconstrained; cheap reductions, run once per new signature.
+    """
+    out: dict[str, dict] = {}
+    flat = [(f"a.{i}", a) for i, a in enumerate(args)] + [(f"k.{k}", v) for k, v in (kwargs or {}).items()]
+    for base, value in flat:
+        items = [(f"{base}.{j}", v) for j, v in enumerate(value)] if isinstance(value, (list, tuple)) else [(base, value)]
+        for path, t in items:
+            if path in known or not isinstance(t, torch.Tensor) or t.numel() == 0 or t.is_meta:
+                continue
+            if type(t).__name__ == "FakeTensor" or t.device.type not in ("cpu",):
+                continue
+            c = _observe(t)
+            if c:
+                out[path] = c
+    return out
+
+
+def _observe(t: torch.Tensor) -> dict | None:
+    with torch.no_grad():
+        if t.dtype == torch.bool:
+            return {"kind": "mask", "density": round(float(t.float().mean()), 3), "source": "observed"}
+        if not t.dtype.is_floating_point and not t.dtype.is_complex:
+            lo, hi = int(t.min()), int(t.max())
+            return {"kind": "range", "low": lo, "high": hi + 1, "source": "observed"}
+        if t.dtype.is_floating_point and bool((t > 0).all()):
+            return {"kind": "positive", "source": "observed"}
+    return None
+
+
+def tensor_paths(args: list, kwargs: dict) -> list[str]:
+    paths = [f"a.{p}" for p, _ in iter_tensors(args)]
+    for k, v in kwargs.items():
+        paths += [f"k.{k}" + (f".{p}" if p else "") for p, _ in iter_tensors(v)]
+    return paths

@@ -1,0 +1,81 @@
+"""The unit tier: one case per registry row, run in batches by the harness's runner.
+
+    cases("ops.parquet")                      -> [Case(tier="unit", case_id="aten.mm.default-1f2e...")]
+    execute(case.payload, "neuron")           -> [StageResult(stage="op", ...)]
+    execute_many([c.payload for c in chunk], "neuron")
+
+`execute_many` is the fast path: one process replays a whole chunk with the backend adapter,
+precision mode and one intra-op thread set up once (spawning a process per op would cost more
+than the op). Neither function raises for an op problem; each payload gets exactly one result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from typing import Any, Iterable
+
+import torch
+
+from harness.backends import BackendAdapter, get_backend
+from harness.outcomes import StageResult, Status
+from harness.specs import Case
+from registry.replay import CaseSpec, replay
+from registry.store import Registry
+from registry.tolerances import precision_mode
+
+
+def cases(registry_path: str) -> list[Case]:
+    """Every registry row as a unit-tier Case (payload: op, signature, constraints, case_id)."""
+    out = []
+    for entry in Registry.load(registry_path):
+        spec = CaseSpec.from_entry(entry)
+        out.append(Case(case_id=entry.case_id, tier="unit", payload=spec.to_payload(),
+                        model_ids=entry.models, weight=entry.weight))
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _adapter(backend: str) -> BackendAdapter:
+    return get_backend(backend)
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """One intra-op thread per worker: the runner's processes share the cores."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _run(payload: dict[str, Any], adapter: BackendAdapter, mode: str) -> StageResult:
+    t0 = time.perf_counter()
+    try:
+        return replay(CaseSpec.from_payload(payload), adapter, mode)
+    except Exception as exc:  # noqa: BLE001 - last line of defence: one result per payload
+        return StageResult(stage="op", status=Status.ERROR, reason="harness error while replaying",
+                           error_class=type(exc).__name__, message=str(exc).splitlines()[0][:300] if str(exc) else "",
+                           failing_op=str(payload.get("op", "")), seconds=time.perf_counter() - t0,
+                           metrics={"native": None, "fallback_ops": [], "max_abs_err": None})
+
+
+def execute(payload: dict[str, Any], backend: str) -> list[StageResult]:
+    return execute_many([payload], backend)[0]
+
+
+def execute_many(payloads: Iterable[dict[str, Any]], backend: str) -> list[list[StageResult]]:
+    payloads = list(payloads)
+    try:
+        adapter = _adapter(backend)
+    except Exception as exc:  # noqa: BLE001 - a backend that cannot load: every case says so
+        msg = str(exc).splitlines()[0][:300] if str(exc) else ""
+        return [[StageResult(stage="op", status=Status.NOT_ATTEMPTED, reason=f"backend {backend!r} failed to load",
+                             error_class=type(exc).__name__, message=msg, failing_op=str(p.get("op", "")))]
+                for p in payloads]
+    mode = precision_mode(adapter)
+    with _one_thread():
+        return [[_run(p, adapter, mode)] for p in payloads]

@@ -1,0 +1,248 @@
+"""Compare a run with a baseline: one verdict per (tier, case, stage), and direction-aware metrics.
+
+The comparison vocabulary (separate from harness.outcomes.Status, which says how a stage ended):
+
+    PASS      as good as the baseline: passes (or is unchanged and not failing)
+    FAIL      new failure: failing now, and neither failing in the baseline nor expected
+    XFAIL     known failure: matches reports/data/expectations.yaml, or failed in the baseline too
+    IMPROVED  passes now but failed / was not attempted in the baseline, or was expected to fail
+    MISSING   in the baseline, absent from the run
+    FLAKY     status changed, and the case is on reports/data/flaky.yaml
+
+A stage that passed in the baseline and is now skipped or not attempted is a FAIL: coverage was
+lost, and the detail says why. The exit code is non-zero when there is any FAIL.
+
+Usage::
+
+    from reports.compare import compare_runs
+    result = compare_runs("runs/today", "baseline")
+    result.exit_code, result.counts
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import functools
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from harness.outcomes import UNFINISHED, Status
+
+FAILING = {Status.FAIL.value} | {s.value for s in UNFINISHED}
+NEUTRAL = {Status.SKIPPED.value, Status.NOT_ATTEMPTED.value}
+KEY = ["tier", "case_id", "stage"]
+
+
+class Verdict(str, enum.Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    XFAIL = "XFAIL"
+    IMPROVED = "IMPROVED"
+    MISSING = "MISSING"
+    FLAKY = "FLAKY"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+
+# ----------------------------------------------------------------------------- checked-in data files
+
+@dataclass(frozen=True)
+class Rule:
+    """One expectations / flaky entry: globs over the case key, and why."""
+
+    reason: str
+    tier: str = "*"
+    case_id: str = "*"
+    stage: str = "*"
+    model_id: str = "*"
+    status: tuple[str, ...] = ()
+
+    def matches(self, tier: str, case_id: str, stage: str, model_ids: list[str]) -> bool:
+        return (fnmatch.fnmatchcase(tier, self.tier) and fnmatch.fnmatchcase(case_id, self.case_id)
+                and fnmatch.fnmatchcase(stage, self.stage)
+                and (self.model_id == "*" or any(fnmatch.fnmatchcase(m, self.model_id) for m in model_ids)))
+
+
+def _load_rules(path: str | Path | None, default: str, key: str) -> list[Rule]:
+    text = (Path(path).read_text() if path else resources.files("reports").joinpath(f"data/{default}").read_text())
+    data = yaml.safe_load(text) or {}
+    rules = []
+    for i, entry in enumerate(data.get(key) or []):
+        if not isinstance(entry, dict) or not entry.get("reason"):
+            raise ValueError(f"{path or default}: {key}[{i}] needs a 'reason' (why it is known)")
+        status = entry.get("status") or ()
+        status = (status,) if isinstance(status, str) else tuple(status)
+        bad = [s for s in status if s not in {x.value for x in Status}]
+        if bad:
+            raise ValueError(f"{path or default}: {key}[{i}] has unknown status {bad}")
+        rules.append(Rule(reason=str(entry["reason"]), status=status,
+                          **{k: str(entry[k]) for k in ("tier", "case_id", "stage", "model_id") if k in entry}))
+    return rules
+
+
+def load_expectations(path: str | Path | None = None) -> list[Rule]:
+    return _load_rules(path, "expectations.yaml", "expectations")
+
+
+def load_flaky(path: str | Path | None = None) -> list[Rule]:
+    return _load_rules(path, "flaky.yaml", "flaky")
+
+
+@functools.cache
+def metric_rules() -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load(resources.files("reports").joinpath("data/metrics.yaml").read_text())
+    return dict(data["metrics"])
+
+
+# ---------------------------------------------------------------------------------------- records
+
+@dataclass
+class CaseVerdict:
+    tier: str
+    case_id: str
+    stage: str
+    verdict: Verdict
+    status: str | None  # in the run (None: MISSING)
+    baseline_status: str | None  # in the baseline (None: new case)
+    detail: str = ""
+    model_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MetricDelta:
+    tier: str
+    case_id: str
+    stage: str
+    metric: str
+    baseline: float
+    current: float
+    delta: float
+    direction: str  # "worse" | "better"
+
+
+@dataclass
+class Comparison:
+    run: str
+    baseline: str
+    verdicts: list[CaseVerdict]
+    metrics: list[MetricDelta]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {v.value: 0 for v in Verdict}
+        for v in self.verdicts:
+            counts[v.verdict.value] += 1
+        return counts
+
+    def of(self, verdict: Verdict) -> list[CaseVerdict]:
+        return [v for v in self.verdicts if v.verdict is verdict]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.counts[Verdict.FAIL.value] else 0
+
+    @property
+    def update_command(self) -> str:
+        return f"harness baseline update {self.run}"
+
+    def to_dict(self) -> dict[str, Any]:
+        def rows(verdict: Verdict) -> list[dict[str, Any]]:
+            return [{**asdict(v), "verdict": v.verdict.value} for v in self.of(verdict)]
+
+        return {
+            "run": self.run, "baseline": self.baseline, "counts": self.counts, "exit_code": self.exit_code,
+            "new_failures": rows(Verdict.FAIL), "improved": rows(Verdict.IMPROVED),
+            "missing": rows(Verdict.MISSING), "flaky": rows(Verdict.FLAKY), "xfail": rows(Verdict.XFAIL),
+            "metrics": {"worse": [asdict(m) for m in self.metrics if m.direction == "worse"],
+                        "better": [asdict(m) for m in self.metrics if m.direction == "better"]},
+            "update_command": self.update_command,
+        }
+
+
+# ---------------------------------------------------------------------------------------- compare
+
+def _verdict(status: str | None, base: str | None, model_ids: list[str], key: tuple[str, str, str],
+             expectations: list[Rule], flaky: list[Rule]) -> tuple[Verdict, str]:
+    if status is None:
+        return Verdict.MISSING, f"was {base} in the baseline"
+    if base is not None and status != base:
+        rule = next((r for r in flaky if r.matches(*key, model_ids)), None)
+        if rule:
+            return Verdict.FLAKY, f"{base} -> {status}; flaky: {rule.reason}"
+    known = [r for r in expectations if r.matches(*key, model_ids)]
+    if status == "pass":
+        if known:
+            return Verdict.IMPROVED, f"passes; was expected to fail ({known[0].reason}): remove the expectation"
+        if base is not None and base != "pass":
+            return Verdict.IMPROVED, f"{base} -> pass"
+        return Verdict.PASS, ""
+    if status in FAILING:
+        expected = next((r for r in known if not r.status or status in r.status), None)
+        if expected:
+            return Verdict.XFAIL, f"expected: {expected.reason}"
+        if base in FAILING:
+            return Verdict.XFAIL, f"failed in the baseline too ({base} -> {status})"
+        return Verdict.FAIL, f"{base or 'new case'} -> {status}"
+    # skipped / not_attempted
+    if base == "pass":
+        return Verdict.FAIL, f"pass -> {status}: coverage lost"
+    return Verdict.PASS, f"unchanged: {status}" if base == status else f"{base or 'new case'} -> {status}"
+
+
+def _metric_deltas(merged: pd.DataFrame, time_rel: float | None) -> list[MetricDelta]:
+    out = []
+    for metric, rule in metric_rules().items():
+        cur, base = f"{metric}_run", f"{metric}_base"
+        if cur not in merged or base not in merged:
+            continue
+        min_rel = time_rel if (metric == "seconds" and time_rel is not None) else rule.get("min_rel")
+        sign = -1.0 if rule.get("better", "lower") == "lower" else 1.0
+        both = merged[merged[cur].notna() & merged[base].notna()]
+        for rec in both[KEY + [cur, base]].itertuples(index=False):
+            c, b = float(rec[3]), float(rec[4])
+            delta = c - b
+            if abs(delta) < float(rule.get("min_abs", 0)) or delta == 0:
+                continue
+            if min_rel is not None and b and abs(delta) / abs(b) < float(min_rel):
+                continue
+            out.append(MetricDelta(rec[0], rec[1], rec[2], metric, b, c, delta,
+                                   "better" if sign * delta > 0 else "worse"))
+    return out
+
+
+def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str = "run",
+                   baseline_name: str = "baseline", expectations: list[Rule] | None = None,
+                   flaky: list[Rule] | None = None, time_threshold: float | None = None) -> Comparison:
+    """Compare two results tables (reports.schema.RESULTS); pure computation."""
+    expectations = load_expectations() if expectations is None else expectations
+    flaky = load_flaky() if flaky is None else flaky
+    metrics = [m for m in metric_rules() if m in run.columns and m in baseline.columns]
+    cols = KEY + ["status", "model_ids"] + metrics
+    merged = pd.merge(run[cols].drop_duplicates(KEY, keep="last"),
+                      baseline[cols].drop_duplicates(KEY, keep="last"),
+                      on=KEY, how="outer", suffixes=("_run", "_base"), indicator=True)
+    verdicts = []
+    for rec in merged.to_dict("records"):
+        status = rec["status_run"] if rec["_merge"] != "right_only" else None
+        base = rec["status_base"] if rec["_merge"] != "left_only" else None
+        ids = rec["model_ids_run"] if status is not None else rec["model_ids_base"]
+        ids = [str(m) for m in ids] if ids is not None and not isinstance(ids, float) else []
+        key = (rec["tier"], rec["case_id"], rec["stage"])
+        verdict, detail = _verdict(status, base, ids, key, expectations, flaky)
+        verdicts.append(CaseVerdict(*key, verdict, status, base, detail, ids))
+    verdicts.sort(key=lambda v: (v.tier, v.case_id, v.stage))
+    return Comparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold))
+
+
+def compare_runs(run_dir: str | Path, baseline_dir: str | Path, **kwargs: Any) -> Comparison:
+    from reports.tables import read_results
+
+    return compare_frames(read_results(run_dir), read_results(baseline_dir), run_name=str(run_dir),
+                          baseline_name=str(baseline_dir), **kwargs)

@@ -1,0 +1,96 @@
+"""One static HTML report per run: opens from disk with no server and no network.
+
+Tables and inline SVG plots (reports.plots): pass rates per tier and stage over the last runs,
+coverage levels with their denominators, top fallback ops, coverage by trait, and the new failures
+since the baseline. The page is rendered from reports/data/report.html.jinja.
+
+Usage::
+
+    from reports.html import write_report
+    write_report("runs/today", baseline="baseline")  # -> runs/today/report.html
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from reports import plots
+from reports.compare import Comparison, Verdict
+from reports.coverage import STATUS_ORDER, Coverage, fmt_rate, levels, summarize
+from reports.history import load_history
+from reports.tables import read_table
+
+MAX_ROWS = 200  # long lists (new failures, traits) are cut with a note saying how many were left out
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FunctionLoader(
+        lambda name: resources.files("reports").joinpath(f"data/{name}").read_text()),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["rate"] = fmt_rate
+    env.filters["pct"] = lambda v: "n/a" if v is None else f"{100.0 * v:.1f}%"
+    return env
+
+
+def _runs(run_dir: Path) -> list[dict[str, Any]]:
+    runs = read_table(run_dir, "runs")
+    out = []
+    for rec in runs.to_dict("records"):
+        rec["tiers"] = ", ".join(rec.get("tiers") if rec.get("tiers") is not None else [])
+        rec = {k: ("" if v is None or (isinstance(v, float) and v != v) else v) for k, v in rec.items()}
+        out.append(rec)
+    return out
+
+
+def _tier_totals(cov: Coverage) -> list[dict[str, Any]]:
+    totals: dict[str, dict[str, Any]] = {}
+    for s in cov.stages:  # every stage of a tier sees the same cases: take the largest
+        t = totals.setdefault(s.tier, {"tier": s.tier, "cases": 0, "models": 0, "weight": 0.0, "stages": 0})
+        t["cases"], t["models"], t["weight"] = max(t["cases"], s.cases), max(t["models"], s.models), max(
+            t["weight"], s.weight)
+        t["stages"] += 1
+    return list(totals.values())
+
+
+def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
+                  history: int = 10) -> dict[str, Any]:
+    run_dir = Path(run_dir)
+    cov = summarize(read_table(run_dir, "results"), read_table(run_dir, "per_op"))
+    points = load_history(run_dir, limit=history)
+    traits = sorted(cov.traits, key=lambda t: (t.tier, t.trait, -t.models, t.value))
+    svgs = {"history": plots.history_svg(points), "levels": plots.levels_svg(cov.levels),
+            "fallbacks": plots.fallback_svg(cov.top_fallback_ops)}
+    new_failures = comparison.of(Verdict.FAIL) if comparison else []
+    return {
+        "title": f"Coverage report: {', '.join(cov.run_ids) or run_dir.name}",
+        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "runs": _runs(run_dir), "totals": _tier_totals(cov), "coverage": cov, "statuses": STATUS_ORDER,
+        "history": points, "traits": traits[:MAX_ROWS], "traits_left_off": max(0, len(traits) - MAX_ROWS),
+        "svg": {k: Markup(v) if v else None for k, v in svgs.items()},
+        "comparison": comparison, "baseline_note": baseline_note,
+        "new_failures": new_failures[:MAX_ROWS], "new_failures_left_off": max(0, len(new_failures) - MAX_ROWS),
+        "improved": comparison.of(Verdict.IMPROVED)[:MAX_ROWS] if comparison else [],
+        "levels": levels(),
+    }
+
+
+def render(context: dict[str, Any]) -> str:
+    return _env().get_template("report.html.jinja").render(**context)
+
+
+def write_report(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
+                 history: int = 10, out: str | os.PathLike | None = None) -> Path:
+    """Render run_dir's report to out (default RUNDIR/report.html), atomically."""
+    path = Path(out) if out else Path(run_dir) / "report.html"
+    html = render(build_context(run_dir, comparison, baseline_note, history))
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,82 @@
+"""Matplotlib figures for the HTML report, returned as inline SVG text (no files, no network)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from reports.coverage import LevelCoverage  # noqa: E402
+from reports.history import RunPoint  # noqa: E402
+
+plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "harness-report", "font.size": 9,
+                     "axes.spines.top": False, "axes.spines.right": False})
+_STAGE_ORDER = ("load", "forward", "backward", "compile", "numerics", "on_device")
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return re.sub(r"^.*?(<svg)", r"\1", text, count=1, flags=re.S)  # drop the XML prolog and DOCTYPE
+
+
+def history_svg(points: list[RunPoint]) -> str | None:
+    """Pass rate (% of cases) per stage over the last runs, one panel per tier."""
+    tiers = sorted({t for p in points for (t, _) in p.rates})
+    if not tiers:
+        return None
+    fig, axes = plt.subplots(1, len(tiers), figsize=(3.6 * len(tiers) + 0.8, 2.8), squeeze=False, sharey=True)
+    labels = [p.label for p in points]
+    for ax, tier in zip(axes[0], tiers):
+        stages = sorted({s for p in points for (t, s) in p.rates if t == tier},
+                        key=lambda s: (_STAGE_ORDER.index(s) if s in _STAGE_ORDER else 99, s))
+        for stage in stages:
+            ys = []
+            for p in points:
+                passed, total = p.rates.get((tier, stage), (0, 0))
+                ys.append(100.0 * passed / total if total else float("nan"))
+            ax.plot(range(len(points)), ys, marker="o", label=stage)
+        ax.set_title(tier)
+        ax.set_ylim(-5, 105)
+        ax.set_xticks(range(len(points)), labels, rotation=45, ha="right")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower left")
+    axes[0][0].set_ylabel("pass rate (% of cases)")
+    return _svg(fig)
+
+
+def levels_svg(levels: list[LevelCoverage]) -> str | None:
+    """Share of models (and of downloads) that load, compute, run fully on device, per tier."""
+    if not levels:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(levels) + 0.9))
+    names = [f"{lv.tier}: {lv.level}" for lv in levels][::-1]
+    models = [100.0 * lv.models_reached / lv.models if lv.models else 0.0 for lv in levels][::-1]
+    weight = [100.0 * lv.weight_reached / lv.weight if lv.weight else 0.0 for lv in levels][::-1]
+    ys = range(len(levels))
+    ax.barh([y + 0.2 for y in ys], models, height=0.38, label="% of models", color="#3b7dd8")
+    ax.barh([y - 0.2 for y in ys], weight, height=0.38, label="% of downloads", color="#e69b2f")
+    ax.set_yticks(list(ys), names)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("%")
+    ax.legend(fontsize=7, loc="lower right")
+    return _svg(fig)
+
+
+def fallback_svg(top_ops: list[dict]) -> str | None:
+    """Fallback ops by the number of models they keep off the device."""
+    ops = top_ops[:12]
+    if not ops:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(ops) + 0.9))
+    ax.barh(range(len(ops))[::-1], [o["models_blocked"] for o in ops], color="#c44e52")
+    ax.set_yticks(range(len(ops))[::-1], [f"{o['op']} ({o['tier']})" for o in ops])
+    ax.set_xlabel("models blocked")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    return _svg(fig)

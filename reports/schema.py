@@ -1,0 +1,145 @@
+"""The documented, versioned schema of the four report tables: the ONE place that defines them.
+
+Every run directory holds four Parquet files, long format, plain Arrow types (string, int64,
+float64, bool, timestamp, list<string>) so pandas, DuckDB and polars read them without the
+harness installed:
+
+    runs.parquet       one row per run: what ran, where, with which versions
+    results.parquet    one row per (tier, case, stage): the outcome, with its reason and metrics
+    fallbacks.parquet  one row per (case, op, shapes/dtypes, reason, frame): CPU fallback events
+    per_op.parquet     one row per (tier, op): native and fallback calls, models / downloads blocked
+
+The schema version is stored in each file's Parquet key-value metadata (key ``harness.schema_version``)
+and as the ``schema_version`` column of ``runs``. Bump ``SCHEMA_VERSION`` when a column changes
+meaning or type or is removed; adding a nullable column is compatible and keeps the version.
+
+A full-tier case stands for every model whose shrunk config is identical: a ``results`` row keeps
+the case once, with ``model_ids`` (every model the outcome is attributed to), ``n_models`` and
+``weight`` (their summed downloads). Model-level counts sum ``n_models``; weighted figures sum
+``weight``; exploding ``model_ids`` gives one row per model when a tool wants it.
+
+Usage::
+
+    from reports.schema import RESULTS, column_names
+    column_names(RESULTS)  # ['run_id', 'tier', 'case_id', 'stage', 'status', ...]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+#: Parquet key-value metadata keys written into every table file.
+META_SCHEMA_VERSION = b"harness.schema_version"
+META_TABLE = b"harness.table"
+
+_LIST_STR = pa.list_(pa.string())
+_TS = pa.timestamp("us", tz="UTC")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    doc: str
+    required: bool = False  # a row without it is a bug in the writer: rejected with a clear error
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # file stem: <name>.parquet
+    doc: str
+    columns: tuple[Column, ...]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        fields = [pa.field(c.name, c.type, nullable=not c.required) for c in self.columns]
+        return pa.schema(fields, metadata={META_SCHEMA_VERSION: str(SCHEMA_VERSION).encode(),
+                                           META_TABLE: self.name.encode()})
+
+
+RUNS = Table("runs", "One row per run: what ran, where, with which versions.", (
+    Column("run_id", pa.string(), "Unique id of the run (also the key in the other tables).", True),
+    Column("schema_version", pa.int64(), "Version of this table schema (reports.schema.SCHEMA_VERSION).", True),
+    Column("started_at", _TS, "When the run started (UTC)."),
+    Column("finished_at", _TS, "When the tables were written (UTC)."),
+    Column("duration_seconds", pa.float64(), "Wall time of the run."),
+    Column("git_commit", pa.string(), "Commit of the harness checkout, null outside git."),
+    Column("harness_version", pa.string(), "Version of the harness package."),
+    Column("torch_version", pa.string(), "torch.__version__."),
+    Column("transformers_version", pa.string(), "transformers.__version__."),
+    Column("backend", pa.string(), "Backend name as given (neuron, cpu, cuda, MODULE:DEVICE)."),
+    Column("lowering_table_version", pa.string(), "Version of the backend's lowering table, null if it has none."),
+    Column("tiers", _LIST_STR, "Tiers the run covers (unit, representative, full)."),
+    Column("shard", pa.string(), "Shard I/N of a CI matrix run, null when unsharded."),
+    Column("host", pa.string(), "Machine the run ran on."),
+    Column("extra", pa.string(), "JSON object of any other run metadata the runner recorded."),
+))
+
+RESULTS = Table("results", "One row per case and stage: the outcome with its reason and metrics.", (
+    Column("run_id", pa.string(), "Run this row belongs to (runs.run_id).", True),
+    Column("tier", pa.string(), "unit | representative | full.", True),
+    Column("case_id", pa.string(), "Stable id of the tier case (the comparison key with tier and stage).", True),
+    Column("stage", pa.string(), "Stage checked: load, forward, backward, compile, numerics, on_device (model "
+           "tiers) or the unit tier's stage name.", True),
+    Column("status", pa.string(), "One of harness.outcomes.Status: pass, fail, error, timeout, oom, crash, "
+           "skipped, not_attempted.", True),
+    Column("reason", pa.string(), "Why skipped / not attempted / failed: short and stable."),
+    Column("error_class", pa.string(), "Exception type, e.g. RuntimeError; for crash the signal name."),
+    Column("message", pa.string(), "Normalized error message (no addresses, no temp paths)."),
+    Column("failing_op", pa.string(), "ATen op that raised, where known."),
+    Column("model_id", pa.string(), "Model the case was built from (the group's first model); null for unit cases."),
+    Column("model_ids", _LIST_STR, "Every model the outcome is attributed to (a deduplicated full-tier case "
+           "stands for several); empty for unit cases."),
+    Column("n_models", pa.int64(), "len(model_ids): sum it for model-level counts."),
+    Column("weight", pa.float64(), "Summed downloads of model_ids: sum it for download-weighted coverage."),
+    Column("seconds", pa.float64(), "Wall time of the stage."),
+    Column("fallback_count", pa.int64(), "CPU fallback calls seen in the stage (null: backend cannot report)."),
+    Column("fallback_ops", _LIST_STR, "Distinct op overloads that fell back to the CPU."),
+    Column("graphs", pa.int64(), "Compiled graphs (compile counts), null when not compiled."),
+    Column("recompiles", pa.int64(), "Recompilations, null when not compiled."),
+    Column("peak_memory_bytes", pa.int64(), "Peak device memory of the case, null when unknown."),
+    Column("traits", pa.string(), "JSON object of the model's traits (e.g. {\"modality\": \"text\"}); "
+           "DuckDB: json_extract_string(traits, '$.modality')."),
+    Column("metrics", pa.string(), "JSON object of other stage metrics (e.g. max_abs_error)."),
+    Column("extra", pa.string(), "JSON object of any other fields the runner recorded for the row."),
+))
+
+FALLBACKS = Table("fallbacks", "One row per CPU fallback event group: which op fell back, where and why.", (
+    Column("run_id", pa.string(), "Run this row belongs to.", True),
+    Column("tier", pa.string(), "Tier of the case, null when the event names no case the run knows."),
+    Column("case_id", pa.string(), "Case the event was seen in, null when unknown."),
+    Column("model_id", pa.string(), "Model the event was seen in."),
+    Column("op", pa.string(), "Op overload that fell back, e.g. aten::_cdist_forward.", True),
+    Column("input_shapes", pa.string(), "Input shapes as text, e.g. [[2, 3], [3]]."),
+    Column("input_dtypes", pa.string(), "Input dtypes as text, e.g. [float32, float32]."),
+    Column("reason", pa.string(), "Why it fell back (no lowering, dtype, dynamic shape, ...)."),
+    Column("count", pa.int64(), "Calls in this group."),
+    Column("frame", pa.string(), "Source frame that issued the op (file:line in function), where known."),
+))
+
+PER_OP = Table("per_op", "One row per (tier, op): how often it ran natively or fell back, and what it blocks.", (
+    Column("run_id", pa.string(), "Run this row belongs to.", True),
+    Column("tier", pa.string(), "Tier the figures are for (denominators differ per tier).", True),
+    Column("op", pa.string(), "Op overload.", True),
+    Column("native_calls", pa.int64(), "Calls executed on the device, null when the runner did not count them."),
+    Column("fallback_calls", pa.int64(), "Calls that fell back to the CPU."),
+    Column("cases_blocked", pa.int64(), "Cases in which the op fell back (they do not run fully on device)."),
+    Column("models_blocked", pa.int64(), "Models (summing n_models of those cases) the op blocks."),
+    Column("download_share_blocked", pa.float64(), "Summed downloads of those models / summed downloads "
+           "of all models of the tier (null when the tier has no weight)."),
+    Column("models_total", pa.int64(), "Denominator: models of the tier."),
+    Column("weight_total", pa.float64(), "Denominator: summed downloads of the tier's models."),
+))
+
+TABLES: dict[str, Table] = {t.name: t for t in (RUNS, RESULTS, FALLBACKS, PER_OP)}
+
+
+def column_names(table: Table) -> list[str]:
+    return [c.name for c in table.columns]
+
+
+def required_columns(table: Table) -> list[str]:
+    return [c.name for c in table.columns if c.required]

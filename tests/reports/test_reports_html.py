@@ -1,0 +1,81 @@
+"""harness report: one static HTML file (no server, no network) with the key numbers, and JUnit per tier."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from harness.cli import main
+from reports_synth import set_status
+
+
+def _report(run, capsys, *extra):
+    assert main(["report", str(run), "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_report_writes_html_and_junit(make_run, tmp_path, capsys):
+    run = make_run()
+    out = _report(run, capsys, "--baseline", str(tmp_path / "no-baseline-here"))
+    assert out["report_html"] == str(run / "report.html")
+    assert set(out["junit"]) == {"unit", "representative", "full"}
+    assert out["baseline"] is None and out["new_failures"] is None
+    full_device = next(lv for lv in out["levels"] if (lv["tier"], lv["level"]) == ("full", "on_device"))
+    assert (full_device["models_reached"], full_device["models"]) == (3, 6)
+    html = (run / "report.html").read_text()
+    assert "3/6 (50.0%)" in html and "600/1,000 (60.0%)" in html  # on device: models and downloads
+    assert "aten::foo" in html and "harness baseline update" in html
+    assert main(["report", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == str(run / "report.html")
+
+
+def test_html_is_self_contained(make_run, capsys):
+    run = make_run()
+    _report(run, capsys, "--no-baseline")
+    html = (run / "report.html").read_text()
+    assert "<svg" in html  # plots are inline
+    fetches = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)""", html) + re.findall(r"url\(([^)]+)\)", html)
+    assert [f for f in fetches if not f.startswith("#")] == []  # nothing to load from anywhere
+    assert "@import" not in html
+
+
+def test_new_failures_and_history(make_run, tmp_path, capsys):
+    base = make_run("base", started_at="2026-11-27T01:00:00")
+    main(["baseline", "update", str(base), "--dir", str(tmp_path / "bl")])
+    run = make_run("today", started_at="2026-11-28T01:00:00",
+                   edit=lambda rows: set_status(rows, "rep/bert", "forward", "error", error_class="RuntimeError"))
+    capsys.readouterr()
+    out = _report(run, capsys, "--baseline", str(tmp_path / "bl"))
+    assert out["new_failures"] == 1 and out["baseline"] == str(tmp_path / "bl")
+    html = (run / "report.html").read_text()
+    section = html[html.index('id="new-failures-table"'):]
+    assert "rep/bert" in section and "forward" in section
+    assert "2 run(s) found" in html  # base and today, the two runs under runs/
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.chromium
+def test_report_in_headless_chromium(make_run, tmp_path, capsys):
+    browser = _chromium()
+    if not browser:
+        pytest.skip("needs a headless chromium binary (apt-get install chromium); .ci/run installs it")
+    run = make_run()
+    _report(run, capsys, "--no-baseline")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", (run / "report.html").as_uri()]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=180).stdout
+    text = re.sub(r"<[^>]+>", " ", dom)
+    assert "Coverage report: run1" in text
+    assert "3/6 (50.0%)" in text  # full tier, runs fully on device, by models
+    assert "600/1,000 (60.0%)" in text  # ... by downloads
+    assert "5/6 (83.3%)" in text  # full tier loads
+    assert "aten::foo" in text and "2/6 (33.3%)" in text  # top fallback op and the models it blocks
+    assert "3/5 (60.0%)" in text  # unit tier pass rate

@@ -1,0 +1,78 @@
+"""A test-only tier of trivial cases, selected with `--tier runner.trivial_tier:TIER`.
+
+Each case's payload names an action the worker performs: pass, fail, raise, memerror, segv, hang,
+oom (allocate until the memory watchdog kills the worker), exit, sleep:SECONDS. The case list is a
+JSON file given as `--models FILE` ([{"id": ..., "action": ...}, ...]); without it, DEFAULT_CASES.
+It imports nothing heavy so worker processes start in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import time
+
+from harness.outcomes import StageResult, Status
+from harness.specs import Case
+
+DEFAULT_CASES = [{"id": f"ok-{i}", "action": "pass"} for i in range(6)]
+
+
+def _act(action: str) -> list[StageResult]:
+    if action == "pass":
+        return [StageResult("run", Status.PASS, seconds=0.001), StageResult("check", Status.PASS)]
+    if action == "fail":
+        return [StageResult("run", Status.PASS), StageResult("check", Status.FAIL, reason="mismatch")]
+    if action == "raise":
+        raise ValueError("planted failure")
+    if action == "memerror":
+        raise MemoryError("planted allocation failure")
+    if action == "segv":
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if action == "hang":
+        time.sleep(3600)
+    if action == "oom":
+        hog = []
+        while True:
+            hog.append(b"\x01" * (32 << 20))
+            time.sleep(0.005)
+    if action == "exit":
+        os._exit(3)
+    if action.startswith("sleep:"):
+        time.sleep(float(action.split(":", 1)[1]))
+        return _act("pass")
+    raise KeyError(f"unknown action {action!r}")
+
+
+class TrivialTier:
+    name = "trivial"
+    stages = ("run", "check")
+    chunk_size = 1
+
+    def cases(self, inputs) -> list[Case]:
+        specs = DEFAULT_CASES
+        if inputs.models:
+            with open(inputs.models) as fh:
+                specs = json.load(fh)
+        return [Case(case_id=s["id"], tier=self.name, payload={"action": s["action"]}, model_ids=[s["id"]],
+                     weight=float(s.get("downloads", 1))) for s in specs]
+
+    def execute(self, case: Case, backend: str) -> list[StageResult]:
+        return _act(case.payload["action"])
+
+
+class ChunkedTier(TrivialTier):
+    """Same cases, sent to workers in chunks of 4 through execute_many (like the unit tier)."""
+
+    name = "trivial_chunked"
+    chunk_size = 4
+
+    def execute_many(self, cases: list[Case], backend: str) -> list[list[StageResult]]:
+        return [_act(c.payload["action"]) for c in cases]
+
+
+TIER = TrivialTier()
+CHUNKED = ChunkedTier()
