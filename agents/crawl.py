@@ -232,6 +232,13 @@ class _HubCrawl:
 
     # -- one model -----------------------------------------------------------------------------
     def _record(self, info: Any) -> ModelRecord:
+        try:
+            return self._record_unsafe(info)
+        except Exception as exc:  # noqa: BLE001 - one odd listing entry must not end the crawl
+            return ModelRecord(id=str(getattr(info, "id", "?")), source="hub", status="broken",
+                               broken_reason="fetch_failed", broken_detail=self._scrub(f"unexpected: {short_error(exc)}"))
+
+    def _record_unsafe(self, info: Any) -> ModelRecord:
         tags = [str(t) for t in (info.tags or [])]
         base = dict(
             id=info.id, source="hub", downloads=info.downloads, likes=info.likes, pipeline_tag=info.pipeline_tag,

@@ -108,6 +108,13 @@ class ModelRecord:
     def architecture(self) -> str:
         return self.architectures[0] if self.architectures else ""
 
+    def to_spec(self):
+        """The harness.specs.ModelSpec to check this model (only meaningful for status ok)."""
+        from harness.specs import ModelSpec
+
+        return ModelSpec(model_id=self.id, model_type=self.model_type or "", architecture=self.architecture,
+                         config=self.config_dict() or {}, downloads=int(self.downloads or 0), source=self.source)
+
 
 COLUMNS = [f.name for f in fields(ModelRecord)]
 assert COLUMNS == SCHEMA.names, "ModelRecord fields and the Parquet SCHEMA must agree"

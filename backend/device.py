@@ -13,7 +13,7 @@ import sys
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from backend import device_module, explicit, kernels, ties
+from backend import compat, device_module, explicit, kernels, ties
 from backend.errors import NeuronUnsupportedError
 
 NAME = "neuron"
@@ -50,6 +50,24 @@ def _forward_ad_unsupported(*args, **kwargs):
     )
 
 
+def _structured_ops(skip: set[str]):
+    """Ops whose CPU kernel is structured: without a direct kernel they would reach the device as
+    ``empty`` + the ``.out`` overload (two Python calls); a direct kernel makes it one."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for full in torch._C._dispatch_get_all_op_names():
+        if not full.startswith("aten::") or not has(full, "CompositeExplicitAutogradNonFunctional"):
+            continue
+        name = full.removeprefix("aten::")
+        if name in skip or has(full, "PrivateUse1"):
+            continue
+        packet, _, overload = name.partition(".")
+        try:
+            op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+        except AttributeError:  # pragma: no cover - op without a Python binding
+            continue
+        yield name, op
+
+
 def is_registered() -> bool:
     return getattr(torch, "_neuron_backend_registered", False)
 
@@ -73,6 +91,8 @@ def register() -> None:
     impl = torch.library.Library("aten", "IMPL")
     for name, fn in explicit.KERNELS.items():
         impl.impl(name, fn, "PrivateUse1")
+    for name, op in _structured_ops(set(explicit.KERNELS)):
+        impl.impl(name, kernels.direct_kernel(op), "PrivateUse1")
     impl.impl("_make_dual", _forward_ad_unsupported, "AutogradPrivateUse1")
     impl.impl("_make_dual", _forward_ad_unsupported, "PrivateUse1")
     fb = torch.library.Library("_", "IMPL")
@@ -83,5 +103,6 @@ def register() -> None:
     fb.fallback(_unsupported("NestedTensors"), "NestedTensorPrivateUse1")
     _LIBRARIES.extend([impl, fb])
     ties.install()
+    compat.install()
     torch._neuron_backend_registered = True
     torch._neuron_backend_libraries = _LIBRARIES

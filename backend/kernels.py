@@ -31,7 +31,10 @@ class OpInfo:
 
     name: str
     arg_index: dict[str, int]
+    arg_names: tuple[str, ...]
     mutable: tuple[tuple[int, str], ...]  # (position, name) of written arguments
+    written: frozenset[int]
+    returns_written: bool  # some return is a written argument (out= / in-place)
     returns_arg: tuple[int | None, ...]  # per return: position of the written argument it aliases
     view: bool  # some return aliases an input without writing it
     has_generator: bool
@@ -66,36 +69,52 @@ def op_info(op) -> OpInfo:
             returns_arg.append(None)
             view = True
     rounded = tuple((arg_index[n], n) for n in precision.rounded_args(name) if n in arg_index)
-    info = OpInfo(name, arg_index, mutable, tuple(returns_arg), view, "generator" in arg_index, rounded)
+    info = OpInfo(
+        name=name,
+        arg_index=arg_index,
+        arg_names=tuple(a.name for a in args),
+        mutable=mutable,
+        written=frozenset(i for i, _ in mutable),
+        returns_written=any(r is not None for r in returns_arg),
+        returns_arg=tuple(returns_arg),
+        view=view,
+        has_generator="generator" in arg_index,
+        rounded=rounded,
+    )
     _infos[op] = info
     return info
 
 
-class _Call:
-    """Converted arguments of one op call."""
+_Tensor = torch.Tensor
 
-    __slots__ = ("dtypes", "devices")
 
-    def __init__(self) -> None:
-        self.dtypes: list[torch.dtype] = []
-        self.devices: list[torch.Tensor] = []
+def _conv_list(a, call_dtypes, call_devs, fresh):
+    out = []
+    for x in a:
+        if isinstance(x, _Tensor) and not x.is_cpu:
+            call_dtypes.append(x.dtype)
+            call_devs.append(x)
+            out.append(storage.cpu_view(x, fresh))
+        else:
+            out.append(x)
+    return out
 
-    def conv(self, a, fresh: bool = False):
-        if isinstance(a, torch.Tensor):
-            if a.is_cpu:
-                return a
-            if a.layout is not torch.strided or a.is_nested:
-                raise NeuronUnsupportedError("sparse tensors" if a.is_sparse else "NestedTensor")
-            self.dtypes.append(a.dtype)
-            self.devices.append(a)
-            return storage.cpu_view(a, fresh)
-        if isinstance(a, (list, tuple)):
-            if a and (isinstance(a[0], torch.Tensor) or a[0] is None or isinstance(a[-1], torch.Tensor)):
-                return [self.conv(x, fresh) for x in a]
+
+def _conv(a, dtypes, devs, fresh):
+    """One argument to its CPU form (device tensors -> CPU views of their payloads)."""
+    if isinstance(a, _Tensor):
+        if a.is_cpu:
             return a
-        if isinstance(a, torch.device) and a.type != "cpu":
-            return _CPU
+        dtypes.append(a.dtype)
+        devs.append(a)
+        return storage.cpu_view(a, fresh)
+    if type(a) is list or type(a) is tuple:
+        if a and (isinstance(a[0], _Tensor) or a[0] is None):
+            return _conv_list(a, dtypes, devs, fresh)
         return a
+    if type(a) is torch.device and a.type != "cpu":
+        return _CPU
+    return a
 
 
 def _check_result(r: torch.Tensor) -> None:
@@ -107,10 +126,13 @@ def _check_result(r: torch.Tensor) -> None:
 
 def _wrap(r, inputs: list[torch.Tensor] | None, made: dict):
     """CPU result -> device tensor. Results aliasing an input payload become device aliases."""
-    if isinstance(r, torch.Tensor):
+    if isinstance(r, _Tensor):
         if not r.is_cpu:
             return r
-        _check_result(r)
+        if r.layout is not torch.strided or r.is_nested:
+            _check_result(r)
+        if inputs is None and not made:
+            return storage.from_cpu(r)
         st = r.untyped_storage()
         key = st._cdata
         base = made.get(key)
@@ -121,10 +143,12 @@ def _wrap(r, inputs: list[torch.Tensor] | None, made: dict):
                     break
         if base is not None:
             return storage.alias(base, r.size(), r.stride(), r.storage_offset())
-        t = storage.new_tensor(r.size(), r.dtype, r.stride(), payload=st, offset=r.storage_offset())
+        t = storage.from_cpu(r)
         made[key] = t
         return t
     if isinstance(r, (list, tuple)):
+        made = {} if not made else made
+        made["_"] = None  # several results may share one fresh storage: track them
         out = [_wrap(x, inputs, made) for x in r]
         return tuple(out) if isinstance(r, tuple) else out
     return r
@@ -132,7 +156,7 @@ def _wrap(r, inputs: list[torch.Tensor] | None, made: dict):
 
 def _sync_written(dev, cpu) -> None:
     """After an op wrote ``cpu`` (a view of ``dev``'s payload), bring ``dev``'s metadata along."""
-    if isinstance(dev, torch.Tensor):
+    if isinstance(dev, _Tensor):
         if dev.is_cpu:
             return
         if cpu.untyped_storage()._cdata != storage.payload_of(dev)._cdata:
@@ -149,25 +173,29 @@ def _sync_written(dev, cpu) -> None:
 
 def run_op(op, args: tuple, kwargs: dict):
     """Run one op for the device: decide native vs. fallback, compute on the CPU, wrap results."""
-    info = op_info(op)
-    call = _Call()
-    if info.mutable:
-        written = {i for i, _ in info.mutable}
-        cargs = [call.conv(a, i in written) for i, a in enumerate(args)]
-        ckw = {k: call.conv(v, info.arg_index.get(k) in written) for k, v in kwargs.items()}
+    info = _infos.get(op)
+    if info is None:
+        info = op_info(op)
+    dtypes: list = []
+    devs: list = []
+    written = info.written
+    if written:
+        cargs = [_conv(a, dtypes, devs, i in written) for i, a in enumerate(args)]
+        ckw = {k: _conv(v, dtypes, devs, info.arg_index.get(k) in written) for k, v in kwargs.items()}
     else:
-        cargs = [call.conv(a) for a in args]
-        ckw = {k: call.conv(v) for k, v in kwargs.items()} if kwargs else {}
-    fallback._executed[info.name] += 1
-    ok, reason = lowering.current_table().supports(info.name, call.dtypes)
+        cargs = [_conv(a, dtypes, devs, False) for a in args]
+        ckw = {k: _conv(v, dtypes, devs, False) for k, v in kwargs.items()} if kwargs else kwargs
+    executed = fallback._executed
+    executed[info.name] = executed.get(info.name, 0) + 1
+    ok, reason = lowering.current_table().supports(info.name, dtypes)
     if not ok:
         fallback.record_fallback(info.name, args, kwargs, reason)
     if info.rounded and precision._mode == "bf16":
         for i, n in info.rounded:
             if i < len(cargs):
-                if isinstance(cargs[i], torch.Tensor):
+                if isinstance(cargs[i], _Tensor):
                     cargs[i] = precision.round_bf16(cargs[i])
-            elif isinstance(ckw.get(n), torch.Tensor):
+            elif isinstance(ckw.get(n), _Tensor):
                 ckw[n] = precision.round_bf16(ckw[n])
     if info.has_generator:
         i = info.arg_index["generator"]
@@ -177,25 +205,33 @@ def run_op(op, args: tuple, kwargs: dict):
         elif ckw.get("generator") is None:
             ckw["generator"] = generator
     result = op(*cargs, **ckw)
-    if info.mutable:
+    if written:
         for i, n in info.mutable:
             if i < len(args):
                 _sync_written(args[i], cargs[i])
             elif n in kwargs:
                 _sync_written(kwargs[n], ckw[n])
-    if not any(r is not None for r in info.returns_arg):
-        return _wrap(result, call.devices if info.view else None, {})
+    if not info.returns_written:
+        return _wrap(result, devs if info.view else None, {})
     # out= / in-place: return the written device arguments, in schema order
     outs = result if isinstance(result, (tuple, list)) and len(info.returns_arg) > 1 else (result,)
     final = []
     for pos, r in zip(info.returns_arg, outs):
         if pos is None:
-            final.append(_wrap(r, call.devices, {}))
+            final.append(_wrap(r, devs, {}))
         else:
-            name = op._schema.arguments[pos].name
-            final.append(args[pos] if pos < len(args) else kwargs[name])
+            final.append(args[pos] if pos < len(args) else kwargs[info.arg_names[pos]])
     return tuple(final) if len(info.returns_arg) > 1 else final[0]
 
 
 def boxed_fallback(op, *args, **kwargs):
     return run_op(op, args, kwargs)
+
+
+def direct_kernel(op):
+    """A kernel bound to one op (registered for structured ops, skipping ``empty`` + ``.out``)."""
+
+    def kernel(*args, **kwargs):
+        return run_op(op, args, kwargs)
+
+    return kernel

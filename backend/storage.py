@@ -22,6 +22,7 @@ from backend import memory
 
 _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+_set_boxed = _set_storage._handle.redispatch_boxed
 _as_strided = torch.ops.aten.as_strided.default
 _create = torch._C._acc.create_empty_tensor
 
@@ -86,6 +87,21 @@ def new_tensor(size, dtype: torch.dtype, stride=None, payload: torch.UntypedStor
     dev = t.untyped_storage()
     _set_storage.redispatch(_META, t, dev, offset, size, stride)
     _track(dev, payload)
+    return t
+
+
+def from_cpu(r: torch.Tensor) -> torch.Tensor:
+    """Adopt a fresh CPU result as the payload of a new device tensor (no copy)."""
+    payload = r.untyped_storage()
+    nbytes = payload.nbytes()
+    memory.allocate(nbytes)
+    t = _create([0], r.dtype)
+    dev = t.untyped_storage()
+    _set_boxed(_META, t, dev, r.storage_offset(), r.size(), r.stride())
+    key = dev._cdata
+    _payloads[key] = payload
+    _accounted[key] = nbytes
+    _refs[key] = weakref.ref(dev, lambda _r, k=key: _release(k))
     return t
 
 

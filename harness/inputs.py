@@ -67,7 +67,7 @@ def special_token_ids(config) -> set[int]:
         for k, v in d.items():
             if isinstance(v, dict):
                 walk(v)
-            elif k.endswith(suffixes):
+            elif isinstance(k, str) and k.endswith(suffixes):
                 if isinstance(v, int) and not isinstance(v, bool):
                     ids.add(v)
                 elif isinstance(v, list):
@@ -203,6 +203,8 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
                 kw["attention_mask"] = torch.cat([torch.ones(b, n, dtype=torch.long), kw["attention_mask"]], 1)
             if "token_type_ids" in kw:
                 kw["token_type_ids"] = torch.zeros_like(ids)
+            if "mm_token_type_ids" in sig:  # 1 marks image positions (qwen-vl)
+                kw["mm_token_type_ids"] = (ids == int(image_token)).long()
             notes.append(f"{n} image placeholder tokens")
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in sig and "input_ids" in kw or (
         "decoder_input_ids" in sig and ("input_features" in kw or "input_values" in kw)

@@ -78,10 +78,11 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
         try:
             tier = load_tier(name)
             timeout = opts.timeout or tcfg.get("timeout") or getattr(tier, "timeout", None) or opts.limits.timeout
-            models = {"representative": opts.representatives, "full": opts.models}.get(name)
+            models = {"representative": opts.representatives, "full": opts.models}.get(name) or tcfg.get("models")
             run_opts = RunOptions(tier=name, out=out / tier.name, backend=opts.backend, workers=opts.workers,
                                   executor=opts.executor, ray_address=opts.ray_address,
-                                  registry=opts.registry if name == "unit" else None, models=models,
+                                  registry=(opts.registry or tcfg.get("registry")) if name == "unit" else None,
+                                  models=models,
                                   limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=float(timeout)),
                                   run_id=run_id, progress=opts.progress,
                                   meta={"nightly": "quick" if opts.quick else "full"})

@@ -167,21 +167,16 @@ def write_tables(run_dir: Path, journal: Journal, meta: dict[str, Any]) -> dict[
     started = dt.datetime.fromisoformat(meta["started_at"])
     run_meta["duration_seconds"] = sum(float(t.get("seconds", 0)) for t in meta.get("tiers", {}).values()) \
         or (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
-    run_meta.setdefault("lowering_table_version", _lowering_version(meta.get("backend", "")))
+    run_meta.setdefault("lowering_table_version", _lowering_version(journal))
     return write_run_tables(run_dir, run_meta, rows)
 
 
-def _lowering_version(backend: str) -> str | None:
-    if backend != "neuron":
-        return None
-    try:
-        import backend as neuron_backend
-
-        fn = getattr(neuron_backend, "lowering_table_version", None)
-        value = fn() if callable(fn) else getattr(neuron_backend, "LOWERING_TABLE_VERSION", None)
-        return None if value is None else str(value)
-    except Exception:  # noqa: BLE001 - a version label must never fail a run
-        return None
+def _lowering_version(journal: Journal) -> str | None:
+    """The backend's lowering-table version as the workers reported it (the runner never imports
+    the backend itself: it stays light and cannot be broken by a device extension)."""
+    versions = sorted({str(v) for rec in journal.records()
+                       if (v := (rec["outcome"].get("worker") or {}).get("lowering_table_version"))})
+    return ",".join(versions) or None
 
 
 # -------------------------------------------------------------------------------------- summary

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
@@ -181,9 +182,21 @@ def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOu
         from harness.check import check_model
 
         spec = ModelSpec(**case.payload["spec"])
-        out = from_result(case, check_model(spec, backend_adapter(backend), stages), stages)
+        out = from_result(case, check_model(spec, backend, stages), stages)
     out.info.update(case.payload.get("info") or {})
     return out
+
+
+def _bundled_registry() -> str | None:
+    """The registry shipped with the package, if the registry area provides one."""
+    try:
+        from registry import unit_tier
+
+        found = getattr(unit_tier, "default_registry_path", None)
+        path = found() if callable(found) else found
+        return str(path) if path and os.path.exists(path) else None
+    except Exception:  # noqa: BLE001
+        return None
 
 
 class UnitTier:
@@ -203,9 +216,15 @@ class UnitTier:
         backend_adapter(backend)
 
     def cases(self, inputs: TierInputs) -> list[Case]:
+        import os
+
         from registry import unit_tier
 
-        return list(unit_tier.cases(inputs.registry))
+        path = inputs.registry or os.environ.get("HARNESS_REGISTRY") or _bundled_registry()
+        if not path:
+            raise ValueError("the unit tier needs a shape registry: pass --registry PATH (make one with "
+                             "`harness registry regenerate --out PATH`) or set HARNESS_REGISTRY")
+        return list(unit_tier.cases(str(path)))
 
     def execute(self, case: Case, backend: str) -> Any:
         from registry import unit_tier

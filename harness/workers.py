@@ -288,6 +288,18 @@ def _watch_parent(ppid: int) -> None:
             os._exit(70)
 
 
+def _backend_info() -> dict[str, Any]:
+    """Facts about the backend in this worker for runs.parquet (only if the tier imported it)."""
+    if "backend" not in sys.modules:
+        return {}
+    try:
+        from backend.lowering import current_table
+
+        return {"lowering_table_version": current_table().version}
+    except Exception:  # noqa: BLE001 - a label must never fail a case
+        return {}
+
+
 def _execute_one(tier: Any, case: Case, backend: str) -> CaseOutcome:
     t0 = time.monotonic()
     try:
@@ -348,11 +360,15 @@ def _child_main(fd: int) -> None:
                 outs = []
                 for c in cases:
                     outs.append(_execute_one(tier, c, backend))
+            for o in outs:
+                o.worker.update(_backend_info())
             conn.send(("results", [o.to_dict() for o in outs]))
         else:
             for c in cases:
                 conn.send(("begin", [c.case_id]))
-                conn.send(("results", [_execute_one(tier, c, backend).to_dict()]))
+                out = _execute_one(tier, c, backend)
+                out.worker.update(_backend_info())
+                conn.send(("results", [out.to_dict()]))
         conn.send(("idle",))
 
 

@@ -7,8 +7,8 @@ scattered dim, a log's input positive. Two sources, merged per argument path (``
 
 * semantics (always, also for imported op logs and fake-tensor recordings): the rules in
   ``data/op_semantics.yaml``, resolved against the call's shapes and scalar arguments;
-* observation (real-tensor recordings only): integer ranges, boolean mask density and
-  positivity of the values the model actually passed. Semantics win where both speak.
+* observation (real-tensor recordings only): integer ranges and boolean mask density of the
+  values the model actually passed. Semantics win where both speak.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _constraint(rule: dict, enc: dict, args: list, kwargs: dict, i: int | None) 
 
 
 def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]) -> dict[str, dict]:
-    """Constraints from real values (recording on real tensors): ranges, densities, positivity.
+    """Constraints from real values (recording on real tensors): integer ranges, mask densities.
 
     Only for tensors the semantics left unconstrained; cheap reductions, run once per new signature.
     """
@@ -181,9 +181,7 @@ def _observe(t: torch.Tensor) -> dict | None:
         if not t.dtype.is_floating_point and not t.dtype.is_complex:
             lo, hi = int(t.min()), int(t.max())
             return {"kind": "range", "low": lo, "high": hi + 1, "source": "observed"}
-        if t.dtype.is_floating_point and bool((t > 0).all()):
-            return {"kind": "positive", "source": "observed"}
-    return None
+    return None  # floats: positivity etc. come from the op's semantics (cheaper, and fake-safe)
 
 
 def tensor_paths(args: list, kwargs: dict) -> list[str]:

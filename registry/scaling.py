@@ -3,10 +3,11 @@
 Op logs from real training runs hold calls like softmax over [4, 12, 1024, 1024] f16, and CPU f16
 matmuls at that size take tens of seconds. When a case's largest tensor exceeds the replay budget
 (``HARNESS_REPLAY_MAX_NUMEL``, default 2**18 elements), every size that is a multiple of a power of
-two s (and at least 8*s) is divided by s — consistently in shapes, integer-list arguments, integer
+two s (and at least max(8*s, 64): batch, heads and head dims stay) is divided by s, doubling s until the case fits — consistently in shapes, integer-list arguments, integer
 scalars and index bounds, with dense strides recomputed in the same dim order. The scaled call is
 accepted only if it runs on the meta device and its output shapes are the original ones scaled the
-same way; otherwise the case runs at full size up to 64x the budget, and beyond that it is
+same way; a consistent scaling that gets within 64x the budget is used, else the case runs at full size
+up to 64x the budget, and beyond that it is
 reported unreplayable (too large). The factor is kept in the result metrics (``scaled_by``).
 """
 
@@ -43,8 +44,11 @@ def max_numel(a_enc: list, k_enc: dict) -> int:
     return max((_numel(t["T"]) for t in tensors), default=0)
 
 
+MIN_SCALED_DIM = 64  # smaller sizes (batch, heads, head dim, kernel sizes) are never scaled
+
+
 def _map_int(d: int, s: int) -> int:
-    return d // s if d >= 8 * s and d % s == 0 else d
+    return d // s if d >= max(8 * s, MIN_SCALED_DIM) and d % s == 0 else d
 
 
 def _dense_order(shape: list[int], stride: list[int]) -> list[int] | None:
@@ -132,21 +136,23 @@ def fit(func: Any, a_enc: list, k_enc: dict, constraints: dict, limit: int | Non
         original = _out_shapes(func, a_enc, k_enc)
     except Exception:  # noqa: BLE001 - no meta kernel: cannot validate a scaled call
         original = None
+    best = None  # (numel, args, kwargs, factor)
     s = 2
     while original is not None and s <= 4096:
         try:
             sa, sk = _scale(a_enc, s), {k: _scale(v, s) for k, v in k_enc.items()}
-        except TooLargeError:
+            scaled = _out_shapes(func, sa, sk)
+        except Exception:  # noqa: BLE001 - not scalable, or inconsistent after scaling
             break
-        if max_numel(sa, sk) <= limit:
-            try:
-                scaled = _out_shapes(func, sa, sk)
-            except Exception:  # noqa: BLE001 - inconsistent after scaling
-                break
-            if scaled == [[_map_int(d, s) for d in shp] for shp in original]:
-                return sa, sk, _scale_constraints(constraints, s), s
+        n = max_numel(sa, sk)
+        if scaled != [[_map_int(d, s) for d in shp] for shp in original] or (best and n >= best[0]):
+            break
+        best = (n, sa, sk, s)
+        if n <= limit:
             break
         s *= 2
+    if best is not None and best[0] <= limit * HARD_CAP_FACTOR:
+        return best[1], best[2], _scale_constraints(constraints, best[3]), best[3]
     if biggest <= limit * HARD_CAP_FACTOR:
         return a_enc, k_enc, constraints, 1
     raise TooLargeError(f"largest tensor has {biggest} elements (budget {limit}) and cannot be scaled consistently")

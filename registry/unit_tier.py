@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
+from importlib import resources
+from pathlib import Path
 from typing import Any, Iterable
 
 import torch
@@ -26,13 +29,29 @@ from registry.store import Registry
 from registry.tolerances import precision_mode
 
 
-def cases(registry_path: str) -> list[Case]:
-    """Every registry row as a unit-tier Case (payload: op, signature, constraints, case_id)."""
+STAGES = ("op",)
+
+
+def bundled_registry_path() -> Path:
+    """The registry shipped with the package (`harness registry regenerate` rewrites it)."""
+    return Path(str(resources.files("registry").joinpath("data/registry.parquet")))
+
+
+def default_registry_path() -> Path:
+    env = os.environ.get("HARNESS_REGISTRY")
+    return Path(env) if env else bundled_registry_path()
+
+
+def cases(registry_path: str | None = None) -> list[Case]:
+    """Every registry row as a unit-tier Case (payload: op, signature, constraints, case_id).
+
+    None: $HARNESS_REGISTRY, else the bundled registry. Order: heaviest download weight first."""
     out = []
-    for entry in Registry.load(registry_path):
+    for entry in Registry.load(registry_path or default_registry_path()):
         spec = CaseSpec.from_entry(entry)
         out.append(Case(case_id=entry.case_id, tier="unit", payload=spec.to_payload(),
                         model_ids=entry.models, weight=entry.weight))
+    out.sort(key=lambda c: -c.weight)  # stable: equal weights keep registry order
     return out
 
 

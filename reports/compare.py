@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import fnmatch
 import functools
+import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -204,23 +205,46 @@ def _metric_deltas(merged: pd.DataFrame, time_rel: float | None) -> list[MetricD
             continue
         min_rel = time_rel if (metric == "seconds" and time_rel is not None) else rule.get("min_rel")
         sign = -1.0 if rule.get("better", "lower") == "lower" else 1.0
-        both = merged[merged[cur].notna() & merged[base].notna()]
-        for rec in both[KEY + [cur, base]].itertuples(index=False):
-            c, b = float(rec[3]), float(rec[4])
-            delta = c - b
-            if abs(delta) < float(rule.get("min_abs", 0)) or delta == 0:
-                continue
-            if min_rel is not None and b and abs(delta) / abs(b) < float(min_rel):
-                continue
-            out.append(MetricDelta(rec[0], rec[1], rec[2], metric, b, c, delta,
-                                   "better" if sign * delta > 0 else "worse"))
+        c, b = merged[cur].astype("float64"), merged[base].astype("float64")
+        delta = c - b
+        mask = c.notna() & b.notna() & (delta != 0) & (delta.abs() >= float(rule.get("min_abs", 0)))
+        if min_rel is not None:
+            mask &= (b == 0) | (delta.abs() >= float(min_rel) * b.abs())
+        hit = merged.loc[mask, KEY]
+        for (tier, case_id, stage), cv, bv, dv in zip(hit.itertuples(index=False, name=None), c[mask].tolist(),
+                                                      b[mask].tolist(), delta[mask].tolist()):
+            out.append(MetricDelta(tier, case_id, stage, metric, bv, cv, dv, "better" if sign * dv > 0 else "worse"))
     return out
+
+
+def _rule_rows(merged: pd.DataFrame, rules: list[Rule]) -> set[int]:
+    """Row positions any rule may match (tier/case/stage globs, vectorized; model_id checked per row)."""
+    rows: set[int] = set()
+    columns = {col: merged[col].astype(str).tolist() for col in ("tier", "case_id", "stage")}
+    for rule in rules:
+        candidates = range(len(merged))
+        for col in ("tier", "case_id", "stage"):
+            pattern = getattr(rule, col)
+            if pattern != "*":
+                rx = re.compile(fnmatch.translate(pattern))
+                values = columns[col]
+                candidates = [i for i in candidates if rx.match(values[i])]
+        rows.update(candidates)
+    return rows
+
+
+def _ids(value: Any) -> list[str]:
+    return [] if value is None or isinstance(value, float) else [str(m) for m in value]
 
 
 def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str = "run",
                    baseline_name: str = "baseline", expectations: list[Rule] | None = None,
                    flaky: list[Rule] | None = None, time_threshold: float | None = None) -> Comparison:
-    """Compare two results tables (reports.schema.RESULTS); pure computation."""
+    """Compare two results tables (reports.schema.RESULTS); pure computation.
+
+    Verdicts without a matching rule depend only on the (status, baseline status) pair, so they are
+    decided once per pair: a 250,000-row comparison stays a few seconds.
+    """
     expectations = load_expectations() if expectations is None else expectations
     flaky = load_flaky() if flaky is None else flaky
     metrics = [m for m in metric_rules() if m in run.columns and m in baseline.columns]
@@ -228,16 +252,27 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
     merged = pd.merge(run[cols].drop_duplicates(KEY, keep="last"),
                       baseline[cols].drop_duplicates(KEY, keep="last"),
                       on=KEY, how="outer", suffixes=("_run", "_base"), indicator=True)
+    merged = merged.sort_values(KEY, ignore_index=True)
+    where = merged["_merge"].astype(str).tolist()
+    status = [None if w == "right_only" else s for w, s in zip(where, merged["status_run"].tolist())]
+    base = [None if w == "left_only" else s for w, s in zip(where, merged["status_base"].tolist())]
+    ruled = _rule_rows(merged, expectations + flaky)
+    ids_run, ids_base = merged["model_ids_run"].tolist(), merged["model_ids_base"].tolist()
+    by_pair: dict[tuple[Any, Any], tuple[Verdict, str]] = {}
     verdicts = []
-    for rec in merged.to_dict("records"):
-        status = rec["status_run"] if rec["_merge"] != "right_only" else None
-        base = rec["status_base"] if rec["_merge"] != "left_only" else None
-        ids = rec["model_ids_run"] if status is not None else rec["model_ids_base"]
-        ids = [str(m) for m in ids] if ids is not None and not isinstance(ids, float) else []
-        key = (rec["tier"], rec["case_id"], rec["stage"])
-        verdict, detail = _verdict(status, base, ids, key, expectations, flaky)
-        verdicts.append(CaseVerdict(*key, verdict, status, base, detail, ids))
-    verdicts.sort(key=lambda v: (v.tier, v.case_id, v.stage))
+    for i, key in enumerate(zip(merged["tier"].tolist(), merged["case_id"].tolist(), merged["stage"].tolist())):
+        st, bs = status[i], base[i]
+        ids: list[str] | None = None
+        if i in ruled:
+            ids = _ids(ids_run[i] if st is not None else ids_base[i])
+            verdict, detail = _verdict(st, bs, ids, key, expectations, flaky)
+        else:
+            if (st, bs) not in by_pair:
+                by_pair[(st, bs)] = _verdict(st, bs, [], key, [], [])
+            verdict, detail = by_pair[(st, bs)]
+        if verdict is not Verdict.PASS and ids is None:  # model ids only where someone will read them
+            ids = _ids(ids_run[i] if st is not None else ids_base[i])
+        verdicts.append(CaseVerdict(*key, verdict, st, bs, detail, ids or []))
     return Comparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold))
 
 

@@ -172,7 +172,9 @@ def case_levels(results: pd.DataFrame) -> pd.DataFrame:
     df = results.merge(model_cases, on=["tier", "case_id"])
     reason = df["reason"].fillna(df["error_class"]).fillna("")
     per_case: dict[tuple[str, str], dict[str, tuple[str, str]]] = defaultdict(dict)
-    for tier, case, stage, status, why in zip(df["tier"], df["case_id"], df["stage"], df["status"], reason):
+    cols = (df["tier"].tolist(), df["case_id"].tolist(), df["stage"].tolist(), df["status"].tolist(),
+            reason.tolist())  # bulk conversion: iterating Arrow-backed Series is ~10x slower
+    for tier, case, stage, status, why in zip(*cols):
         per_case[(tier, case)][stage] = (status, why)
     cases = _case_frame(df)
     rows = []
@@ -229,14 +231,20 @@ def trait_coverage(per_case: pd.DataFrame) -> list[TraitCoverage]:
     if per_case.empty:
         return []
     names = [lv.name for lv in levels()]
-    for rec in per_case.itertuples(index=False):
-        for trait, value in _trait_items(rec.traits):
-            a = acc.setdefault((rec.tier, trait, value), {"models": 0, "weight": 0.0, **{n: 0 for n in names}})
-            a["models"] += rec.n_models
-            a["weight"] += rec.weight
-            for n in names:
-                if getattr(rec, n) == "pass":
-                    a[n] += rec.n_models
+    parsed: dict[Any, list[tuple[str, str]]] = {}  # the same traits string recurs: parse it once
+    reached = list(zip(*(per_case[n].eq("pass").tolist() for n in names)))
+    for tier, traits, n_models, weight, ok in zip(per_case["tier"].tolist(), per_case["traits"].tolist(),
+                                                  per_case["n_models"].tolist(), per_case["weight"].tolist(),
+                                                  reached):
+        if traits not in parsed:
+            parsed[traits] = _trait_items(traits)
+        for trait, value in parsed[traits]:
+            a = acc.setdefault((tier, trait, value), {"models": 0, "weight": 0.0, **{n: 0 for n in names}})
+            a["models"] += n_models
+            a["weight"] += weight
+            for n, hit in zip(names, ok):
+                if hit:
+                    a[n] += n_models
     return [TraitCoverage(tier=k[0], trait=k[1], value=k[2], models=v["models"], weight=v["weight"],
                           reached={n: v[n] for n in names}) for k, v in sorted(acc.items())]
 

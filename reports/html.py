@@ -60,9 +60,9 @@ def _tier_totals(cov: Coverage) -> list[dict[str, Any]]:
 
 
 def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
-                  history: int = 10) -> dict[str, Any]:
+                  history: int = 10, coverage: Coverage | None = None) -> dict[str, Any]:
     run_dir = Path(run_dir)
-    cov = summarize(read_table(run_dir, "results"), read_table(run_dir, "per_op"))
+    cov = coverage or summarize(read_table(run_dir, "results"), read_table(run_dir, "per_op"))
     points = load_history(run_dir, limit=history)
     traits = sorted(cov.traits, key=lambda t: (t.tier, t.trait, -t.models, t.value))
     svgs = {"history": plots.history_svg(points), "levels": plots.levels_svg(cov.levels),
@@ -86,10 +86,10 @@ def render(context: dict[str, Any]) -> str:
 
 
 def write_report(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
-                 history: int = 10, out: str | os.PathLike | None = None) -> Path:
+                 history: int = 10, out: str | os.PathLike | None = None, coverage: Coverage | None = None) -> Path:
     """Render run_dir's report to out (default RUNDIR/report.html), atomically."""
     path = Path(out) if out else Path(run_dir) / "report.html"
-    html = render(build_context(run_dir, comparison, baseline_note, history))
+    html = render(build_context(run_dir, comparison, baseline_note, history, coverage))
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, path)

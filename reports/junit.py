@@ -2,15 +2,17 @@
 
 pass -> a plain testcase; fail -> <failure>; error / timeout / oom / crash -> <error> (its type
 is the status, the message the reason or exception); skipped / not_attempted -> <skipped> with
-the reason. Written as ``junit-<tier>.xml`` into the run directory.
+the reason. Written as ``junit-<tier>.xml`` into the run directory. The XML is streamed as text
+(escaped with xml.sax.saxutils), so a tier of 250,000 rows stays a few seconds and little memory.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Iterator
+from xml.sax.saxutils import escape, quoteattr
 
 import pandas as pd
 
@@ -26,42 +28,56 @@ def _clean(value: object) -> str:
     return _BAD_XML.sub("?", str(value))
 
 
-def tier_xml(results: pd.DataFrame, tier: str) -> ET.ElementTree:
+def _attr(value: object) -> str:
+    return quoteattr(_clean(value), {"\n": "&#10;", "\r": "&#13;", "\t": "&#9;"})
+
+
+def _suite(tier: str, stage: str, g: pd.DataFrame) -> tuple[dict[str, float], list[str]]:
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
+    lines = []
+    g = g.sort_values("case_id")
+    cols = [g[c].tolist() for c in ("case_id", "status", "seconds", "reason", "error_class", "message")]
+    cls = _attr(f"{tier}.{stage}")
+    for case_id, status, seconds, reason, error_class, message in zip(*cols):
+        seconds = float(seconds) if seconds is not None and seconds == seconds else 0.0
+        counts["time"] += seconds
+        counts["tests"] += 1
+        head = f'    <testcase classname={cls} name={_attr(case_id)} time="{seconds:.3f}"'
+        if status == "pass":
+            lines.append(head + " />")
+            continue
+        why = _clean(reason) or _clean(error_class)
+        text = escape("\n".join(x for x in (_clean(error_class), _clean(message)) if x))
+        if status == "fail":
+            counts["failures"] += 1
+            body = f'<failure message={_attr(why or "fail")} type="fail">{text}</failure>'
+        elif status in _ERRORS:
+            counts["errors"] += 1
+            body = f'<error message={_attr(why or status)} type={_attr(status)}>{text}</error>'
+        else:  # skipped, not_attempted
+            counts["skipped"] += 1
+            body = f'<skipped message={_attr(f"{status}: {why}")} />'
+        lines.append(f"{head}>{body}</testcase>")
+    return counts, lines
+
+
+def _counts(c: dict[str, float]) -> str:
+    return (f'tests="{c["tests"]}" failures="{c["failures"]}" errors="{c["errors"]}" skipped="{c["skipped"]}" '
+            f'time="{c["time"]:.3f}"')
+
+
+def tier_xml(results: pd.DataFrame, tier: str) -> Iterator[str]:
+    """The JUnit document of one tier, as text chunks."""
     rows = results[results["tier"] == tier]
-    root = ET.Element("testsuites", name=f"harness.{tier}")
-    totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
-    total_time = 0.0
-    for stage, g in rows.groupby("stage", sort=False):
-        suite = ET.SubElement(root, "testsuite", name=f"{tier}.{stage}")
-        counts = dict.fromkeys(totals, 0)
-        suite_time = 0.0
-        for rec in g.sort_values("case_id").itertuples(index=False):
-            seconds = float(rec.seconds) if rec.seconds == rec.seconds and rec.seconds is not None else 0.0
-            suite_time += seconds
-            case = ET.SubElement(suite, "testcase", classname=f"{tier}.{stage}", name=_clean(rec.case_id),
-                                 time=f"{seconds:.3f}")
-            counts["tests"] += 1
-            why = _clean(rec.reason) or _clean(rec.error_class)
-            text = "\n".join(x for x in (_clean(rec.error_class), _clean(rec.message)) if x)
-            if rec.status == "fail":
-                counts["failures"] += 1
-                ET.SubElement(case, "failure", message=why or "fail", type="fail").text = text
-            elif rec.status in _ERRORS:
-                counts["errors"] += 1
-                ET.SubElement(case, "error", message=why or rec.status, type=rec.status).text = text
-            elif rec.status in ("skipped", "not_attempted"):
-                counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=f"{rec.status}: {why}")
-        suite.set("time", f"{suite_time:.3f}")
-        for k, v in counts.items():
-            suite.set(k, str(v))
-            totals[k] += v
-        total_time += suite_time
-    for k, v in totals.items():
-        root.set(k, str(v))
-    root.set("time", f"{total_time:.3f}")
-    ET.indent(root)
-    return ET.ElementTree(root)
+    suites = [(stage, *_suite(tier, str(stage), g)) for stage, g in rows.groupby("stage", sort=False)]
+    total = {k: sum(c[k] for _, c, _ in suites) for k in ("tests", "failures", "errors", "skipped", "time")}
+    yield '<?xml version="1.0" encoding="utf-8"?>\n'
+    yield f"<testsuites name={_attr(f'harness.{tier}')} {_counts(total)}>\n"
+    for stage, counts, lines in suites:
+        yield f"  <testsuite name={_attr(f'{tier}.{stage}')} {_counts(counts)}>\n"
+        yield "\n".join(lines) + "\n"
+        yield "  </testsuite>\n"
+    yield "</testsuites>\n"
 
 
 def write_junit(results: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Path]:
@@ -70,7 +86,8 @@ def write_junit(results: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, 
     for tier in sorted(results["tier"].unique()):
         path = Path(out_dir) / f"junit-{tier}.xml"
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tier_xml(results, tier).write(tmp, encoding="utf-8", xml_declaration=True)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(tier_xml(results, str(tier)))
         os.replace(tmp, path)
         out[str(tier)] = path
     return out

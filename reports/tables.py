@@ -39,6 +39,7 @@ from reports.schema import (FALLBACKS, META_SCHEMA_VERSION, PER_OP, RESULTS, RUN
 _STATUSES = {s.value for s in Status}
 _JSON_COLUMNS = {"traits", "metrics", "extra"}
 _ROW_ONLY_KEYS = {"native_op_calls", "fallback_events"}  # consumed, not stored as results columns
+_RESULT_COLUMNS = tuple(column_names(RESULTS))
 
 
 class SchemaVersionError(ValueError):
@@ -53,7 +54,8 @@ def write_run_tables(run_dir: str | os.PathLike, run_meta: dict[str, Any], rows:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = str(run_meta.get("run_id") or next((r["run_id"] for r in rows if r.get("run_id")), run_dir.name))
-    results = [_result_row(r, run_id) for r in rows]
+    traits_json: dict[int, str | None] = {}  # the stage rows of a case share one traits dict: encode it once
+    results = [_result_row(r, run_id, traits_json) for r in rows]
     events = list(fallback_events or [])
     for raw, row in zip(rows, results):
         for ev in raw.get("fallback_events") or []:
@@ -100,11 +102,11 @@ def _opt_float(value: Any) -> float | None:
     return None if value != value else value
 
 
-def _result_row(raw: dict[str, Any], run_id: str) -> dict[str, Any]:
+def _result_row(raw: dict[str, Any], run_id: str, traits_json: dict[int, str | None]) -> dict[str, Any]:
     missing = [c for c in ("tier", "case_id", "stage", "status") if raw.get(c) in (None, "")]
     if missing:
         raise ValueError(f"result row {raw.get('case_id', '?')!r}/{raw.get('stage', '?')!r} lacks {missing}")
-    row: dict[str, Any] = {c: raw.get(c) for c in column_names(RESULTS)}
+    row: dict[str, Any] = {c: raw.get(c) for c in _RESULT_COLUMNS}
     row["run_id"] = str(raw.get("run_id") or run_id)
     status = getattr(raw["status"], "value", raw["status"])
     if status not in _STATUSES:  # a runner bug must not lose the row: record it as an error with why
@@ -132,7 +134,10 @@ def _result_row(raw: dict[str, Any], run_id: str) -> dict[str, Any]:
     extra = {k: v for k, v in raw.items() if k not in row and k not in _ROW_ONLY_KEYS}
     if isinstance(raw.get("extra"), dict):
         extra.update(raw["extra"])
-    row["traits"], row["metrics"], row["extra"] = _json(raw.get("traits")), _json(metrics), _json(extra)
+    traits = raw.get("traits")
+    if id(traits) not in traits_json:
+        traits_json[id(traits)] = _json(traits)
+    row["traits"], row["metrics"], row["extra"] = traits_json[id(traits)], _json(metrics), _json(extra)
     for c in ("reason", "error_class", "message", "failing_op", "model_id"):
         row[c] = None if row[c] in (None, "") else str(row[c])
     return row

@@ -44,6 +44,7 @@ class NeffCache:
         self.counters = counters if counters is not None else Counters()
         self.persistent = PersistentCounters(config.disk_dir)
         self._lock = threading.Lock()
+        self._counter_lock = threading.Lock()
         self._inflight: dict[str, Future[Executable]] = {}
 
     # ------------------------------------------------------------------ lookup
@@ -51,13 +52,13 @@ class NeffCache:
         """The executable for `key`, from the first level that has it, compiling at most once."""
         with self._lock:
             exe = self.memory.get(key)
-            if exe is not None:
-                self._count(hits_memory=1)
-                return exe
-            fut = self._inflight.get(key)
-            owner = fut is None
+            fut = self._inflight.get(key) if exe is None else None
+            owner = exe is None and fut is None
             if owner:
                 fut = self._inflight[key] = Future()
+        if exe is not None:
+            self._count(hits_memory=1)
+            return exe
         assert fut is not None
         if not owner:
             self._count(inflight_waits=1)
@@ -139,7 +140,7 @@ class NeffCache:
 
     # ------------------------------------------------------------------ bookkeeping
     def _count(self, **delta: Any) -> None:
-        with self._lock:
+        with self._counter_lock:
             self.counters.add(**delta)
         self.persistent.add(**delta)
 

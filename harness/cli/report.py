@@ -34,10 +34,10 @@ def build_report(rundir: str | Path, baseline: str | Path | None = None, use_bas
     """Write the HTML report and JUnit files; return what was written (the --json object)."""
     from reports import baseline as baselines
     from reports.compare import compare_runs
-    from reports.coverage import summarize_run
+    from reports.coverage import summarize
     from reports.html import write_report
     from reports.junit import write_junit
-    from reports.tables import read_results
+    from reports.tables import read_results, read_table
 
     rundir = Path(rundir)
     comparison, note = None, "Comparison with a baseline switched off."
@@ -47,9 +47,10 @@ def build_report(rundir: str | Path, baseline: str | Path | None = None, use_bas
             comparison = compare_runs(rundir, where)
         else:
             note = f"No baseline at {where}: make one with `harness baseline update {rundir}`."
-    html = write_report(rundir, comparison, note, history=history, out=out)
-    junit = write_junit(read_results(rundir), rundir)
-    cov = summarize_run(rundir)
+    results = read_results(rundir)
+    cov = summarize(results, read_table(rundir, "per_op"))
+    html = write_report(rundir, comparison, note, history=history, out=out, coverage=cov)
+    junit = write_junit(results, rundir)
     return {
         "report_html": str(html), "junit": {t: str(p) for t, p in junit.items()}, "run_ids": cov.run_ids,
         "baseline": comparison.baseline if comparison else None,

@@ -40,6 +40,7 @@ class HubModel:
     config: dict[str, Any] | bytes | None = None
     gated: bool = False
     private: bool = False
+    token_has_access: bool = True  # False: even a valid token gets 403 (access not granted yet)
     files: dict[str, bytes] = field(default_factory=dict)  # extra files (e.g. weights, *.py)
     sha: str = ""
 
@@ -101,7 +102,7 @@ class HubServer(FakeHTTPServer):
     def _denied(self, request: Request, model: HubModel) -> Response | None:
         token = request.headers.get("Authorization", request.headers.get("authorization", ""))
         token = token.removeprefix("Bearer ").strip()
-        if not (model.gated or model.private) or token in self.tokens:
+        if not (model.gated or model.private) or (token in self.tokens and model.token_has_access):
             return None
         if model.private:
             return Response(401, b"", {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})

@@ -1,0 +1,186 @@
+"""`harness registry`: build, import and export the shape registry; manage unit-tier expectations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+HELP = "Shape registry: regenerate from models, import/export op logs, export tests, expectations."
+
+EPILOG = """examples:
+  harness registry regenerate --json                                    # the offline catalog's representatives
+  harness registry regenerate --models models.jsonl --out ops.parquet --seq 32
+  harness registry import GPT2ForSequenceClassification_training.txt --format pytorch-oplog --out gpt2.parquet --json
+  harness registry export ops.parquet --format pytorch-oplog --out ops.txt
+  harness registry export-tests repro/ --op aten.addmm.default --registry ops.parquet
+  harness registry expectations update runs/u1 --backend neuron        # rewrite the known failures
+  harness registry expectations check runs/u1 --json                    # PASS/XFAIL/FAIL/IMPROVED counts
+"""
+
+
+def default_registry_path() -> Path:
+    """$HARNESS_REGISTRY, else the registry bundled with the package (rewritten by regenerate)."""
+    env = os.environ.get("HARNESS_REGISTRY")
+    if env:
+        return Path(env)
+    from registry.unit_tier import bundled_registry_path
+
+    return bundled_registry_path()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    sub = parser.add_subparsers(dest="registry_command", metavar="ACTION")
+
+    p = sub.add_parser("regenerate", help="record the models' op calls and rebuild the registry")
+    p.add_argument("--models", metavar="FILE", help="ModelSpecs (JSON list, JSONL or YAML); default: the "
+                   "offline catalog's representatives")
+    p.add_argument("--out", metavar="PATH", help="registry Parquet to write (default: $HARNESS_REGISTRY or the bundled one)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N")
+    p.add_argument("--seq", type=int, action="append", metavar="N",
+                   help="sequence length to record (repeatable; default 8, 32 and 128)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N models")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per model (default 300)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser("import", help="import an op log into a registry file")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--format", choices=("pytorch-oplog",), default="pytorch-oplog")
+    p.add_argument("--out", metavar="PATH", required=True)
+    p.add_argument("--merge", action="store_true", help="merge into an existing registry at --out")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("export", help="write a registry as an op log")
+    p.add_argument("registry", metavar="REGISTRY")
+    p.add_argument("--format", choices=("pytorch-oplog",), default="pytorch-oplog")
+    p.add_argument("--out", metavar="PATH", help="file to write (default: stdout)")
+
+    p = sub.add_parser("export-tests", help="write standalone pytest files for a subset of cases")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--op", action="append", metavar="OP", help="op overload (repeatable); default: all")
+    p.add_argument("--registry", metavar="PATH", help="default: $HARNESS_REGISTRY or the bundled one")
+    p.add_argument("--backend", default="neuron", help="device the tests run on by default (neuron)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("expectations", help="the unit tier's known failures (update from a run, or check a run)")
+    p.add_argument("action", choices=("update", "check"))
+    p.add_argument("rundir", metavar="RUNDIR")
+    p.add_argument("--backend", default="neuron")
+    p.add_argument("--file", metavar="PATH", help="expectations file (default: registry/expectations/BACKEND.yaml)")
+    p.add_argument("--json", action="store_true")
+
+
+def _emit(args: argparse.Namespace, payload: dict, text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(payload, sort_keys=True))
+    else:
+        print(text)
+
+
+def _regenerate(args: argparse.Namespace) -> int:
+    from registry.regenerate import regenerate
+    from registry.workloads import SEQ_LENGTHS, default_specs, load_specs
+
+    if args.models:
+        try:
+            specs, source = load_specs(args.models), f"file:{args.models}"
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    else:
+        specs, source = default_specs()
+        if source == "fallback":
+            print("warning: agents.select is unavailable; recording the built-in FALLBACK model list", file=sys.stderr)
+    if args.limit:
+        specs = specs[: args.limit]
+    out = Path(args.out) if args.out else default_registry_path()
+    summary = regenerate(specs, out, workers=args.workers, source=source, seq_lengths=tuple(args.seq or SEQ_LENGTHS),
+                         timeout=args.timeout, progress=not args.no_progress)
+    d = summary["diff"]
+    text = (f"{summary['signatures']} signatures of {summary['ops']} ops from {summary['recorded_models']}/"
+            f"{summary['models']} models ({source}) -> {out}\n"
+            f"changed: +{d['signatures_added']} / -{d['signatures_removed']} signatures, "
+            f"ops added {d['ops_added'] or 'none'}, removed {d['ops_removed'] or 'none'}\n"
+            f"failed models: {len(summary['failed'])}")
+    _emit(args, summary, text)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from registry.oplog import import_oplog
+    from registry.store import Registry
+
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"error: {path}: no such file", file=sys.stderr)
+        return 2
+    result = import_oplog(path)
+    registry = result.registry
+    if args.merge and Path(args.out).is_file():
+        registry = Registry.load(args.out).merge(registry)
+    registry.save(args.out)
+    summary = result.to_dict() | {"out": str(args.out)}
+    lines = [f"{result.lines} lines: {result.cases} cases, {len(result.unreplayable)} unreplayable -> {args.out}"]
+    lines += [f"  line {u.line}: {u.op}: {u.reason}" for u in result.unreplayable]
+    _emit(args, summary, "\n".join(lines))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from registry.oplog import export_oplog
+    from registry.store import Registry
+
+    text = export_oplog(Registry.load(args.registry))
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _export_tests(args: argparse.Namespace) -> int:
+    from registry.export_tests import export_tests
+    from registry.store import Registry
+
+    path = Path(args.registry) if args.registry else default_registry_path()
+    summary = export_tests(Registry.load(path), args.dir, ops=args.op, backend=args.backend)
+    _emit(args, summary, f"{summary['cases']} cases of {summary['ops']} ops -> {len(summary['files'])} files in {args.dir}")
+    return 0 if summary["cases"] else 1
+
+
+def _expectations(args: argparse.Namespace) -> int:
+    from registry import expectations
+
+    try:
+        if args.action == "update":
+            summary = expectations.update_from_run(args.rundir, args.backend, args.file)
+            text = (f"{summary['expected_failures']} expected failures -> {summary['path']} "
+                    f"(+{len(summary['added'])} / -{len(summary['removed'])})")
+            _emit(args, summary, text)
+            return 0
+        summary = expectations.check_run(args.rundir, args.backend, args.file)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = " ".join(f"{k}={v}" for k, v in summary["labels"].items())
+    if summary["new_failures"]:
+        text += f"\nnew failures: {len(summary['new_failures'])}"
+    if summary["improved"]:
+        text += f"\nIMPROVED: {len(summary['improved'])} (update with: harness registry expectations update {args.rundir} --backend {args.backend})"
+    _emit(args, summary, text)
+    return 1 if summary["new_failures"] else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    handlers = {"regenerate": _regenerate, "import": _import, "export": _export,
+                "export-tests": _export_tests, "expectations": _expectations}
+    handler = handlers.get(args.registry_command or "")
+    if handler is None:
+        print("usage: harness registry {regenerate,import,export,export-tests,expectations} ... (see --help)", file=sys.stderr)
+        return 2
+    return handler(args)

@@ -1,0 +1,96 @@
+"""Rebuild the registry from a model set: record every model in worker processes, merge, diff.
+
+    summary = regenerate(specs, out="registry.parquet", workers=2)
+    summary["diff"]  # ops and signatures added or removed against the previous file at `out`
+
+Workers are spawned processes (torch and transformers load once per worker), one model per task,
+each bounded by a timeout; a model that fails or times out is listed with its reason, never lost.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.specs import ModelSpec
+from registry.store import Registry
+from registry.workloads import SEQ_LENGTHS, SpecResult, record_spec
+
+
+def _task(args: tuple) -> SpecResult:
+    spec_dict, seqs, timeout = args
+    try:
+        return record_spec(spec_dict, seqs, timeout=timeout)
+    except BaseException as exc:  # noqa: BLE001 - the worker must hand back a row
+        return SpecResult(spec_dict.get("model_id", ""), error=f"{type(exc).__name__}: {exc}"[:300])
+
+
+def _init_worker() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def record_all(specs: Sequence[ModelSpec], workers: int = 1, seq_lengths: tuple[int, ...] = SEQ_LENGTHS,
+               timeout: float = 300.0, progress: bool = True) -> tuple[Registry, list[SpecResult]]:
+    from tqdm import tqdm
+
+    tasks = [(asdict(s), tuple(seq_lengths), timeout) for s in specs]
+    registry, results = Registry(), []
+    bar = tqdm(total=len(tasks), desc="recording", unit="model", file=sys.stderr, disable=not progress)
+    if workers <= 1:
+        iterator = map(_task, tasks)
+        pool = None
+    else:
+        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_init_worker, maxtasksperchild=25)
+        iterator = pool.imap_unordered(_task, tasks)
+    try:
+        for res in iterator:
+            for entry in res.entries:
+                registry.add(entry)
+            res.entries = []
+            results.append(res)
+            bar.update(1)
+            bar.set_postfix(signatures=len(registry))
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.close()
+            pool.join()
+    results.sort(key=lambda r: r.model_id)
+    return registry, results
+
+
+def regenerate(specs: Sequence[ModelSpec], out: str | os.PathLike, *, workers: int = 1, source: str = "",
+               seq_lengths: tuple[int, ...] = SEQ_LENGTHS, timeout: float = 300.0, progress: bool = True) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    out = Path(out)
+    old = Registry.load(out) if out.is_file() else Registry()
+    registry, results = record_all(specs, workers, seq_lengths, timeout, progress)
+    registry.save(out)
+    modes: dict[str, int] = {}
+    for r in results:
+        for run in r.runs:
+            modes[run["mode"]] = modes.get(run["mode"], 0) + 1
+    failed = [{"model_id": r.model_id, "reason": r.error or next((x["error"] for x in r.runs if x["error"]), "")}
+              for r in results if r.error or any(x["mode"] == "failed" for x in r.runs)]
+    return {
+        "out": str(out),
+        "source": source,
+        "models": len(specs),
+        "seq_lengths": list(seq_lengths),
+        "recorded_models": sum(1 for r in results if any(x["mode"] != "failed" for x in r.runs)),
+        "runs_by_mode": modes,
+        "failed": failed,
+        "signatures": len(registry),
+        "ops": len(registry.ops()),
+        "calls": sum(x["calls"] for r in results for x in r.runs),
+        "diff": registry.diff(old).to_dict(),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }

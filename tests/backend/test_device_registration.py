@@ -1,0 +1,153 @@
+"""`import backend` registers the `neuron` device once, everywhere: in-process, in subprocesses,
+via the torch.backends entry point, and under pytest-xdist."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import backend
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    import os
+
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=full_env,
+    )
+
+
+def test_import_twice_and_reload_keep_one_registration():
+    again = importlib.import_module("backend")
+    assert again is backend
+    backend.device.register()  # a second explicit call is a no-op
+    importlib.reload(backend)  # re-running the package body must not re-register
+    assert torch._C._get_privateuse1_backend_name() == "neuron"
+    x = torch.ones(3, device="neuron") * 2
+    assert x.device.type == "neuron" and x.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_import_torch_alone_autoloads_the_device_in_a_fresh_process():
+    proc = _run(
+        """
+        import json, sys, torch
+        x = torch.arange(4, device="neuron") + 1
+        print(json.dumps({"device": str(x.device), "values": x.cpu().tolist(),
+                          "available": torch.neuron.is_available(),
+                          "loaded": "backend" in sys.modules}))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"device": "neuron:0", "values": [1, 2, 3, 4], "available": True, "loaded": True}
+
+
+def test_double_import_in_a_subprocess_is_safe():
+    proc = _run(
+        """
+        import importlib, torch, backend
+        importlib.reload(backend)
+        import backend.device
+        backend.device.register()
+        print(torch.zeros(2, device="neuron").sum().item())
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("0.0")
+
+
+def test_torch_neuron_module_api():
+    mod = torch.neuron
+    assert mod.is_available() is True
+    assert mod.device_count() == 1
+    assert mod.current_device() == 0
+    assert mod.synchronize() is None
+    mod.manual_seed(123)
+    a = torch.randn(5, device="neuron").cpu()
+    mod.manual_seed(123)
+    b = torch.randn(5, device="neuron").cpu()
+    assert torch.equal(a, b)
+    mod.reset_peak_memory_stats()
+    base = mod.memory_allocated()
+    assert mod.max_memory_allocated() == base
+    t = torch.empty(1024, device="neuron")
+    assert mod.memory_allocated() == base + 4096
+    assert mod.max_memory_allocated() >= base + 4096
+    del t
+    assert mod.memory_allocated() == base
+    assert mod.max_memory_allocated() >= base + 4096
+    mod.reset_peak_memory_stats()
+    assert mod.max_memory_allocated() == base
+
+
+def test_torch_manual_seed_seeds_the_device_generator():
+    torch.manual_seed(7)
+    a = torch.rand(4, device="neuron").cpu()
+    torch.manual_seed(7)
+    b = torch.rand(4, device="neuron").cpu()
+    assert torch.equal(a, b)
+
+
+def test_current_accelerator_reports_neuron():
+    acc = torch.accelerator.current_accelerator()
+    assert acc is not None and acc.type == "neuron"
+    assert torch.accelerator.is_available()
+
+
+def test_is_simulated_flag_and_harness_adapter():
+    from harness.backends import get_backend
+
+    assert backend.is_simulated is True
+    adapter = get_backend("neuron")
+    assert adapter.device_type == "neuron" and adapter.simulated is True
+    assert adapter.reports_fallbacks is True
+    with adapter.track_fallbacks() as trace:
+        torch.nonzero(torch.ones(3, device="neuron"))
+    assert trace.ops == ["aten.nonzero.default"]
+
+
+def test_device_works_in_two_pytest_xdist_workers(tmp_path):
+    test_file = tmp_path / "test_two_workers.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            import os, torch, backend
+
+            def _check():
+                x = torch.full((3,), 2.0, device="neuron")
+                assert (x * x).sum().item() == 12.0
+                return os.environ.get("PYTEST_XDIST_WORKER")
+
+            def test_a():
+                assert _check() is not None
+
+            def test_b():
+                assert _check() is not None
+            """
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+         "--rootdir", str(tmp_path), str(test_file)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["neuron", "neuron:0"])
+def test_device_strings(name):
+    assert torch.ones(1, device=name).device == torch.device("neuron", 0)
