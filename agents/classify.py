@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
-from agents.traits import TRAIT_NAMES, UNKNOWN, profiles, traits_for_row
+from agents.traits import TRAIT_NAMES, UNKNOWN, profiles, traits_dict_for_row
 
 TRAITS_FILE = "traits.parquet"
 STORE_COLUMNS = ("downloads", "config", "architecture", "source", "status", "broken_reason", "config_level")
@@ -40,11 +40,14 @@ def traits_frame(store: pd.DataFrame, *, with_store_columns: bool = False, progr
     """One row per store row: id + every trait column (+ the store columns selection needs).
 
     `llm_fill(row, traits) -> traits` may replace unknown values (agents.llm.LLMClassifier.fill)."""
-    rows = store.to_dict("records")
+    n = len(store)
+    wanted = ("id", "model_type", "architectures", "config", "config_level", "head", "card", *STORE_COLUMNS)
+    columns = {c: store[c].tolist() for c in dict.fromkeys(wanted) if c in store.columns}  # fast, no per-row pandas
     out: list[dict[str, Any]] = []
     filled_by: list[list[str]] = []
-    for row in _progress(rows, len(rows), "traits", progress):
-        traits = traits_for_row(row).to_dict()
+    for i in _progress(range(n), n, "traits", progress):
+        row = {c: values[i] for c, values in columns.items()}
+        traits = traits_dict_for_row(row)
         changed: list[str] = []
         if llm_fill is not None and UNKNOWN in traits.values() and _type_unknown(traits["model_type"]):
             new = llm_fill(row, traits)
@@ -66,7 +69,8 @@ def traits_frame(store: pd.DataFrame, *, with_store_columns: bool = False, progr
 
 
 def _type_unknown(model_type: str) -> bool:
-    return model_type == UNKNOWN or not profiles().get(model_type).known
+    """A named model_type the installed transformers does not know (no name: nothing to ask about)."""
+    return model_type != UNKNOWN and not profiles().get(model_type).known
 
 
 def classify_store(directory: str | Path, *, progress: bool = False, llm_fill=None) -> tuple[pd.DataFrame, dict[str, Any]]:

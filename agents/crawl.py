@@ -176,10 +176,19 @@ class _HubCrawl:
 
     # -- main loop -----------------------------------------------------------------------------
     def run(self) -> CrawlSummary:
+        from filelock import FileLock, Timeout
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            with FileLock(str(self.out / ".crawl.lock"), timeout=0):
+                return self._run()
+        except Timeout:
+            raise CrawlError(f"another crawl is running in {self.out}") from None
+
+    def _run(self) -> CrawlSummary:
         from huggingface_hub import HfApi
 
         start = time.monotonic()
-        self.out.mkdir(parents=True, exist_ok=True)
         parts, done = self._load_state()
         resumed = len(done)
         limit = self.opts.limit

@@ -58,7 +58,7 @@ class TraitRecord:
     quantization: str = UNKNOWN
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in TRAIT_NAMES}
 
     def unknown_traits(self) -> list[str]:
         return [k for k, v in self.to_dict().items() if v == UNKNOWN]
@@ -718,7 +718,12 @@ def parse_config(text: str | None) -> dict[str, Any] | None:
 
 
 def traits_for_row(row: Mapping[str, Any]) -> TraitRecord:
-    """Traits of one crawl-store row (id, model_type, architectures, config JSON, config_level, head).
+    """Traits of one crawl-store row (id, model_type, architectures, config JSON, config_level, head)."""
+    return TraitRecord(**traits_dict_for_row(row))
+
+
+def traits_dict_for_row(row: Mapping[str, Any]) -> dict[str, str]:
+    """traits_for_row as a plain dict (the fast path for whole stores).
 
     Rows that share (model_type, config text, architectures, level, head), common in a real
     population of fine-tunes, are classified once (the result is copied, not shared)."""
@@ -733,7 +738,7 @@ def traits_for_row(row: Mapping[str, Any]) -> TraitRecord:
     level = row.get("config_level")
     level = level if isinstance(level, str) else None
     head = row.get("head") if isinstance(row.get("head"), str) else None
-    return TraitRecord(**_traits_cached(mt, config, archs, level, head))
+    return dict(_traits_cached(mt, config, archs, level, head))
 
 
 @lru_cache(maxsize=200_000)

@@ -3,6 +3,8 @@
 - ``UntypedStorage.data_ptr()`` raises for a storage with bytes but no data pointer (PyTorch's
   "invalid python storage" check), which breaks ``torch.save``; for `neuron` storages it returns
   0, the value PyTorch uses for "not allocated on the host" (as for meta storages).
+- NestedTensor factories with ``device="neuron"`` raise at once (strided ones are built in C++
+  without dispatching to the device).
 - Jagged NestedTensors are a Python subclass whose components would silently land on the device;
   the device declares NestedTensor unsupported, so building one with `neuron` components raises.
 """
@@ -111,8 +113,36 @@ def _install_jagged_guard() -> None:
     NestedTensor.__new__ = staticmethod(__new__)
 
 
+def _install_nested_factories() -> None:
+    """Strided NestedTensors are assembled in C++ without dispatching to the device, so the
+    device's NestedTensor kernels only see them at their first op; the public factories with
+    ``device="neuron"`` raise right away instead."""
+    import torch.nested as nested
+
+    def guard(fn):
+        if getattr(fn, "_neuron", False):
+            return fn
+
+        def wrapper(*args, **kwargs):
+            dev = kwargs.get("device")
+            if dev is not None and torch.device(dev).type == _NAME:
+                raise NeuronUnsupportedError("NestedTensor", f"torch.nested.{fn.__name__}(device='neuron')")
+            return fn(*args, **kwargs)
+
+        wrapper._neuron = True
+        wrapper.__name__ = fn.__name__
+        wrapper.__doc__ = fn.__doc__
+        wrapper.__wrapped__ = fn
+        return wrapper
+
+    for name in ("nested_tensor", "as_nested_tensor"):
+        if hasattr(nested, name):
+            setattr(nested, name, guard(getattr(nested, name)))
+
+
 def install() -> None:
     _install_data_ptr()
     _install_storage_cpu()
     _install_storage_new_and_copy()
     _install_jagged_guard()
+    _install_nested_factories()

@@ -14,6 +14,7 @@ eagerly and the failure is recorded (`compile_fallbacks()`, counter `eager_fallb
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import warnings
@@ -29,6 +30,7 @@ from backend.neff.compiler import CompilerFlags, compile_partition, plan
 from backend.neff.device import DEVICE, to_device, to_host
 from backend.neff.partition import LoweringTable, partition_graph
 
+log = logging.getLogger(__name__)
 BACKEND_NAME = "neuron"
 _FALLBACK_ENV = "NEURON_COMPILE_FALLBACK"
 _FALLBACK_MODES = ("raise", "eager")
@@ -144,6 +146,7 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str = "forward", table: Loweri
     parted.module.recompile()
     parted.module.meta["neuron_partitions"] = list(parted.partitions)
     parted.module.meta["neuron_declined"] = dict(parted.declined)
+    log.debug("neuron %s graph: %d partitions, declined %s", kind, len(parted.partitions), parted.declined)
     return parted.module
 
 

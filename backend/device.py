@@ -37,9 +37,9 @@ class _Guard(torch._C._acc.DeviceGuard):
         return torch._C._autograd.DeviceType.PrivateUse1
 
 
-def _unsupported(feature: str):
+def _unsupported(feature: str, kind: str):
     def kernel(op, *args, **kwargs):
-        raise NeuronUnsupportedError(feature, f"{op} was called with a {feature[:-1] if feature.endswith('s') else feature} on neuron")
+        raise NeuronUnsupportedError(feature, f"{op} was called with a {kind} tensor on neuron")
 
     return kernel
 
@@ -98,9 +98,9 @@ def register() -> None:
     fb = torch.library.Library("_", "IMPL")
     fb.fallback(kernels.boxed_fallback, "PrivateUse1")
     fb.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
-    fb.fallback(_unsupported("sparse tensors"), "SparsePrivateUse1")
-    fb.fallback(_unsupported("sparse tensors"), "SparseCsrPrivateUse1")
-    fb.fallback(_unsupported("NestedTensors"), "NestedTensorPrivateUse1")
+    fb.fallback(_unsupported("sparse tensors", "sparse"), "SparsePrivateUse1")
+    fb.fallback(_unsupported("sparse tensors", "sparse compressed"), "SparseCsrPrivateUse1")
+    fb.fallback(_unsupported("NestedTensor", "nested"), "NestedTensorPrivateUse1")
     _LIBRARIES.extend([impl, fb])
     ties.install()
     compat.install()

@@ -140,6 +140,26 @@ def with_device_rng(op):
     return kernel
 
 
+def _conv_cpu(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    return _aten.convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+
+
+def _conv_backward_cpu(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
+                       groups, output_mask):
+    bias_sizes = [weight.size(1) * groups] if transposed else [weight.size(0)]
+    return _aten.convolution_backward.default(grad_output, input, weight, bias_sizes, stride, padding,
+                                              dilation, transposed, output_padding, groups, output_mask)
+
+
+def convolution_overrideable(*args, **kwargs):
+    """PyTorch routes convolutions of out-of-tree devices here; the CPU computes aten.convolution."""
+    return run_op(_aten.convolution_overrideable.default, args, kwargs, compute=_conv_cpu)
+
+
+def convolution_backward_overrideable(*args, **kwargs):
+    return run_op(_aten.convolution_backward_overrideable.default, args, kwargs, compute=_conv_backward_cpu)
+
+
 #: schema name -> kernel, registered for the PrivateUse1 key
 KERNELS = {
     "empty.memory_format": empty_memory_format,
@@ -155,5 +175,7 @@ KERNELS = {
     "set_.source_Storage_storage_offset": set_source_storage_offset,
     "set_.source_Tensor": set_source_tensor,
     "_fused_sdp_choice": fused_sdp_choice,
+    "convolution_overrideable": convolution_overrideable,
+    "convolution_backward_overrideable": convolution_backward_overrideable,
     "native_dropout": with_device_rng(_aten.native_dropout.default),
 }

@@ -171,8 +171,12 @@ def _sync_written(dev, cpu) -> None:
             _sync_written(d, c)
 
 
-def run_op(op, args: tuple, kwargs: dict):
-    """Run one op for the device: decide native vs. fallback, compute on the CPU, wrap results."""
+def run_op(op, args: tuple, kwargs: dict, compute=None):
+    """Run one op for the device: decide native vs. fallback, compute on the CPU, wrap results.
+
+    ``compute`` replaces the CPU computation (for device-only ops such as
+    ``convolution_overrideable`` that have no CPU kernel of their own).
+    """
     info = _infos.get(op)
     if info is None:
         info = op_info(op)
@@ -204,7 +208,7 @@ def run_op(op, args: tuple, kwargs: dict):
                 cargs[i] = generator
         elif ckw.get("generator") is None:
             ckw["generator"] = generator
-    result = op(*cargs, **ckw)
+    result = (compute or op)(*cargs, **ckw)
     if written:
         for i, n in info.mutable:
             if i < len(args):

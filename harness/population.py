@@ -120,6 +120,26 @@ def signature_keys(items: list[tuple[str, str, dict[str, Any]]], workers: int = 
         return list(pool.map(_case_key, items, chunksize=max(1, len(items) // (workers * 8))))
 
 
+def sample_members(members: list[Member], limit: int, workers: int = 1) -> list[Member]:
+    """The most downloaded members (ties: stable pseudo-random order) until `limit` distinct
+    architectures are seen: a --limit run does not pay for the signatures of the whole population.
+    Groups may then hold only the members scanned so far (a sample, as --limit says)."""
+    ordered = sorted((m for m in members if m.spec is not None),
+                     key=lambda m: (-m.downloads, hashlib.sha1(m.model_id.encode()).hexdigest()))
+    seen: set[str] = set()
+    taken: list[Member] = []
+    step = max(8, 2 * limit)
+    for start in range(0, len(ordered), step):
+        batch = ordered[start: start + step]
+        items = [(m.spec.model_type, m.spec.architecture, m.spec.config) for m in batch]
+        for m, key in zip(batch, signature_keys(items, workers)):
+            taken.append(m)
+            seen.add(key)
+        if len(seen) >= limit:
+            break
+    return taken
+
+
 def dedupe_cases(members: list[Member], tier: str = "full", workers: int = 1) -> list[Case]:
     """One Case per distinct architecture signature (most downloaded first), then not-runnable groups."""
     from harness.tiers import spec_case

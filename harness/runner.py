@@ -252,7 +252,7 @@ def list_cases(tier: Any, opts: RunOptions, run_dir: Path | None = None) -> list
 
 def _list_cases(tier: Any, opts: RunOptions) -> list[Case]:
     inputs = TierInputs(backend=opts.backend, registry=opts.registry, models=opts.models,
-                        options={"workers": opts.workers, **opts.tier_options})
+                        options={"workers": opts.workers, "limit": opts.limit, **opts.tier_options})
     cases, seen = [], set()
     for c in tier.cases(inputs):
         if c.case_id in seen:  # a tier listing a case twice would break one-row-per-case: keep the first

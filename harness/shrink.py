@@ -368,6 +368,17 @@ def _shrink_windows(d: dict, r: dict) -> None:
         d["max_position_embeddings"] = mp
 
 
+def _make_implicit_explicit(d: dict, r: dict) -> None:
+    """A default the modeling code hard-codes (mrope sections) becomes a config field to shrink."""
+    mt = str(d.get("model_type") or "")
+    rp = d.get("rope_parameters")
+    if "vocab_size" not in d or not isinstance(rp, dict) or "mrope_section" in rp:
+        return
+    match = max((k for k in r.get("implicit_mrope_sections", {}) if mt.startswith(k)), key=len, default=None)
+    if match:
+        d["rope_parameters"] = {**rp, "mrope_section": list(r["implicit_mrope_sections"][match])}
+
+
 # --------------------------------------------------------------------------- driver
 def shrink_dict(config: dict, level: str = "full") -> dict:
     """Pure dict -> dict shrink at one level (no validation)."""
@@ -380,6 +391,7 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
     hidden_map: dict[int, int] = {}
 
     def visit(level_dict: dict) -> None:
+        _make_implicit_explicit(level_dict, r)
         before = dict(level_dict)
         for f in r["drop_fields"]:
             level_dict.pop(f, None)

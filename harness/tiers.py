@@ -272,10 +272,13 @@ class FullTier:
         RepresentativeTier.setup(self, backend)  # type: ignore[arg-type]
 
     def cases(self, inputs: TierInputs) -> list[Case]:
-        from harness.population import dedupe_cases, load_population
+        from harness.population import dedupe_cases, load_population, sample_members
 
         workers = int(inputs.options.get("workers", 1))
-        return dedupe_cases(load_population(inputs.models), self.name, workers=workers)
+        members = load_population(inputs.models)
+        if inputs.options.get("limit"):
+            members = sample_members(members, int(inputs.options["limit"]), workers)
+        return dedupe_cases(members, self.name, workers=workers)
 
     def execute(self, case: Case, backend: str) -> CaseOutcome:
         return run_model_check(case, backend, self.stages)

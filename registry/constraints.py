@@ -47,13 +47,19 @@ def _lookup_keys(op: str) -> list[str]:
 
 
 def op_rules(op: str) -> list[dict[str, Any]]:
+    return list(_op_rules(op))
+
+
+@functools.lru_cache(maxsize=4096)
+def _op_rules(op: str) -> tuple[dict[str, Any], ...]:
     rules = semantics()["rules"]
     for key in _lookup_keys(op):
         if key in rules:
-            return list(rules[key])
-    return []
+            return tuple(rules[key])
+    return ()
 
 
+@functools.lru_cache(maxsize=4096)
 def _in_list(op: str, section: str) -> str | None:
     entries = semantics().get(section) or {}
     for key in _lookup_keys(op):
@@ -87,6 +93,12 @@ def _path(key: Any) -> str:
 
 
 def _resolve_high(spec: dict, args: list, kwargs: dict, i: int | None) -> int | None:
+    if spec.get("grouped_mm"):
+        a, b = _arg(args, kwargs, 0), _arg(args, kwargs, 1)
+        if not (isinstance(a, dict) and isinstance(b, dict) and "T" in a and "T" in b):
+            return None
+        dims = {(2, 3): a["T"][0], (3, 2): b["T"][-1], (2, 2): a["T"][-1]}
+        return dims.get((len(a["T"]), len(b["T"])))
     if "value_of" in spec:
         value = _arg(args, kwargs, spec["value_of"])
         return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
@@ -134,6 +146,9 @@ def infer_constraints(op: str, args: list, kwargs: dict) -> dict[str, dict[str, 
 
 def _constraint(rule: dict, enc: dict, args: list, kwargs: dict, i: int | None) -> dict | None:
     kind = rule["kind"]
+    if kind == "offsets":
+        high = _resolve_high(rule["high"], args, kwargs, i)
+        return None if high is None else {"kind": "offsets", "high": int(high), "source": "semantics"}
     if kind == "index":
         if enc["dt"] == "b8":
             return {"kind": "mask", "density": 0.5, "source": "semantics"}

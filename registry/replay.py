@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from registry import scaling
-from registry.constraints import is_metadata_only, unreplayable_reason
+from registry.constraints import infer_constraints, is_metadata_only, unreplayable_reason
 from registry.encoding import ABBREV_DTYPES, DTYPE_ABBREVS, UnreplayableError, decode_scalar, find_opaque, parse_signature, signature_hash
 from registry.tolerances import Tolerance, tolerance_for
 
@@ -75,6 +75,11 @@ def _values(shape: list[int], dtype: torch.dtype, c: dict | None, gen: torch.Gen
         density = float((c or {}).get("density", 0.5))
         return torch.rand(n_shape, generator=gen) < density
     if not (dtype.is_floating_point or dtype.is_complex):
+        if kind == "offsets" and n_shape:
+            high = int(c["high"])
+            cuts = torch.randint(0, high + 1, n_shape, generator=gen).sort(dim=-1).values
+            cuts[..., -1] = high
+            return cuts.to(dtype)
         if kind in ("index", "range"):
             low, high = int(c.get("low", 0)), int(c.get("high", 1))
             high = max(high, low + 1)
@@ -122,10 +127,11 @@ class BuiltTensor:
     offset: int
 
     def to(self, device: torch.device) -> torch.Tensor:
+        """A fresh copy on `device` (a cross-device .to() already copies; on cpu, clone)."""
+        copy = (lambda t: t.clone()) if device.type == "cpu" else (lambda t: t.to(device))
         if self.base is None:
-            return self.cpu.clone().to(device)
-        base = self.base.clone().to(device)
-        return base.as_strided(self.shape, self.stride, self.offset)
+            return copy(self.cpu)
+        return copy(self.base).as_strided(self.shape, self.stride, self.offset)
 
 
 def build_tensor(enc: dict, c: dict | None, gen: torch.Generator) -> BuiltTensor:
@@ -161,7 +167,7 @@ def build_args(a_enc: list, k_enc: dict, constraints: dict, gen: torch.Generator
 
 def materialize(built: Any, device: torch.device) -> Any:
     if isinstance(built, BuiltTensor):
-        return built.to(device) if device.type != "cpu" else (built.cpu.clone() if built.base is None else built.to(device))
+        return built.to(device)
     if isinstance(built, list):
         return [materialize(x, device) for x in built]
     if isinstance(built, dict):
@@ -312,7 +318,9 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
         opaque = find_opaque([a_enc, list(k_enc.values())])
         if opaque:
             raise UnreplayableError(f"argument of type {opaque} cannot be rebuilt")
-        a_enc, k_enc, constraints, factor = scaling.fit(func, a_enc, k_enc, spec.constraints, max_numel)
+        # the op's semantics as known now override what was stored when the case was recorded
+        constraints = {**spec.constraints, **infer_constraints(spec.op, a_enc, k_enc)}
+        a_enc, k_enc, constraints, factor = scaling.fit(func, a_enc, k_enc, constraints, max_numel)
         if factor != 1:
             metrics["scaled_by"] = factor
         gen = torch.Generator().manual_seed(_seed(spec))

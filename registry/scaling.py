@@ -98,7 +98,7 @@ def _scale_constraints(constraints: dict, s: int) -> dict:
     out = {}
     for path, c in constraints.items():
         c = dict(c)
-        if c.get("kind") == "index" and isinstance(c.get("high"), int):
+        if c.get("kind") in ("index", "offsets") and isinstance(c.get("high"), int):
             c["high"] = _map_int(c["high"], s)
         out[path] = c
     return out

@@ -55,6 +55,7 @@ def precision_mode(adapter: Any) -> str:
     return "exact"
 
 
+@functools.lru_cache(maxsize=4096)
 def tolerance_for(op: str, dtype: str, mode: str = "exact") -> Tolerance:
     """The tolerance of an output of dtype `dtype` (encoding abbreviation) from `op`."""
     table = _table()

@@ -22,8 +22,8 @@ import yaml
 
 from harness.specs import ModelSpec
 
-#: Sequence lengths recorded per model (batch is the inputs module's, 2).
-SEQ_LENGTHS = (8, 32, 128)
+#: Sequence lengths recorded per model (batch is the inputs module's, 2); `--seq` adds more shapes.
+SEQ_LENGTHS = (32,)
 
 #: Models at least this large are recorded on fake tensors first (no compute). Smaller ones are
 #: recorded on real tensors: for a tiny shrunk model FakeTensorMode's per-op cost is ~20x the

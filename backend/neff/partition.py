@@ -8,18 +8,38 @@ records each as a CPU fallback exactly as eager execution does.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
 import torch
 import torch.fx
+import yaml
+from importlib import resources
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from backend.neff.format import UnsupportedGraphError, _encode, target_name
 
 PARTITION_PREFIX = "neff_"
+VIEW_REFERENCE = "aten.as_strided.default"
+
+
+@functools.cache
+def compiler_equivalents() -> dict[str, str]:
+    """`compiler_lowerings.yaml`: graph-level op packet -> the table op whose dtype rule applies."""
+    text = resources.files("backend.neff").joinpath("compiler_lowerings.yaml").read_text(encoding="utf-8")
+    return {str(k): str(v) for k, v in (yaml.safe_load(text).get("equivalents") or {}).items()}
+
+
+def is_view_op(target: Any) -> bool:
+    """An op whose output aliases an input without writing it (t, transpose, expand, slice...)."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.returns:
+        return False
+    alias = schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
 
 
 class LoweringTable(Protocol):
@@ -69,7 +89,13 @@ class TableSupport(OperatorSupportBase):
         if not isinstance(node.meta.get("val"), (torch.Tensor, list, tuple)):
             self.declined[node.name] = "non-tensor-output"
             return False
-        ok, reason = self.table.supports(name, node_dtypes(node))
+        dtypes = node_dtypes(node)
+        ok, reason = self.table.supports(name, dtypes)
+        if not ok and reason == "no-lowering":
+            packet = name.rsplit(".", 1)[0]
+            reference = VIEW_REFERENCE if is_view_op(node.target) else compiler_equivalents().get(packet)
+            if reference is not None:
+                ok, reason = self.table.supports(reference, dtypes)
         if not ok:
             self.declined[node.name] = reason or "no-lowering"
         return bool(ok)

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="PATH", help="registry Parquet to write (default: $HARNESS_REGISTRY or the bundled one)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N")
     p.add_argument("--seq", type=int, action="append", metavar="N",
-                   help="sequence length to record (repeatable; default 8, 32 and 128)")
+                   help="sequence length to record (repeatable; default 32)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N models")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per model (default 300)")
     p.add_argument("--no-progress", action="store_true")

@@ -238,3 +238,13 @@ def test_cli_uses_hf_endpoint_and_hf_token_from_the_environment(hub, tmp_path):
     assert all(r.headers.get("authorization", r.headers.get("Authorization")) == f"Bearer {TOKEN}"
                for r in model_api)
     assert TOKEN not in proc.stdout + proc.stderr
+
+
+def test_two_crawls_in_one_dir_do_not_interleave(hub, tmp_path):
+    from filelock import FileLock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with FileLock(str(out / ".crawl.lock")):
+        with pytest.raises(CrawlError, match="another crawl"):
+            crawl_hub(out, _opts(hub, tmp_path))

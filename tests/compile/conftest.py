@@ -31,3 +31,14 @@ def host_graph():
     torch.manual_seed(0)
     args = (torch.randn(4, 8), torch.randn(3, 8), torch.randn(3))
     return make_fx(mlp_with_cumsum, tracing_mode="fake")(*args), args
+
+
+@pytest.fixture
+def exact_precision():
+    """The device's exact mode for one test (the mode is read from the env once, at import)."""
+    import importlib
+
+    precision = importlib.import_module("backend.precision")
+    previous = precision.set_precision("exact")
+    yield
+    precision.set_precision(previous)

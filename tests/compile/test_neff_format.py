@@ -24,8 +24,7 @@ def _specs(args):
     return [TensorSpec.of(a) for a in args]
 
 
-def test_artifact_round_trip_runs_in_a_fresh_executable(monkeypatch):
-    monkeypatch.setenv("NEURON_PRECISION", "exact")
+def test_artifact_round_trip_runs_in_a_fresh_executable():
     gm, args, f = _graph()
     art = compile_partition(gm, _specs(args), [TensorSpec.of(f(*args))], "t1", CompilerFlags(precision="exact"))
     blob = art.to_bytes()

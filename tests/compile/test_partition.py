@@ -9,8 +9,7 @@ from backend.compile import compile_graph
 from neff_helpers import RuleTable, mlp_with_cumsum
 
 
-def test_unsupported_op_splits_the_graph(host_graph, rule_table, monkeypatch):
-    monkeypatch.setenv("NEURON_PRECISION", "exact")
+def test_unsupported_op_splits_the_graph(host_graph, rule_table, exact_precision):
     gm, args = host_graph
     out = compile_graph(gm, "forward", rule_table)
     parts = out.meta["neuron_partitions"]
@@ -23,7 +22,7 @@ def test_unsupported_op_splits_the_graph(host_graph, rule_table, monkeypatch):
     assert get_cache().counters.compiles >= 2
 
 
-def test_fully_supported_graph_is_one_partition(host_graph, monkeypatch):
+def test_fully_supported_graph_is_one_partition(host_graph):
     gm, _ = host_graph
     out = compile_graph(gm, "forward", RuleTable(missing=()))
     assert len(out.meta["neuron_partitions"]) == 1 and out.meta["neuron_declined"] == {}

@@ -1,0 +1,119 @@
+"""`harness check MODEL`: check one model on one backend, stage by stage.
+
+Examples:
+    harness check bert                                  # a model type, its base model
+    harness check bert --architecture BertForMaskedLM --backend cpu
+    harness check path/to/config.json --json
+    harness check Qwen/Qwen3-8B --snapshot ../shared/data/hub/full_configs.jsonl
+    harness check gpt2 --store out/crawl --stages load forward
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness.outcomes import MODEL_STAGES
+from harness.specs import ModelSpec
+
+HELP = "Check one model (Hub id, model type or config.json) on a backend, stage by stage."
+
+
+class TargetError(LookupError):
+    """MODEL could not be resolved to something to check."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = __doc__.split("Examples:", 1)[1]
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("model", metavar="MODEL", help="a Hub id (from --store/--snapshot), a model type, or a config.json path")
+    parser.add_argument("--backend", default="neuron", help="neuron | cpu | cuda | MODULE:DEVICE (default neuron)")
+    parser.add_argument("--stages", nargs="+", choices=MODEL_STAGES, metavar="STAGE",
+                        help=f"stages to run (prerequisites are added): {' '.join(MODEL_STAGES)}")
+    parser.add_argument("--architecture", default="", help="transformers class to build (default: the record's, else the base model)")
+    parser.add_argument("--store", help="crawl store directory or Parquet file to resolve a Hub id")
+    parser.add_argument("--snapshot", help="snapshot JSONL/Parquet dump to resolve a Hub id")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _from_record(rec, architecture: str) -> ModelSpec:
+    if rec.status != "ok":
+        raise TargetError(f"{rec.id}: {rec.broken_reason} {rec.broken_detail}".strip())
+    return ModelSpec(model_id=rec.id, model_type=rec.model_type or "", architecture=architecture or rec.architecture,
+                     config=rec.config_dict() or {}, downloads=rec.downloads or 0, source=rec.source)
+
+
+def resolve_target(target: str, *, architecture: str = "", store: str | None = None,
+                   snapshot: str | None = None) -> ModelSpec:
+    """MODEL -> ModelSpec. Order: an existing .json file, a crawl store / snapshot id, a model type."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    path = Path(target)
+    if path.suffix == ".json" and path.is_file():
+        try:
+            config = json.loads(path.read_text())
+        except ValueError as exc:
+            raise TargetError(f"{target}: not valid JSON ({exc})") from exc
+        if not isinstance(config, dict) or not config.get("model_type"):
+            raise TargetError(f"{target}: a config.json needs a model_type")
+        archs = config.get("architectures") or []
+        return ModelSpec(model_id=str(path), model_type=config["model_type"],
+                         architecture=architecture or (archs[0] if archs else ""), config=config, source="file")
+    if store:
+        from agents.store import read_store
+
+        for rec in read_store(store):
+            if rec.id.lower() == target.lower():
+                return _from_record(rec, architecture)
+    if snapshot:
+        from agents.snapshot import iter_rows, record_from_row
+
+        for lineno, row in iter_rows(snapshot):
+            if isinstance(row, dict) and str(row.get("id", "")).lower() == target.lower():
+                return _from_record(record_from_row(row, lineno, Path(snapshot).name), architecture)
+    if target in CONFIG_MAPPING_NAMES:
+        return ModelSpec(model_id=target, model_type=target, architecture=architecture, source="catalog")
+    where = " or ".join(x for x in (store and f"store {store}", snapshot and f"snapshot {snapshot}") if x)
+    raise TargetError(f"{target!r} is not a config.json, a known model type{', nor in ' + where if where else ''}"
+                      f"{'' if where else ' (pass --store DIR or --snapshot PATH to look up Hub ids)'}")
+
+
+def render_table(result) -> str:
+    rows = [("stage", "status", "seconds", "detail")]
+    for name, r in result.stages.items():
+        detail = r.reason or ""
+        if r.failing_op:
+            detail += f" [op {r.failing_op}]"
+        rows.append((name, r.status.value, f"{r.seconds:.2f}", detail[:110]))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"{result.model_id} on {result.backend}: {result.architecture or '?'} "
+             f"({result.parameters:,} parameters)"]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+    lines.append(f"fallbacks: {result.fallback_count} ({', '.join(result.fallback_ops) or 'none'}); "
+                 f"graphs: {result.graphs}; recompiles: {result.recompiles}; "
+                 f"peak device memory: {result.peak_memory_bytes if result.peak_memory_bytes is not None else 'n/a'}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.check import check_model
+
+    try:
+        spec = resolve_target(args.model, architecture=args.architecture, store=args.store, snapshot=args.snapshot)
+    except (TargetError, FileNotFoundError) as exc:
+        if args.json:
+            print(json.dumps({"model_id": args.model, "error": str(exc)}))
+        else:
+            print(f"harness check: {exc}", file=sys.stderr)
+        return 2
+    result = check_model(spec, backend=args.backend, stages=args.stages, seed=args.seed)
+    if args.json:
+        print(json.dumps(result.to_dict(), default=str))
+    else:
+        print(render_table(result))
+    failed = any(r.status.value in ("fail", "error", "timeout", "oom", "crash") for r in result.stages.values())
+    return 1 if failed else 0

@@ -1,0 +1,152 @@
+"""`torch.compile(backend="neuron")` on the device: equality with eager, partitions, fallbacks,
+static shapes, failure handling and the disk cache across processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import backend
+import backend.compile as neuron_compile
+from backend import lowering
+from backend.cache import get_cache
+from neff_helpers import mlp_step, small_mlp, tiny_transformer, training_step
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    neuron_compile.clear_compile_fallbacks()
+    yield
+    torch._dynamo.reset()
+    neuron_compile.set_compile_fallback(None)
+
+
+def _on_device(batch):
+    return {k: v.to("neuron") for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama"])
+def test_tiny_transformer_compiles_and_matches_eager(kind):
+    model, batch = tiny_transformer(kind)
+    model, batch = model.to("neuron"), _on_device(batch)
+    eager_loss, eager_logits, eager_grads = training_step(model, batch)
+    compiled = torch.compile(model, backend="neuron")
+    with backend.collect_fallbacks() as events:
+        loss, logits, grads = training_step(compiled, batch)
+    counters = get_cache().counters
+    assert counters.compiles >= 2  # at least a forward and a backward partition
+    assert events == []  # every op of the graphs has a lowering: nothing ran on the host
+    torch.testing.assert_close(loss, eager_loss, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(logits, eager_logits, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == eager_grads.keys() and len(grads) > 10
+    for name in grads:
+        torch.testing.assert_close(grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.fixture
+def table_without_gelu():
+    """The device's table with aten.gelu (and its backward) removed, under a new version."""
+    previous = lowering.current_table()
+    doc = previous.to_dict()
+    for op in [k for k in doc["ops"] if k.startswith("aten.gelu")]:
+        del doc["ops"][op]
+    doc["version"] = previous.version + "+no-gelu"
+    lowering.set_table(lowering.parse_table(doc, "test"))
+    yield
+    lowering.set_table(previous)
+
+
+def test_unsupported_op_gives_partitions_and_eager_identical_fallbacks(table_without_gelu):
+    model = small_mlp().to("neuron")
+    x = torch.randn(4, 8).to("neuron")
+    with backend.collect_fallbacks() as eager_events:
+        eager_out, eager_grads = mlp_step(model, x)
+    with backend.collect_fallbacks() as events:
+        out, grads = mlp_step(torch.compile(model, backend="neuron"), x)
+    ops = lambda evs: sorted({(e.op, e.reason) for e in evs})  # noqa: E731
+    assert ops(eager_events) and ops(events) == ops(eager_events)
+    assert all(op.startswith("aten.gelu") for op, _ in ops(events))
+    assert get_cache().counters.compiles >= 3  # linear before, linear after gelu, backward parts
+    torch.testing.assert_close(out, eager_out, rtol=0, atol=0)
+    for g, eg in zip(grads, eager_grads):
+        torch.testing.assert_close(g, eg, rtol=1e-6, atol=1e-7)
+
+
+def test_partition_count_and_declined_reason_from_the_table(table_without_gelu):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    model = small_mlp()
+    gm = make_fx(model, tracing_mode="fake")(torch.randn(4, 8))
+    out = neuron_compile.compile_graph(gm, "forward")
+    assert len(out.meta["neuron_partitions"]) == 2
+    assert set(out.meta["neuron_declined"].values()) == {"no-lowering"}
+
+
+def test_dynamic_true_is_rejected_with_a_clear_error():
+    model = small_mlp().to("neuron")
+    compiled = torch.compile(model, backend="neuron", dynamic=True)
+    with pytest.raises(Exception, match="static shapes") as info:
+        compiled(torch.randn(4, 8).to("neuron"))
+    assert "dynamic" in str(info.value)
+
+
+def test_a_new_shape_is_a_new_counted_compile():
+    compiled = torch.compile(small_mlp().to("neuron"), backend="neuron")
+    compiled(torch.randn(4, 8).to("neuron"))
+    first = get_cache().counters.compiles
+    compiled(torch.randn(6, 8).to("neuron"))
+    second = get_cache().counters.compiles
+    compiled(torch.randn(6, 8).to("neuron"))
+    assert second > first and get_cache().counters.compiles == second
+
+
+def test_compile_failure_raises_by_default(monkeypatch):
+    monkeypatch.setenv("NEURON_COMPILE_INJECT_FAILURE", "1")
+    compiled = torch.compile(small_mlp().to("neuron"), backend="neuron")
+    with pytest.raises(Exception, match="neuron compile of the forward graph failed"):
+        compiled(torch.randn(4, 8).to("neuron"))
+    assert get_cache().counters.compile_failures >= 1
+
+
+@pytest.mark.parametrize("switch", ["env", "api"])
+def test_compile_failure_falls_back_to_eager_when_switched(monkeypatch, switch):
+    monkeypatch.setenv("NEURON_COMPILE_INJECT_FAILURE", "1")
+    if switch == "env":
+        monkeypatch.setenv("NEURON_COMPILE_FALLBACK", "eager")
+    else:
+        neuron_compile.set_compile_fallback("eager")
+    model = small_mlp().to("neuron")
+    x = torch.randn(4, 8).to("neuron")
+    eager_out, eager_grads = mlp_step(model, x)
+    with pytest.warns(UserWarning, match="runs eagerly after a compile failure"):
+        out, grads = mlp_step(torch.compile(model, backend="neuron"), x)
+    torch.testing.assert_close(out, eager_out, rtol=0, atol=0)
+    recorded = neuron_compile.compile_fallbacks()
+    assert {e.graph for e in recorded} == {"forward", "backward"}
+    assert all(e.error_class == "CompileError" for e in recorded)
+    assert get_cache().counters.eager_fallbacks >= 2 and get_cache().counters.compiles == 0
+
+
+def test_second_process_hits_the_disk_cache_with_zero_compiles(neff_cache_dir):
+    mlp_step(torch.compile(small_mlp().to("neuron"), backend="neuron"), torch.ones(4, 8).to("neuron"))
+    compiled_here = get_cache().counters.compiles
+    assert compiled_here >= 2
+    env = {**os.environ, "NEURON_CACHE_DIR": str(neff_cache_dir)}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "neff_helpers.py")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counters = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counters["compiles"] == 0
+    assert counters["hits_disk"] == compiled_here
