@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -135,18 +136,26 @@ def is_known_architecture(name: str) -> bool:
     return hasattr(transformers, name)  # fallback: imports the module
 
 
+_QUIET = threading.RLock()
+
+
 @contextlib.contextmanager
 def quiet_transformers():
-    """Silence transformers' config-validation chatter while building many default configs."""
-    logger = logging.getLogger("transformers")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
+    """Silence transformers' config-validation chatter while building many configs.
+
+    Serialized: logger levels and warning filters are process-global, and the Hub crawler triages
+    from worker threads (config building is CPU-bound under the GIL anyway).
+    """
+    with _QUIET:
+        logger = logging.getLogger("transformers")
+        level = logger.level
+        logger.setLevel(logging.ERROR)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                yield
+        finally:
+            logger.setLevel(level)
 
 
 @lru_cache(maxsize=None)

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from agents.traits import TRAIT_NAMES, UNKNOWN, parse_config, vocabulary
+from agents.traits import UNKNOWN, parse_config, vocabulary
 
 REPRESENTATIVES_FILE = "representatives.parquet"
 SELECTION_FILE = "selection.json"

@@ -16,16 +16,31 @@ Modules: ``device`` (registration), ``device_module`` (``torch.neuron``), ``stor
 
 from __future__ import annotations
 
-from backend import lowering
-from backend.device import register as _register
-from backend.errors import (
+
+def _autoload() -> None:
+    """Entry point of `torch.backends`: must never break `import torch` for the whole venv."""
+    try:
+        import backend  # noqa: F401
+    except Exception as exc:  # pragma: no cover - defensive
+        import warnings
+
+        warnings.warn(f"neuron backend failed to load: {type(exc).__name__}: {exc}")
+
+
+# `import torch` runs the torch.backends entry point (`_autoload` above) while this package may be
+# half-imported (`import backend` before torch): `_autoload` must exist before torch is imported.
+import torch  # noqa: E402
+
+from backend import lowering  # noqa: E402
+from backend.device import register as _register  # noqa: E402
+from backend.errors import (  # noqa: E402
     LoweringTableError,
     NeuronError,
     NeuronFallbackError,
     NeuronOutOfMemoryError,
     NeuronUnsupportedError,
 )
-from backend.fallback import (
+from backend.fallback import (  # noqa: E402
     FallbackEvent,
     NeuronFallbackWarning,
     clear_op_tracking,
@@ -37,8 +52,8 @@ from backend.fallback import (
     record_fallback,
     set_fallback_mode,
 )
-from backend.memory import memory_capacity, set_memory_capacity
-from backend.precision import precision, set_precision
+from backend.memory import memory_capacity, set_memory_capacity  # noqa: E402
+from backend.precision import precision, set_precision  # noqa: E402
 
 #: this package simulates the device on the CPU (a real torch-neuronx would say False)
 is_simulated = True
@@ -53,13 +68,3 @@ __all__ = [
     "fallback_ops", "is_simulated", "lowering", "memory_capacity", "precision", "record_fallback",
     "set_fallback_mode", "set_memory_capacity", "set_precision",
 ]
-
-
-def _autoload() -> None:
-    """Entry point of `torch.backends`: must never break `import torch` for the whole venv."""
-    try:
-        import backend  # noqa: F401
-    except Exception as exc:  # pragma: no cover - defensive
-        import warnings
-
-        warnings.warn(f"neuron backend failed to load: {type(exc).__name__}: {exc}")

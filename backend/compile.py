@@ -13,13 +13,14 @@ eagerly and the failure is recorded (`compile_fallbacks()`, counter `eager_fallb
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.fx
@@ -213,7 +214,30 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kw
     _reject_symbolic(example_inputs, gm)
     fw = _aot_compiler("forward")
     backend = aot_autograd(fw_compiler=fw, bw_compiler=_aot_compiler("backward"), inference_compiler=_aot_compiler("inference"))
-    return backend(gm, example_inputs, **kwargs)
+    with _no_fallback_records_while_tracing():
+        return backend(gm, example_inputs, **kwargs)
+
+
+@contextlib.contextmanager
+def _no_fallback_records_while_tracing() -> Iterator[None]:
+    """AOTAutograd's fake-tensor tracing constant-folds small tensors (``lift_fresh_copy``) with
+    real ops on the device; that is compile-time work, not a fallback of the program, so it is
+    neither recorded nor an error in strict mode. Uses the device's `suspended()` when it has one.
+    """
+    from backend import fallback
+
+    suspended = getattr(fallback, "suspended", None)
+    if suspended is not None:
+        with suspended():
+            yield
+        return
+    # ADAPTER (until backend.fallback offers suspended()): swap the recorder for the tracing.
+    original = fallback.record_fallback
+    fallback.record_fallback = lambda *a, **k: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        fallback.record_fallback = original
 
 
 @functools.cache

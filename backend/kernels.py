@@ -11,6 +11,7 @@ in place and returned in schema order).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -42,10 +43,11 @@ class OpInfo:
 
 
 _infos: dict = {}
+_keep: list = []
 
 
 def op_info(op) -> OpInfo:
-    info = _infos.get(op)
+    info = _infos.get(id(op))
     if info is not None:
         return info
     schema = op._schema
@@ -81,7 +83,8 @@ def op_info(op) -> OpInfo:
         has_generator="generator" in arg_index,
         rounded=rounded,
     )
-    _infos[op] = info
+    _infos[id(op)] = info
+    _keep.append(op)  # ids stay unique only while the op object lives
     return info
 
 
@@ -171,29 +174,49 @@ def _sync_written(dev, cpu) -> None:
             _sync_written(d, c)
 
 
-def run_op(op, args: tuple, kwargs: dict, compute=None):
+_support: dict = {}  # (op name, dtypes) -> (ok, reason) for the table in force
+lowering.on_table_change(lambda _table: _support.clear())
+_executed = fallback._executed
+_views = storage._views
+_cpu_view = storage.cpu_view
+
+
+def _run(op, *args, _neuron_compute=None, **kwargs):
     """Run one op for the device: decide native vs. fallback, compute on the CPU, wrap results.
 
-    ``compute`` replaces the CPU computation (for device-only ops such as
-    ``convolution_overrideable`` that have no CPU kernel of their own).
+    The hot path of the whole device (every op of every model goes through here), hence the
+    inlined argument conversion and caches. ``_neuron_compute`` replaces the CPU computation for
+    device-only ops such as ``convolution_overrideable`` that have no CPU kernel of their own.
     """
-    info = _infos.get(op)
+    info = _infos.get(id(op))
     if info is None:
         info = op_info(op)
     dtypes: list = []
     devs: list = []
     written = info.written
-    if written:
-        cargs = [_conv(a, dtypes, devs, i in written) for i, a in enumerate(args)]
+    cargs = list(args)
+    i = 0
+    for a in args:
+        if isinstance(a, _Tensor):
+            if not a.is_cpu:
+                dtypes.append(a.dtype)
+                devs.append(a)
+                cargs[i] = _cpu_view(a, i in written)
+        elif a.__class__ is list or a.__class__ is tuple or a.__class__ is torch.device:
+            cargs[i] = _conv(a, dtypes, devs, i in written)
+        i += 1
+    if kwargs:
         ckw = {k: _conv(v, dtypes, devs, info.arg_index.get(k) in written) for k, v in kwargs.items()}
     else:
-        cargs = [_conv(a, dtypes, devs, False) for a in args]
-        ckw = {k: _conv(v, dtypes, devs, False) for k, v in kwargs.items()} if kwargs else kwargs
-    executed = fallback._executed
-    executed[info.name] = executed.get(info.name, 0) + 1
-    ok, reason = lowering.current_table().supports(info.name, dtypes)
-    if not ok:
-        fallback.record_fallback(info.name, args, kwargs, reason)
+        ckw = kwargs
+    name = info.name
+    _executed[name] = _executed.get(name, 0) + 1
+    key = (name, *dtypes)
+    decision = _support.get(key)
+    if decision is None:
+        decision = _support[key] = lowering.current_table().supports(name, dtypes)
+    if not decision[0]:
+        fallback.record_fallback(name, args, kwargs, decision[1])
     if info.rounded and precision._mode == "bf16":
         for i, n in info.rounded:
             if i < len(cargs):
@@ -208,7 +231,7 @@ def run_op(op, args: tuple, kwargs: dict, compute=None):
                 cargs[i] = generator
         elif ckw.get("generator") is None:
             ckw["generator"] = generator
-    result = (compute or op)(*cargs, **ckw)
+    result = (_neuron_compute or op)(*cargs, **ckw)
     if written:
         for i, n in info.mutable:
             if i < len(args):
@@ -216,6 +239,12 @@ def run_op(op, args: tuple, kwargs: dict, compute=None):
             elif n in kwargs:
                 _sync_written(kwargs[n], ckw[n])
     if not info.returns_written:
+        if result.__class__ is _Tensor and not info.view:
+            if not result.is_cpu:
+                return result
+            if result.layout is not torch.strided or result.is_nested:
+                _check_result(result)
+            return storage.from_cpu(result)
         return _wrap(result, devs if info.view else None, {})
     # out= / in-place: return the written device arguments, in schema order
     outs = result if isinstance(result, (tuple, list)) and len(info.returns_arg) > 1 else (result,)
@@ -228,14 +257,15 @@ def run_op(op, args: tuple, kwargs: dict, compute=None):
     return tuple(final) if len(info.returns_arg) > 1 else final[0]
 
 
-def boxed_fallback(op, *args, **kwargs):
-    return run_op(op, args, kwargs)
+def run_op(op, args: tuple, kwargs: dict, compute=None):
+    """:func:`_run` with explicit argument tuples (for explicit kernels)."""
+    return _run(op, *args, _neuron_compute=compute, **kwargs)
+
+
+#: the boxed fallback registered for every op without a kernel: ``fn(op, *args, **kwargs)``
+boxed_fallback = _run
 
 
 def direct_kernel(op):
     """A kernel bound to one op (registered for structured ops, skipping ``empty`` + ``.out``)."""
-
-    def kernel(*args, **kwargs):
-        return run_op(op, args, kwargs)
-
-    return kernel
+    return functools.partial(_run, op)

@@ -102,6 +102,8 @@ def from_cpu(r: torch.Tensor) -> torch.Tensor:
     _payloads[key] = payload
     _accounted[key] = nbytes
     _refs[key] = weakref.ref(dev, lambda _r, k=key: _release(k))
+    # the result is exactly the CPU view of the new tensor: the next op that reads it hits the cache
+    _views[key] = {(r.dtype, r.size(), r.stride(), r.storage_offset()): r}
     return t
 
 

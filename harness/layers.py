@@ -55,7 +55,7 @@ def _index_dicts(d: dict, n: int) -> dict[str, dict]:
     """Dicts keyed by layer index (gemma4 ``per_layer_config``): {index: per-layer settings}."""
     out = {}
     for k, v in d.items():
-        if not isinstance(v, dict) or not v or k.endswith("_config") and "model_type" in v:
+        if not isinstance(v, dict) or not v or "layer" not in k or "model_type" in v:
             continue
         try:
             idx = [int(x) for x in v]

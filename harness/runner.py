@@ -275,6 +275,7 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     tier = load_tier(opts.tier)
     meta = open_run_dir(run_dir, opts)
     cases = list_cases(tier, opts, run_dir)
+    list_seconds = time.monotonic() - t0
     journal = Journal(run_dir)
     try:
         done = journal.done(tier.name)
@@ -313,5 +314,6 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     summary.update({"run_id": meta["run_id"], "run_dir": str(run_dir), "backend": opts.backend,
                     "shard": meta.get("shard"), "executor": opts.executor, "workers": opts.workers,
                     "resumed": len(cases) - len(todo), "ran": len(todo), "seconds": round(seconds, 3),
+                    "list_seconds": round(list_seconds, 3),
                     "results": str(paths["results"])})
     return summary

@@ -192,7 +192,7 @@ def _bundled_registry() -> str | None:
     try:
         from registry import unit_tier
 
-        found = getattr(unit_tier, "default_registry_path", None)
+        found = getattr(unit_tier, "bundled_registry_path", None) or getattr(unit_tier, "default_registry_path", None)
         path = found() if callable(found) else found
         return str(path) if path and os.path.exists(path) else None
     except Exception:  # noqa: BLE001

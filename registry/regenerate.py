@@ -31,14 +31,31 @@ def _task(args: tuple) -> SpecResult:
 
 
 def _init_worker() -> None:
+    import signal
     import warnings
 
+    try:  # die with the parent (Linux): a killed regenerate leaves no orphan recorders
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
+CHECKPOINT_EVERY = 25  # models
+
+
+def checkpoint_path(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
+
+
 def record_all(specs: Sequence[ModelSpec], workers: int = 1, seq_lengths: tuple[int, ...] = SEQ_LENGTHS,
-               timeout: float = 300.0, progress: bool = True) -> tuple[Registry, list[SpecResult]]:
+               timeout: float = 300.0, progress: bool = True, checkpoint: Path | None = None
+               ) -> tuple[Registry, list[SpecResult]]:
+    """Record every spec; with `checkpoint`, the registry so far is saved there every
+    CHECKPOINT_EVERY models, so a long run that is stopped still leaves a usable registry."""
     from tqdm import tqdm
 
     tasks = [(asdict(s), tuple(seq_lengths), timeout) for s in specs]
@@ -58,6 +75,8 @@ def record_all(specs: Sequence[ModelSpec], workers: int = 1, seq_lengths: tuple[
             results.append(res)
             bar.update(1)
             bar.set_postfix(signatures=len(registry))
+            if checkpoint is not None and len(results) % CHECKPOINT_EVERY == 0:
+                registry.save(checkpoint)
     finally:
         bar.close()
         if pool is not None:
@@ -72,8 +91,10 @@ def regenerate(specs: Sequence[ModelSpec], out: str | os.PathLike, *, workers: i
     t0 = time.perf_counter()
     out = Path(out)
     old = Registry.load(out) if out.is_file() else Registry()
-    registry, results = record_all(specs, workers, seq_lengths, timeout, progress)
+    partial = checkpoint_path(out)
+    registry, results = record_all(specs, workers, seq_lengths, timeout, progress, checkpoint=partial)
     registry.save(out)
+    partial.unlink(missing_ok=True)
     modes: dict[str, int] = {}
     for r in results:
         for run in r.runs:

@@ -133,6 +133,9 @@ class Registry:
         os.close(fd)
         try:
             pq.write_table(self.to_table(), tmp, compression="zstd")
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the data file private
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

@@ -249,9 +249,11 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
     flaky = load_flaky() if flaky is None else flaky
     metrics = [m for m in metric_rules() if m in run.columns and m in baseline.columns]
     cols = KEY + ["status", "model_ids"] + metrics
-    merged = pd.merge(run[cols].drop_duplicates(KEY, keep="last"),
-                      baseline[cols].drop_duplicates(KEY, keep="last"),
-                      on=KEY, how="outer", suffixes=("_run", "_base"), indicator=True)
+
+    def side(df: pd.DataFrame) -> pd.DataFrame:  # object keys: pandas cannot merge empty Arrow-backed keys
+        return df[cols].drop_duplicates(KEY, keep="last").astype({k: object for k in KEY})
+
+    merged = pd.merge(side(run), side(baseline), on=KEY, how="outer", suffixes=("_run", "_base"), indicator=True)
     merged = merged.sort_values(KEY, ignore_index=True)
     where = merged["_merge"].astype(str).tolist()
     status = [None if w == "right_only" else s for w, s in zip(where, merged["status_run"].tolist())]

@@ -45,13 +45,14 @@ class Level:
     title: str
     stages: tuple[str, ...]
     skipped_ok: frozenset[str] = frozenset()
+    from_fallbacks: str = ""  # stage derived from fallback counts when a tier does not record it
 
 
 @functools.cache
 def levels() -> tuple[Level, ...]:
     data = yaml.safe_load(resources.files("reports").joinpath("data/levels.yaml").read_text())
-    return tuple(Level(d["name"], d["title"], tuple(d["stages"]), frozenset(d.get("skipped_ok", ())))
-                 for d in data["levels"])
+    return tuple(Level(d["name"], d["title"], tuple(d["stages"]), frozenset(d.get("skipped_ok", ())),
+                       d.get("from_fallbacks", "")) for d in data["levels"])
 
 
 @dataclass
@@ -151,10 +152,24 @@ def stage_coverage(results: pd.DataFrame) -> list[StageCoverage]:
 
 # ---------------------------------------------------------------------------------------- levels
 
-def _level_status(stages: dict[str, tuple[str, str]], level: Level) -> tuple[str, str, str]:
+def _from_fallbacks(counts: list[float], ops: set[str]) -> tuple[str, str]:
+    """A stage the tier did not record, judged from the case's fallback counts."""
+    known = [c for c in counts if c == c]  # NaN: the backend could not report
+    if not known:
+        return "not_attempted", "stage not recorded and no fallback count reported"
+    if sum(known) > 0:
+        return "fail", "fallback: " + (", ".join(sorted(ops)) if ops else "unknown op")
+    return "pass", ""
+
+
+def _level_status(stages: dict[str, tuple[str, str]], level: Level, fallbacks: tuple[list[float], set[str]],
+                  tier_stages: set[str]) -> tuple[str, str, str]:
     """(status, stage, reason) of one case at one level: 'pass' or the first stage that stopped it."""
     for stage in level.stages:
-        status, reason = stages.get(stage, ("not_attempted", "stage not recorded"))
+        if stage == level.from_fallbacks and stage not in tier_stages:
+            status, reason = _from_fallbacks(*fallbacks)
+        else:
+            status, reason = stages.get(stage, ("not_attempted", "stage not recorded"))
         if status == "pass" or (status == "skipped" and stage in level.skipped_ok):
             continue
         return status, stage, reason
@@ -170,18 +185,29 @@ def case_levels(results: pd.DataFrame) -> pd.DataFrame:
     if model_cases.empty:
         return pd.DataFrame()
     df = results.merge(model_cases, on=["tier", "case_id"])
-    reason = df["reason"].fillna(df["error_class"]).fillna("")
+    # why a stage stopped, in a form that groups: the exception type for unfinished stages, else the reason
+    unfinished = df["status"].isin(["error", "timeout", "oom", "crash"]) & df["error_class"].notna() \
+        & (df["error_class"] != "")
+    reason = df["reason"].where(~unfinished, df["error_class"]).fillna(df["error_class"]).fillna("")
+    reason = reason.str.slice(0, 160)
     per_case: dict[tuple[str, str], dict[str, tuple[str, str]]] = defaultdict(dict)
+    fallbacks: dict[tuple[str, str], tuple[list[float], set[str]]] = defaultdict(lambda: ([], set()))
     cols = (df["tier"].tolist(), df["case_id"].tolist(), df["stage"].tolist(), df["status"].tolist(),
-            reason.tolist())  # bulk conversion: iterating Arrow-backed Series is ~10x slower
-    for tier, case, stage, status, why in zip(*cols):
+            reason.tolist(), df["fallback_count"].astype("float64").tolist(),
+            df["fallback_ops"].tolist())  # bulk conversion: iterating Arrow-backed Series is ~10x slower
+    for tier, case, stage, status, why, n_fallbacks, ops in zip(*cols):
         per_case[(tier, case)][stage] = (status, why)
+        counts, names = fallbacks[(tier, case)]
+        counts.append(n_fallbacks)
+        if ops is not None and not isinstance(ops, float):
+            names.update(str(o) for o in ops)
     cases = _case_frame(df)
+    tier_stages = df.groupby("tier")["stage"].unique().map(set).to_dict()  # stages each tier records
     rows = []
     for key, stages in per_case.items():
         row = {"tier": key[0], "case_id": key[1]}
         for lv in levels():
-            status, stage, why = _level_status(stages, lv)
+            status, stage, why = _level_status(stages, lv, fallbacks[key], tier_stages[key[0]])
             row[lv.name], row[f"{lv.name}_stage"], row[f"{lv.name}_reason"] = status, stage, why
         rows.append(row)
     return pd.DataFrame(rows).merge(cases.reset_index(), on=["tier", "case_id"])

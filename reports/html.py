@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import pandas as pd
 from markupsafe import Markup
 
 from reports import plots
@@ -44,6 +45,10 @@ def _runs(run_dir: Path) -> list[dict[str, Any]]:
     out = []
     for rec in runs.to_dict("records"):
         rec["tiers"] = ", ".join(rec.get("tiers") if rec.get("tiers") is not None else [])
+        for key in ("started_at", "finished_at"):
+            value = rec.get(key)
+            rec[key] = value.strftime("%Y-%m-%d %H:%M:%S UTC") if isinstance(value, dt.datetime) and \
+                not pd.isna(value) else None
         rec = {k: ("" if v is None or (isinstance(v, float) and v != v) else v) for k, v in rec.items()}
         out.append(rec)
     return out

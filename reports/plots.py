@@ -2,36 +2,47 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import re
+from typing import Callable
 
 import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from reports.coverage import LevelCoverage
+from reports.history import RunPoint
 
-from reports.coverage import LevelCoverage  # noqa: E402
-from reports.history import RunPoint  # noqa: E402
-
-plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "harness-report", "font.size": 9,
-                     "axes.spines.top": False, "axes.spines.right": False})
+# Style applied per figure (rc_context), not globally: importing this module changes nothing.
+_RC = {"svg.fonttype": "none", "svg.hashsalt": "harness-report", "font.size": 9,
+       "axes.spines.top": False, "axes.spines.right": False}
 _STAGE_ORDER = ("load", "forward", "backward", "compile", "numerics", "on_device")
 
 
-def _svg(fig) -> str:
+def _styled(fn: Callable[..., str | None]) -> Callable[..., str | None]:
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context(_RC):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def _svg(fig: Figure) -> str:
+    """Figure -> inline <svg> text (no pyplot, so no GUI backend and no global figure state)."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
     text = buf.getvalue()
     return re.sub(r"^.*?(<svg)", r"\1", text, count=1, flags=re.S)  # drop the XML prolog and DOCTYPE
 
 
+@_styled
 def history_svg(points: list[RunPoint]) -> str | None:
     """Pass rate (% of cases) per stage over the last runs, one panel per tier."""
     tiers = sorted({t for p in points for (t, _) in p.rates})
     if not tiers:
         return None
-    fig, axes = plt.subplots(1, len(tiers), figsize=(3.6 * len(tiers) + 0.8, 2.8), squeeze=False, sharey=True)
+    fig = Figure(figsize=(3.6 * len(tiers) + 0.8, 2.8))
+    axes = fig.subplots(1, len(tiers), squeeze=False, sharey=True)
     labels = [p.label for p in points]
     for ax, tier in zip(axes[0], tiers):
         stages = sorted({s for p in points for (t, s) in p.rates if t == tier},
@@ -51,11 +62,13 @@ def history_svg(points: list[RunPoint]) -> str | None:
     return _svg(fig)
 
 
+@_styled
 def levels_svg(levels: list[LevelCoverage]) -> str | None:
     """Share of models (and of downloads) that load, compute, run fully on device, per tier."""
     if not levels:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(levels) + 0.9))
+    fig = Figure(figsize=(7.5, 0.45 * len(levels) + 0.9))
+    ax = fig.subplots()
     names = [f"{lv.tier}: {lv.level}" for lv in levels][::-1]
     models = [100.0 * lv.models_reached / lv.models if lv.models else 0.0 for lv in levels][::-1]
     weight = [100.0 * lv.weight_reached / lv.weight if lv.weight else 0.0 for lv in levels][::-1]
@@ -69,12 +82,14 @@ def levels_svg(levels: list[LevelCoverage]) -> str | None:
     return _svg(fig)
 
 
+@_styled
 def fallback_svg(top_ops: list[dict]) -> str | None:
     """Fallback ops by the number of models they keep off the device."""
     ops = top_ops[:12]
     if not ops:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(ops) + 0.9))
+    fig = Figure(figsize=(7.5, 0.32 * len(ops) + 0.9))
+    ax = fig.subplots()
     ax.barh(range(len(ops))[::-1], [o["models_blocked"] for o in ops], color="#c44e52")
     ax.set_yticks(range(len(ops))[::-1], [f"{o['op']} ({o['tier']})" for o in ops])
     ax.set_xlabel("models blocked")

@@ -95,6 +95,7 @@ def test_full_crawl_pages_triages_and_never_fetches_weights(hub, tmp_path):
     assert summary.ok == 13
     # an auto_map for a type transformers has natively is not a reason to refuse
     assert by_id["org/native-auto-map"].status == "ok"
+    assert "401" in by_id["org/gated"].broken_detail  # no token at all
     # metadata the listing gave is stored
     good = by_id["org/good-00"]
     assert (good.downloads, good.likes, good.pipeline_tag, good.library_name) == (1000, 0, "text-generation", "transformers")
@@ -209,6 +210,7 @@ def test_token_is_sent_for_gated_repos_and_never_written(tmp_path):
     by_id = {r.id: r for r in read_store(tmp_path / "out")}
     assert by_id["org/gated-ok"].status == "ok"
     assert by_id["org/gated-no"].broken_reason == "gated_or_private"
+    assert "403" in by_id["org/gated-no"].broken_detail  # token sent, access not granted
     assert f"Bearer {TOKEN}" in auth
     for f in (tmp_path / "out").rglob("*"):
         if f.is_file():

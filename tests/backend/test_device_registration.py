@@ -62,6 +62,19 @@ def test_import_torch_alone_autoloads_the_device_and_reimport_is_safe_in_a_fresh
                    "loaded_by_torch": True, "after_reload": 0.0}
 
 
+def test_import_backend_before_torch_in_a_fresh_process():
+    """`import backend` first: torch's entry point finds the half-imported package and must not fail."""
+    proc = _run(
+        """
+        import backend
+        import torch
+        print(torch.ones(2, device="neuron").sum().item(), backend.is_simulated)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "2.0 True"
+
+
 def test_torch_neuron_module_api():
     import gc
 

@@ -142,3 +142,14 @@ def test_direction_aware_metrics(make_run, baseline):
 def test_compare_bad_input_exit_2(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "nope"), str(tmp_path / "nope2")]) == 2
     assert "no results.parquet" in capsys.readouterr().err
+
+
+def test_empty_run_against_baseline_is_all_missing(make_run, baseline, tmp_path, capsys):
+    from reports.tables import write_run_tables
+
+    write_run_tables(tmp_path / "empty", {"run_id": "e"}, [])
+    result = compare_runs(tmp_path / "empty", baseline, expectations=[], flaky=[])
+    assert result.counts["MISSING"] == len(result.verdicts) > 0 and result.exit_code == 0
+    assert compare_runs(tmp_path / "empty", tmp_path / "empty").verdicts == []
+    assert main(["compare", str(tmp_path / "empty"), str(baseline), "--strict"]) == 1
+    capsys.readouterr()

@@ -92,3 +92,36 @@ def test_rates_always_carry_denominators():
     assert fmt_rate(3, 6) == "3/6 (50.0%)"
     assert fmt_rate(0, 0) == "0/0 (n/a)"
     assert fmt_rate(600.0, 1000.0, weighted=True) == "600/1,000 (60.0%)"
+
+
+def _full_tier_rows(fallbacks: list[int | None]) -> list[dict]:
+    """Full-tier cases with load/forward/backward only: the fallback count rides on the last row."""
+    rows = []
+    for i, n in enumerate(fallbacks):
+        for stage in ("load", "forward", "backward"):
+            rows.append({"tier": "full", "case_id": f"c{i}", "model_ids": [f"m{i}"], "stage": stage,
+                         "status": "pass", "weight": 10.0,
+                         "fallback_count": n if stage == "backward" else None,
+                         "fallback_ops": ["aten.index.Tensor"] if stage == "backward" and n else []})
+    return rows
+
+
+def test_on_device_derived_from_fallbacks_when_tier_has_no_such_stage(make_run):
+    cov = summarize_run(make_run(rows=_full_tier_rows([0, 0, 4, None]), events=[]))
+    device = _level(cov, "full", "on_device")
+    assert (device.models_reached, device.models) == (2, 4)
+    assert device.not_reached == {"fail": 1, "not_attempted": 1}
+    reasons = {(b["status"], b["reason"]) for b in device.blockers}
+    assert reasons == {("fail", "fallback: aten.index.Tensor"),
+                       ("not_attempted", "stage not recorded and no fallback count reported")}
+    assert _level(cov, "full", "computes").models_reached == 4
+
+
+def test_errors_group_by_exception_type(make_run):
+    def edit(rows):
+        for i, r in enumerate(rows):
+            if r["tier"] == "full" and r["stage"] == "forward":
+                r.update(status="error", error_class="RuntimeError", reason=f"RuntimeError: shape {i} mismatch")
+    cov = summarize_run(make_run(edit=edit))
+    blockers = _level(cov, "full", "computes").blockers
+    assert blockers[0] == {"stage": "forward", "status": "error", "reason": "RuntimeError", "cases": 2, "models": 5}

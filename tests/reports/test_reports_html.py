@@ -52,9 +52,10 @@ def test_new_failures_and_history(make_run, tmp_path, capsys):
     out = _report(run, capsys, "--baseline", str(tmp_path / "bl"))
     assert out["new_failures"] == 1 and out["baseline"] == str(tmp_path / "bl")
     html = (run / "report.html").read_text()
+    assert re.search(r'New failures since the baseline: <a href="#baseline" class="bad"><b>1</b>', html)
     section = html[html.index('id="new-failures-table"'):]
     assert "rep/bert" in section and "forward" in section
-    assert "2 run(s) found" in html  # base and today, the two runs under runs/
+    assert "2 run(s) shown" in html  # base and today, the two runs under runs/
 
 
 def _chromium() -> str | None:
@@ -79,3 +80,23 @@ def test_report_in_headless_chromium(make_run, tmp_path, capsys):
     assert "5/6 (83.3%)" in text  # full tier loads
     assert "aten::foo" in text and "2/6 (33.3%)" in text  # top fallback op and the models it blocks
     assert "3/5 (60.0%)" in text  # unit tier pass rate
+
+
+def test_minimal_run_meta_still_reports(tmp_path, capsys):
+    from reports.tables import write_run_tables
+
+    rows = [{"tier": "unit", "case_id": "u1", "stage": "op", "status": "pass"},
+            {"tier": "unit", "case_id": "u2", "stage": "op", "status": "crash", "error_class": "SIGSEGV"}]
+    write_run_tables(tmp_path / "r", {}, rows)  # no run id, no start time, no backend
+    out = _report(tmp_path / "r", capsys, "--no-baseline")
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert out["run_ids"] == ["r"] and "1/2 (50.0%)" in html
+
+
+def test_empty_run_reports(tmp_path, capsys):
+    from reports.tables import write_run_tables
+
+    write_run_tables(tmp_path / "r", {"run_id": "e", "tiers": ["full"]}, [])
+    out = _report(tmp_path / "r", capsys, "--no-baseline")
+    assert out["junit"] == {} and out["levels"] == []
+    assert "No model tiers in this run." in (tmp_path / "r" / "report.html").read_text()
