@@ -8,7 +8,9 @@ same seeds); the figure is the share of samples CPU can run that also run on neu
 Ops run in child processes, a chunk at a time, so no op can kill the benchmark: when a child
 dies, its chunk is re-run one op per process and the op that kills it is reported as a crash.
 
-    python benchmarks/op_db_agreement.py [--json] [--ops add,mm] [--chunk 40] [--max-samples N]
+    python benchmarks/op_db_agreement.py [--json] [--ops add,mm] [--chunk 40] [--workers 2]
+    python benchmarks/op_db_agreement.py --range 0:350 --records a.jsonl   # split a long run ...
+    python benchmarks/op_db_agreement.py --summarize a.jsonl b.jsonl --json  # ... and merge it
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def _child(indices: list[int], max_samples: int) -> None:
 
     for i in indices:
         op = op_db[i]
+        t0 = time.perf_counter()
         rec = {"index": i, "op": op.name, "variant": op.variant_test_name, "cpu_ok": 0, "matched": 0,
                "errors": 0, "mismatches": 0, "first_problem": None}
         try:
@@ -100,12 +103,13 @@ def _child(indices: list[int], max_samples: int) -> None:
                     rec["first_problem"] = rec["first_problem"] or f"mismatch: {problem}"
         except Exception as exc:  # sample generation itself failed
             rec["skipped"] = f"samples unavailable: {type(exc).__name__}"
+        rec["seconds"] = round(time.perf_counter() - t0, 2)
         print(json.dumps(rec), flush=True)
 
 
 # ----------------------------------------------------------------------------- parent side
 def _run_chunk(indices: list[int], max_samples: int, timeout: float) -> tuple[list[dict], str | None]:
-    env = {**os.environ, "NEURON_PRECISION": "exact", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "NEURON_PRECISION": "exact", "PYTHONPATH": str(ROOT), "NEURON_FALLBACK_MODE": "record"}
     cmd = [sys.executable, __file__, "--child", ",".join(map(str, indices)), "--max-samples", str(max_samples)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
@@ -127,25 +131,48 @@ def _op_indices(only: set[str] | None) -> list[tuple[int, str]]:
     return [(i, n) for i, n in enumerate(names) if only is None or n in only]
 
 
-def measure(only: set[str] | None, chunk: int, max_samples: int, timeout: float) -> dict:
+def _chunk_with_recovery(part: list[int], max_samples: int, timeout: float) -> tuple[list[dict], list[dict]]:
+    got, failure = _run_chunk(part, max_samples, timeout)
+    crashed: list[dict] = []
+    if failure:
+        done = {r["index"] for r in got}
+        for i in part:  # re-run the rest one op per process to find the culprit
+            if i in done:
+                continue
+            single, single_failure = _run_chunk([i], max_samples, timeout)
+            got.extend(single)
+            if single_failure and not single:
+                crashed.append({"index": i, "failure": single_failure})
+    return got, crashed
+
+
+def measure(only: set[str] | None, chunk: int, max_samples: int, timeout: float, workers: int = 1,
+            index_range: tuple[int, int] | None = None, records_path: str | None = None) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
     todo = [i for i, _ in _op_indices(only)]
+    if index_range:
+        todo = [i for i in todo if index_range[0] <= i < index_range[1]]
     records: list[dict] = []
     crashed: list[dict] = []
     started = time.perf_counter()
-    for start in range(0, len(todo), chunk):
-        part = todo[start:start + chunk]
-        got, failure = _run_chunk(part, max_samples, timeout)
-        records.extend(got)
-        if failure:
-            done = {r["index"] for r in got}
-            for i in part:  # re-run the rest one op per process to find the culprit
-                if i in done:
-                    continue
-                single, single_failure = _run_chunk([i], max_samples, timeout)
-                records.extend(single)
-                if single_failure and not single:
-                    crashed.append({"index": i, "failure": single_failure})
-        print(f"  {min(start + chunk, len(todo))}/{len(todo)} ops", file=sys.stderr, flush=True)
+    parts = [todo[s:s + chunk] for s in range(0, len(todo), chunk)]
+    sink = open(records_path, "a", encoding="utf-8") if records_path else None
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for got, dead in pool.map(lambda p: _chunk_with_recovery(p, max_samples, timeout), parts):
+            records.extend(got)
+            crashed.extend(dead)
+            if sink:
+                for r in got + [{"crashed": d} for d in dead]:
+                    sink.write(json.dumps(r) + "\n")
+                sink.flush()
+            print(f"  {len(records) + len(crashed)}/{len(todo)} ops", file=sys.stderr, flush=True)
+    if sink:
+        sink.close()
+    return summarize(records, crashed, len(todo), time.perf_counter() - started)
+
+
+def summarize(records: list[dict], crashed: list[dict], total: int, seconds: float) -> dict:
     cpu_ok = sum(r["cpu_ok"] for r in records)
     matched = sum(r["matched"] for r in records)
     problems = Counter()
@@ -163,7 +190,7 @@ def measure(only: set[str] | None, chunk: int, max_samples: int, timeout: float)
         "samples_matched": matched,
         "samples_errored": sum(r["errors"] for r in records),
         "samples_mismatched": sum(r["mismatches"] for r in records),
-        "ops_total": len(todo),
+        "ops_total": total,
         "ops_run": sum(1 for r in records if "skipped" not in r),
         "ops_skipped": sum(1 for r in records if "skipped" in r),
         "ops_crashed": len(crashed),
@@ -172,7 +199,7 @@ def measure(only: set[str] | None, chunk: int, max_samples: int, timeout: float)
         "failures": worst,
         "precision": "exact",
         "target": 0.99,
-        "seconds": round(time.perf_counter() - started, 1),
+        "seconds": round(seconds, 1),
     }
 
 
@@ -183,13 +210,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=40, help="ops per child process")
     parser.add_argument("--max-samples", type=int, default=0, help="samples per op (0: all)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per child process")
+    parser.add_argument("--workers", type=int, default=1, help="child processes at a time")
+    parser.add_argument("--range", help="only op_db entries with index in A:B")
+    parser.add_argument("--records", help="append one JSON line per op to this file")
+    parser.add_argument("--summarize", nargs="+", metavar="RECORDS",
+                        help="no run: summarize records files written by --records")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
         _child([int(i) for i in args.child.split(",") if i], args.max_samples)
         return 0
-    only = set(args.ops.split(",")) if args.ops else None
-    result = measure(only, args.chunk, args.max_samples, args.timeout)
+    if args.summarize:
+        recs, dead = [], []
+        for path in args.summarize:
+            for line in Path(path).read_text().splitlines():
+                r = json.loads(line)
+                (dead.append(r["crashed"]) if "crashed" in r else recs.append(r))
+        result = summarize(recs, dead, len(recs) + len(dead), sum(r.get("seconds", 0) for r in recs))
+    else:
+        only = set(args.ops.split(",")) if args.ops else None
+        rng = tuple(int(x) for x in args.range.split(":")) if args.range else None
+        result = measure(only, args.chunk, args.max_samples, args.timeout, args.workers, rng, args.records)
     if args.json:
         print(json.dumps(result))
     else:

@@ -164,7 +164,10 @@ class IsolatedWorker:
         """Make sure the child is gone and explain why it went (`killed_for`: what we killed it for)."""
         assert self.proc is not None
         if killed_for is None and self.proc.poll() is None:
-            killed_for = "lost"  # the pipe broke but the process lives: treat as a crash
+            try:  # the pipe closes a moment before the exit status is there
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                killed_for = "lost"  # the pipe broke but the process lives: treat as a crash
         if self.proc.poll() is None:
             self.proc.kill()
         try:
@@ -203,7 +206,6 @@ class IsolatedWorker:
                 if self.conn.poll(self.limits.poll_interval):
                     return self.conn.recv()
             except (EOFError, OSError):
-                time.sleep(0.05)  # let the exit status settle
                 raise self._died()
             if self.proc.poll() is not None:
                 raise self._died()

@@ -11,7 +11,6 @@ than the op). Neither function raises for an op problem; each payload gets exact
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import time
@@ -60,15 +59,12 @@ def _adapter(backend: str) -> BackendAdapter:
     return get_backend(backend)
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """One intra-op thread per worker: the runner's processes share the cores."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+def _one_thread() -> None:
+    """One intra-op thread in a process that replays cases: the runner's workers share the cores,
+    and tiny ops gain nothing from threads. Set once and left so (switching the thread count back
+    and forth rebuilds the thread pool, which cost more than the ops)."""
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 def _run(payload: dict[str, Any], adapter: BackendAdapter, mode: str) -> StageResult:
@@ -96,5 +92,5 @@ def execute_many(payloads: Iterable[dict[str, Any]], backend: str) -> list[list[
                              error_class=type(exc).__name__, message=msg, failing_op=str(p.get("op", "")))]
                 for p in payloads]
     mode = precision_mode(adapter)
-    with _one_thread():
-        return [[_run(p, adapter, mode)] for p in payloads]
+    _one_thread()
+    return [[_run(p, adapter, mode)] for p in payloads]

@@ -100,3 +100,8 @@ def test_empty_run_reports(tmp_path, capsys):
     out = _report(tmp_path / "r", capsys, "--no-baseline")
     assert out["junit"] == {} and out["levels"] == []
     assert "No model tiers in this run." in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_report_of_missing_dir_is_a_clear_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "no results.parquet" in capsys.readouterr().err

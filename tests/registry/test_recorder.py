@@ -1,0 +1,84 @@
+"""Recording: every aten call of forward, backward and optimizer, with value constraints."""
+
+from __future__ import annotations
+
+import torch
+
+from registry_fixtures import bert_inputs, tiny_bert
+from registry.encoding import parse_signature
+from registry.recorder import OpRecorder, record_workload
+
+
+def test_records_all_phases_with_counts(bert_outcome):
+    assert bert_outcome.mode == "real"
+    assert bert_outcome.phases == ["inference", "forward", "backward", "optimizer"]
+    phases = {p.phase for e in bert_outcome.entries for p in e.provenance}
+    assert phases == {"inference", "forward", "backward", "optimizer"}
+    assert sum(e.count for e in bert_outcome.entries) == bert_outcome.calls
+    ops = {e.op for e in bert_outcome.entries}
+    assert {"aten.embedding.default", "aten.embedding_dense_backward.default", "aten.addmm.default",
+            "aten.nll_loss_forward.default"} <= ops
+
+
+def test_embedding_indices_are_bounded_by_the_weight_rows(bert_outcome):
+    emb = [e for e in bert_outcome.entries if e.op == "aten.embedding.default"]
+    by_rows = {parse_signature(e.signature)[0][0]["T"][0]: e.constraints["a.1"] for e in emb}
+    assert by_rows[97] == {"kind": "index", "low": 0, "high": 97, "source": "semantics"}
+    assert by_rows[32]["high"] == 32  # position embeddings
+
+
+def test_nll_loss_targets_are_bounded_by_the_class_dim(bert_outcome):
+    (nll,) = [e for e in bert_outcome.entries if e.op == "aten.nll_loss_forward.default"]
+    assert nll.constraints["a.1"]["high"] == 97
+
+
+def test_real_recording_observes_integer_ranges_and_provenance(bert_outcome):
+    assert all(p.model == "tiny/bert" and p.weight == 10.0 and p.mode == "real"
+               for e in bert_outcome.entries for p in e.provenance)
+    observed = [c for e in bert_outcome.entries for c in e.constraints.values() if c["source"] == "observed"]
+    assert observed and all(c["kind"] in ("range", "mask") for c in observed)
+
+
+def test_fake_tensors_record_the_same_signatures_without_values(bert_outcome):
+    fake = record_workload(tiny_bert, bert_inputs, model_id="tiny/bert", prefer_fake=True)
+    assert fake.mode == "fake" and fake.fake_error == ""
+    assert {(e.op, e.signature) for e in fake.entries} == {(e.op, e.signature) for e in bert_outcome.entries}
+    assert all(c["source"] == "semantics" for e in fake.entries for c in e.constraints.values())
+
+
+class _DataDependent(torch.nn.Module):
+    """nonzero's output shape depends on values: FakeTensorMode cannot run it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y[torch.nonzero(y > 0, as_tuple=True)].sum() + y.sum()
+
+
+def test_fake_failure_falls_back_to_real_and_says_why():
+    out = record_workload(_DataDependent, lambda m: {"x": torch.randn(3, 4)}, model_id="dd", phases=("inference",))
+    assert out.mode == "real"
+    assert "nonzero" in out.fake_error or "DynamicOutputShape" in out.fake_error or "DataDependent" in out.fake_error
+    assert "aten.nonzero.default" in {e.op for e in out.entries}
+
+
+def test_a_model_that_fails_is_an_outcome_not_an_exception():
+    def broken():
+        raise ValueError("no such config")
+
+    out = record_workload(broken, lambda m: {}, model_id="broken")
+    assert out.mode == "failed" and "ValueError: no such config" in out.error and out.entries == []
+
+
+def test_recorder_counts_repeated_calls_once_per_signature():
+    rec = OpRecorder()
+    x = torch.randn(3)
+    with rec:
+        for _ in range(5):
+            torch.neg(x)
+        torch.neg(torch.randn(4))
+    (e3, e4) = sorted((e for e in rec.entries("m", "manual", "real", 0) if e.op == "aten.neg.default"), key=lambda e: e.signature)
+    assert {e3.count, e4.count} == {5, 1}
