@@ -17,7 +17,8 @@ Every decision (input hash, model, prompt version, answer, accepted or rejected,
 cached on disk keyed by its input, so reruns are reproducible and free, and logged to
 DIR/llm_decisions.parquet. Transport failures (timeout, 429 after retries, 5xx) are logged but not
 cached, so a later run may retry them. Retries with backoff are the openai client's own
-(`max_retries`, honouring Retry-After); a run stops calling after a call or token budget.
+(`max_retries`, honouring Retry-After); a run stops calling after a call or token budget, or
+after `max_failures` transport failures in a row (a dead endpoint must not stall a nightly run).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class LLMSettings:
     max_retries: int = 2
     max_calls: int = 200
     max_tokens: int = 200_000
+    max_failures: int = 3  # consecutive transport failures before the run stops calling
     cache_dir: Path | None = None
 
     @property
@@ -76,7 +78,8 @@ class LLMSettings:
         return cls(base_url=env.get("OPENAI_BASE_URL") or None, api_key=env.get("OPENAI_API_KEY") or None,
                    model=env.get("HARNESS_LLM_MODEL") or None, timeout=num("HARNESS_LLM_TIMEOUT", 30.0),
                    max_retries=num("HARNESS_LLM_MAX_RETRIES", 2, int), max_calls=num("HARNESS_LLM_MAX_CALLS", 200, int),
-                   max_tokens=num("HARNESS_LLM_MAX_TOKENS", 200_000, int), cache_dir=Path(cdir) if cdir else None)
+                   max_tokens=num("HARNESS_LLM_MAX_TOKENS", 200_000, int),
+                   max_failures=num("HARNESS_LLM_MAX_FAILURES", 3, int), cache_dir=Path(cdir) if cdir else None)
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class LLMClient:
         self.decisions: list[Decision] = []
         self.calls = 0
         self.tokens = 0
+        self.failures_in_row = 0
         self._client = None
 
     def __repr__(self) -> str:  # never show the key
@@ -179,6 +183,9 @@ class LLMClient:
         if self.calls >= self.settings.max_calls or self.tokens >= self.settings.max_tokens:
             return self._log(None, Decision(**base, answer="", accepted=False, reason="budget exhausted",
                                             fallback_used=True))
+        if self.failures_in_row >= self.settings.max_failures:  # a dead endpoint must not stall the run
+            return self._log(None, Decision(**base, answer="", accepted=False, fallback_used=True,
+                                            reason=f"endpoint unavailable ({self.failures_in_row} failures in a row)"))
         self.calls += 1
         start = time.monotonic()
         try:
@@ -187,8 +194,10 @@ class LLMClient:
                 messages=[{"role": "system", "content": prompt.system},
                           {"role": "user", "content": prompt.user.format(**fields)}])
         except Exception as exc:  # noqa: BLE001 - any transport failure falls back to the rule
+            self.failures_in_row += 1
             return self._log(None, Decision(**base, answer="", accepted=False, reason=_transport_reason(exc),
                                             fallback_used=True, seconds=time.monotonic() - start))
+        self.failures_in_row = 0
         usage = getattr(resp, "usage", None)
         pt, ct = (getattr(usage, "prompt_tokens", 0) or 0), (getattr(usage, "completion_tokens", 0) or 0)
         self.tokens += pt + ct

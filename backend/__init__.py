@@ -29,6 +29,8 @@ def _autoload() -> None:
 
 # `import torch` runs the torch.backends entry point (`_autoload` above) while this package may be
 # half-imported (`import backend` before torch): `_autoload` must exist before torch is imported.
+import os  # noqa: E402
+
 import torch  # noqa: E402
 
 from backend import lowering  # noqa: E402
@@ -60,6 +62,11 @@ is_simulated = True
 DEVICE = "neuron"
 
 _register()
+
+if os.environ.get("NEURON_ADAPTIVE_EAGER", "").strip():  # opt-in; see backend.adaptive
+    from backend import adaptive as _adaptive  # noqa: E402
+
+    _adaptive.enable_from_env()
 
 __all__ = [
     "DEVICE", "FallbackEvent", "LoweringTableError", "NeuronError", "NeuronFallbackError",

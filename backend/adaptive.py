@@ -39,8 +39,13 @@ DEVICE = "neuron"
 MAX_RUN_OPS = 64
 _NEVER_DEFER = {
     "aten._to_copy.default", "aten.copy_.default", "aten._copy_from.default",
-    "aten._copy_from_and_resize.default", "aten._local_scalar_dense.default", "aten.clone.default",
+    "aten._copy_from_and_resize.default", "aten._local_scalar_dense.default",
     "aten.lift_fresh.default", "aten.detach.default",
+}
+#: allocations read no data: they run at once without ending the run
+_NO_SYNC = {
+    "aten.empty.memory_format", "aten.empty_strided.default", "aten.new_empty.default",
+    "aten.new_empty_strided.default", "aten.empty_like.default",
 }
 
 
@@ -108,7 +113,7 @@ class AdaptiveEager(TorchDispatchMode):
                 outs = self._defer(func, args, kwargs)
                 if outs is not None:
                     return outs
-            if not _is_view(func):
+            if not _is_view(func) and str(func) not in _NO_SYNC:
                 self._flush()
         return func(*args, **kwargs)
 
@@ -223,8 +228,15 @@ class AdaptiveEager(TorchDispatchMode):
         """Block until queued background compiles are done (benchmarks and tests)."""
         self._pool.submit(lambda: None).result()
 
+    def __enter__(self) -> AdaptiveEager:
+        _install_print_sync()
+        _modes.append(self)
+        return super().__enter__()
+
     def __exit__(self, *exc: Any) -> Any:
         self.flush()
+        with contextlib.suppress(ValueError):
+            _modes.remove(self)
         return super().__exit__(*exc)
 
 
@@ -285,6 +297,27 @@ def _is_view(func: Any) -> bool:
 # --------------------------------------------------------------------------- switches
 
 _active: AdaptiveEager | None = None
+_modes: list[AdaptiveEager] = []  # every mode entered and not exited (print flushes them all)
+_print_patched = False
+
+
+def _install_print_sync() -> None:
+    """Printing a tensor disables dispatch modes and reads payloads directly: flush before it."""
+    global _print_patched
+    if _print_patched:
+        return
+    import torch._tensor_str as tensor_str
+
+    original = tensor_str._str
+
+    def _str_after_sync(self: torch.Tensor, *args: Any, **kwargs: Any) -> str:
+        if self.device.type == DEVICE:
+            for mode in list(_modes):
+                mode.flush()
+        return original(self, *args, **kwargs)
+
+    tensor_str._str = _str_after_sync
+    _print_patched = True
 
 
 def enable(min_repeats: int | None = None) -> AdaptiveEager:
@@ -309,8 +342,8 @@ def active() -> AdaptiveEager | None:
 
 def synchronize() -> None:
     """A sync point: run pending work (torch.neuron.synchronize should call this)."""
-    if _active is not None:
-        _active.flush()
+    for mode in list(_modes):
+        mode.flush()
 
 
 @contextlib.contextmanager

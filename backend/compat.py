@@ -43,7 +43,7 @@ def _install_storage_cpu() -> None:
         if self.device.type == _NAME:
             from backend import storage
 
-            payload = storage._payloads.get(self._cdata)
+            payload = storage.payload_by_key(self._cdata)
             if payload is None:
                 raise RuntimeError("neuron: storage has no device payload")
             flat = torch.empty(0, dtype=torch.uint8).set_(payload)

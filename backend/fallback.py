@@ -191,6 +191,8 @@ def record_fallback(
     Called by the eager fallback and by the compiled path, so both produce identical events.
     ``args``/``kwargs`` are only inspected for tensor shapes and dtypes (real or fake tensors).
     """
+    if getattr(_suspension, "depth", 0):
+        return FallbackEvent(op, [], [], str(reason), "<suspended>", 0)
     shapes, dtypes = _describe(args, kwargs)
     where = frame if frame is not None else user_frame()
     event = FallbackEvent(op, shapes, dtypes, str(reason), where, 1)
@@ -220,6 +222,20 @@ def record_fallback(
             stacklevel=2,
         )
     return existing or event
+
+
+_suspension = threading.local()
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Neither record nor raise fallbacks in this block (this thread): compile-time work such as
+    AOTAutograd constant folding runs real ops that are not fallbacks of the program."""
+    _suspension.depth = getattr(_suspension, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _suspension.depth -= 1
 
 
 def fallback_events() -> list[FallbackEvent]:

@@ -40,6 +40,7 @@ class OpInfo:
     view: bool  # some return aliases an input without writing it
     has_generator: bool
     rounded: tuple[tuple[int, str], ...]  # (position, name) rounded to bf16 in precision mode
+    call: object  # the C++ callable of the overload (skips OpOverload.__call__)
 
 
 _infos: dict = {}
@@ -82,6 +83,7 @@ def op_info(op) -> OpInfo:
         view=view,
         has_generator="generator" in arg_index,
         rounded=rounded,
+        call=getattr(op, "_op", op),
     )
     _infos[id(op)] = info
     _keep.append(op)  # ids stay unique only while the op object lives
@@ -177,7 +179,6 @@ def _sync_written(dev, cpu) -> None:
 _support: dict = {}  # (op name, dtypes) -> (ok, reason) for the table in force
 lowering.on_table_change(lambda _table: _support.clear())
 _executed = fallback._executed
-_views = storage._views
 _cpu_view = storage.cpu_view
 
 
@@ -231,7 +232,7 @@ def _run(op, *args, _neuron_compute=None, **kwargs):
                 cargs[i] = generator
         elif ckw.get("generator") is None:
             ckw["generator"] = generator
-    result = (_neuron_compute or op)(*cargs, **ckw)
+    result = (_neuron_compute or info.call)(*cargs, **ckw)
     if written:
         for i, n in info.mutable:
             if i < len(args):

@@ -23,34 +23,26 @@ from backend import memory
 _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
 _set_boxed = _set_storage._handle.redispatch_boxed
-_as_strided = torch.ops.aten.as_strided.default
+_as_strided_boxed = torch.ops.aten.as_strided.default._handle.redispatch_boxed
 _create = torch._C._acc.create_empty_tensor
+_empty = torch.empty
 
-#: device storage key -> CPU payload (torch.UntypedStorage)
-_payloads: dict[int, torch.UntypedStorage] = {}
-#: device storage key -> bytes accounted for it
-_accounted: dict[int, int] = {}
-#: device storage key -> weakref to the device storage (its callback frees the payload)
-_refs: dict[int, weakref.ref] = {}
-#: device storage key -> {layout key: CPU view}; views of parameters are reused across steps
-_views: dict[int, dict[tuple, torch.Tensor]] = {}
+# device storage key -> [payload (CPU UntypedStorage), accounted bytes, weakref to the device
+# storage (its callback frees the entry), {layout key: cached CPU view}]
+_PAYLOAD, _NBYTES, _REF, _VIEWS = 0, 1, 2, 3
+_entries: dict[int, list] = {}
 _MAX_VIEWS_PER_STORAGE = 16
 
 
 def _release(key: int) -> None:
-    _payloads.pop(key, None)
-    _views.pop(key, None)
-    _refs.pop(key, None)
-    nbytes = _accounted.pop(key, 0)
-    if nbytes:
-        memory.free(nbytes)
+    entry = _entries.pop(key, None)
+    if entry is not None and entry[_NBYTES]:
+        memory.free(entry[_NBYTES])
 
 
-def _track(dev_storage: torch.UntypedStorage, payload: torch.UntypedStorage) -> None:
+def _track(dev_storage: torch.UntypedStorage, payload: torch.UntypedStorage, nbytes: int, views: dict) -> None:
     key = dev_storage._cdata
-    _payloads[key] = payload
-    _accounted[key] = payload.nbytes()
-    _refs[key] = weakref.ref(dev_storage, lambda _r, k=key: _release(k))
+    _entries[key] = [payload, nbytes, weakref.ref(dev_storage, lambda _r, k=key: _release(k)), views]
 
 
 def storage_nbytes(size, stride, offset: int, itemsize: int) -> int:
@@ -70,23 +62,24 @@ def contiguous_strides(size) -> list[int]:
 
 def new_tensor(size, dtype: torch.dtype, stride=None, payload: torch.UntypedStorage | None = None,
                offset: int = 0) -> torch.Tensor:
-    """A fresh device tensor; allocates (and accounts) a zero-filled-or-not payload when none is given."""
+    """A fresh device tensor; allocates (and accounts) an uninitialized payload when none is given."""
     size = list(size)
     stride = contiguous_strides(size) if stride is None else list(stride)
     if payload is None:
         nbytes = storage_nbytes(size, stride, offset, dtype.itemsize)
         memory.allocate(nbytes)
         try:
-            payload = torch.UntypedStorage(nbytes)
+            payload = _empty(nbytes, dtype=torch.uint8).untyped_storage()
         except BaseException:
             memory.free(nbytes)
             raise
     else:
-        memory.allocate(payload.nbytes())
+        nbytes = payload.nbytes()
+        memory.allocate(nbytes)
     t = _create([0], dtype)
     dev = t.untyped_storage()
-    _set_storage.redispatch(_META, t, dev, offset, size, stride)
-    _track(dev, payload)
+    _set_boxed(_META, t, dev, offset, size, stride)
+    _track(dev, payload, nbytes, {})
     return t
 
 
@@ -95,68 +88,69 @@ def from_cpu(r: torch.Tensor) -> torch.Tensor:
     payload = r.untyped_storage()
     nbytes = payload.nbytes()
     memory.allocate(nbytes)
+    size, stride, offset = r.size(), r.stride(), r.storage_offset()
     t = _create([0], r.dtype)
     dev = t.untyped_storage()
-    _set_boxed(_META, t, dev, r.storage_offset(), r.size(), r.stride())
-    key = dev._cdata
-    _payloads[key] = payload
-    _accounted[key] = nbytes
-    _refs[key] = weakref.ref(dev, lambda _r, k=key: _release(k))
+    _set_boxed(_META, t, dev, offset, size, stride)
     # the result is exactly the CPU view of the new tensor: the next op that reads it hits the cache
-    _views[key] = {(r.dtype, r.size(), r.stride(), r.storage_offset()): r}
+    _track(dev, payload, nbytes, {(r.dtype, size, stride, offset): r})
     return t
 
 
 def alias(base: torch.Tensor, size, stride, offset: int) -> torch.Tensor:
     """A device tensor sharing ``base``'s storage with another layout (no copy, no bounds check)."""
-    return _as_strided.redispatch(_META, base, list(size), list(stride), offset)
+    return _as_strided_boxed(_META, base, list(size), list(stride), offset)
 
 
 def set_layout(t: torch.Tensor, size, stride, offset: int) -> None:
     """Change a device tensor's metadata in place (after an ``out=`` op resized its CPU view)."""
-    _set_storage.redispatch(_META, t, t.untyped_storage(), offset, list(size), list(stride))
+    _set_boxed(_META, t, t.untyped_storage(), offset, list(size), list(stride))
+
+
+def set_layout_to(t: torch.Tensor, dev_storage: torch.UntypedStorage, size, stride, offset: int) -> None:
+    """Point ``t`` at another device storage with the given layout."""
+    _set_boxed(_META, t, dev_storage, offset, list(size), list(stride))
+
+
+def _missing() -> RuntimeError:
+    return RuntimeError(
+        "neuron: tensor has no device payload (it was not created by the neuron device, or its "
+        "storage was freed)"
+    )
+
+
+def payload_by_key(key: int) -> torch.UntypedStorage | None:
+    entry = _entries.get(key)
+    return None if entry is None else entry[_PAYLOAD]
 
 
 def payload_of(t: torch.Tensor) -> torch.UntypedStorage:
-    key = t.untyped_storage()._cdata
-    try:
-        return _payloads[key]
-    except KeyError:
-        raise RuntimeError(
-            "neuron: tensor has no device payload (it was not created by the neuron device, or "
-            "its storage was freed)"
-        ) from None
+    entry = _entries.get(t.untyped_storage()._cdata)
+    if entry is None:
+        raise _missing()
+    return entry[_PAYLOAD]
 
 
 def cpu_view(t: torch.Tensor, fresh: bool = False) -> torch.Tensor:
     """The CPU tensor that shares ``t``'s payload with ``t``'s layout (writes go to the device).
 
-    Views are cached per storage (parameters are read every step); ``fresh=True`` gives an
-    uncached one for arguments whose metadata an op may change (``out=``, in-place views).
+    Views are cached per storage (parameters are read every step; op results are cached when
+    adopted); ``fresh=True`` gives an uncached one for arguments whose metadata an op may change
+    (``out=``, in-place views).
     """
-    dev = t.untyped_storage()
-    key = dev._cdata
-    size = t.size()
-    lkey = (t.dtype, size, t.stride(), t.storage_offset())
-    views = None if fresh else _views.get(key)
-    if views is not None:
-        v = views.get(lkey)
-        if v is not None:
-            return v
-    try:
-        payload = _payloads[key]
-    except KeyError:
-        raise RuntimeError(
-            "neuron: tensor has no device payload (it was not created by the neuron device, or "
-            "its storage was freed)"
-        ) from None
-    v = torch.empty(0, dtype=t.dtype).set_(payload, lkey[3], size, lkey[2])
+    entry = _entries.get(t.untyped_storage()._cdata)
+    if entry is None:
+        raise _missing()
+    size, stride, offset = t.size(), t.stride(), t.storage_offset()
     if fresh:
-        return v
-    if views is None:
-        _views[key] = {lkey: v}
-    elif len(views) < _MAX_VIEWS_PER_STORAGE:
-        views[lkey] = v
+        return _empty(0, dtype=t.dtype).set_(entry[_PAYLOAD], offset, size, stride)
+    lkey = (t.dtype, size, stride, offset)
+    views = entry[_VIEWS]
+    v = views.get(lkey)
+    if v is None:
+        v = _empty(0, dtype=t.dtype).set_(entry[_PAYLOAD], offset, size, stride)
+        if len(views) < _MAX_VIEWS_PER_STORAGE:
+            views[lkey] = v
     return v
 
 
@@ -164,26 +158,26 @@ def replace_payload(t: torch.Tensor, payload: torch.UntypedStorage) -> None:
     """Point ``t``'s device storage at another payload (a CPU op swapped the storage)."""
     dev = t.untyped_storage()
     key = dev._cdata
-    old = _accounted.get(key, 0)
+    entry = _entries.get(key)
+    old = entry[_NBYTES] if entry else 0
     new = payload.nbytes()
     if new > old:
         memory.allocate(new - old)
     elif new < old:
         memory.free(old - new)
-    _payloads[key] = payload
-    _accounted[key] = new
-    _views.pop(key, None)
-    if key not in _refs:
-        _refs[key] = weakref.ref(dev, lambda _r, k=key: _release(k))
+    if entry is None:
+        _track(dev, payload, new, {})
+    else:
+        entry[_PAYLOAD], entry[_NBYTES], entry[_VIEWS] = payload, new, {}
 
 
 def sync_payload_size(t: torch.Tensor) -> None:
     """Re-account a payload whose CPU storage was resized in place (``out=`` of a new size)."""
-    key = t.untyped_storage()._cdata
-    payload = _payloads.get(key)
-    if payload is None:
+    entry = _entries.get(t.untyped_storage()._cdata)
+    if entry is None:
         return
-    new, old = payload.nbytes(), _accounted.get(key, 0)
+    payload = entry[_PAYLOAD]
+    new, old = payload.nbytes(), entry[_NBYTES]
     if new != old:
         if new > old:
             try:
@@ -193,18 +187,13 @@ def sync_payload_size(t: torch.Tensor) -> None:
                 raise
         else:
             memory.free(old - new)
-        _accounted[key] = new
-    _views.pop(key, None)
+        entry[_NBYTES] = new
+    entry[_VIEWS] = {}
 
 
 def is_device_tensor(t: torch.Tensor) -> bool:
-    return t.untyped_storage()._cdata in _payloads
+    return t.untyped_storage()._cdata in _entries
 
 
 def live_storages() -> int:
-    return len(_payloads)
-
-
-def set_layout_to(t: torch.Tensor, dev_storage: torch.UntypedStorage, size, stride, offset: int) -> None:
-    """Point ``t`` at another device storage with the given layout."""
-    _set_storage.redispatch(_META, t, dev_storage, offset, list(size), list(stride))
+    return len(_entries)

@@ -64,11 +64,24 @@ def architecture_of(spec) -> str:
     return arch
 
 
+def config_for(cls, config):
+    """The config the class takes: the composite itself, or its sub-config of the class's type
+    (MusicgenModel is built from the decoder part of a MusicgenConfig)."""
+    wanted = getattr(cls, "config_class", None)
+    if wanted is None or isinstance(config, wanted):
+        return config
+    for name in getattr(config, "sub_configs", {}) or {}:
+        sub = getattr(config, name, None)
+        if isinstance(sub, wanted):
+            return sub
+    return config
+
+
 def count_parameters_meta(config, architecture: str) -> int:
     """Parameter count without allocating memory (the model is built on the meta device)."""
     cls = model_class(architecture)
     with quiet_transformers(), torch.device("meta"):
-        model = cls(config)
+        model = cls(config_for(cls, config))
     return sum(p.numel() for p in model.parameters())
 
 
@@ -96,7 +109,7 @@ def build_model(config, architecture: str, seed: int = 0, device: str | torch.de
     cls = model_class(architecture)
     torch.manual_seed(seed)
     with quiet_transformers():
-        model = cls(config)
+        model = cls(config_for(cls, config))
     model.eval()
     return model.to(device) if str(device) != "cpu" else model
 

@@ -49,6 +49,7 @@ class NightlyOptions:
     use_baseline: bool = True
     limits: WorkerLimits = field(default_factory=WorkerLimits)
     timeout: float | None = None  # overrides the config's and the tiers' per-case timeouts
+    max_cases: int | None = None  # overrides the tiers' recycling period
     progress: bool = True
     config_path: str | None = None
 
@@ -77,13 +78,16 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
         tcfg = config.get(name, {})
         try:
             tier = load_tier(name)
-            timeout = opts.timeout or tcfg.get("timeout") or getattr(tier, "timeout", None) or opts.limits.timeout
+            timeout = (opts.timeout or tcfg.get("timeout") or getattr(tier, "timeout", None) or opts.limits.timeout
+                       or 600.0)
             models = {"representative": opts.representatives, "full": opts.models}.get(name) or tcfg.get("models")
             run_opts = RunOptions(tier=name, out=out / tier.name, backend=opts.backend, workers=opts.workers,
                                   executor=opts.executor, ray_address=opts.ray_address,
                                   registry=(opts.registry or tcfg.get("registry")) if name == "unit" else None,
                                   models=models,
-                                  limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=float(timeout)),
+                                  limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=float(timeout), max_cases=int(
+                                      opts.max_cases or tcfg.get("max_cases_per_worker")
+                                      or getattr(tier, "max_cases_per_worker", None) or 100)),
                                   run_id=run_id, progress=opts.progress,
                                   meta={"nightly": "quick" if opts.quick else "full"})
             tiers[tier.name] = run_tier(run_opts)

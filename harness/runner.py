@@ -22,7 +22,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -295,7 +295,9 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
             bar.update(len(outcomes))
 
         if chunks:
-            executor = make_executor(opts.executor, opts.tier, opts.backend, opts.workers, opts.limits,
+            limits = replace(opts.limits, timeout=opts.limits.timeout or getattr(tier, "timeout", None) or 600.0,
+                             max_cases=opts.limits.max_cases or getattr(tier, "max_cases_per_worker", None) or 100)
+            executor = make_executor(opts.executor, opts.tier, opts.backend, opts.workers, limits,
                                      log_dir=run_dir / "workers", ray_address=opts.ray_address,
                                      sys_path=list(sys.path))
             executor.run(chunks, on_results)

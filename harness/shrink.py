@@ -470,8 +470,24 @@ def full_config_dict(config: Any, model_type: str | None = None) -> tuple[str, d
     cfg.pop("model_type", None)
     for f in rules()["drop_fields"]:
         cfg.pop(f, None)
+    for k, v in (rules().get("required_fields", {}).get(mt) or {}).items():
+        if cfg.get(k) is None:
+            cfg[k] = v
+    _replace_subconfigs(cfg, rules())
     base = config_class(mt)(**cfg)
     return mt, base.to_dict()
+
+
+def _replace_subconfigs(d: dict, r: dict) -> None:
+    """Sub-configs that need a package we never install (timm) -> the transformers equivalent."""
+    for k, v in list(d.items()):
+        if not (isinstance(v, dict) and v.get("model_type") in r.get("replace_subconfigs", {})):
+            continue
+        name = str(v.get("backbone") or v.get("architecture") or "")
+        for prefix, replacement in r["replace_subconfigs"][v["model_type"]].items():
+            if name.startswith(prefix):
+                d[k] = dict(replacement)
+                break
 
 
 def config_class(model_type: str):
@@ -546,16 +562,25 @@ def config_fingerprint(config) -> dict:
 
 
 def architecture_signature(spec) -> str:
-    """Hash of (architecture class, shrunk config): identical architectures -> same signature."""
+    """Hash of (architecture class, shrunk config): identical architectures -> same signature.
+
+    Cached on the spec's (type, class, config) so a population with many identical configs
+    (partial or architecture-only records) shrinks each distinct one once.
+    """
+    blob = json.dumps(spec.config or {}, sort_keys=True, default=str)
+    return _signature(spec.model_type, spec.architecture or "", blob)
+
+
+@lru_cache(maxsize=65536)
+def _signature(model_type: str, architecture: str, config_json: str) -> str:
     from harness.models import default_architecture, resolve_config
+    from harness.specs import ModelSpec
 
+    spec = ModelSpec("signature", model_type, architecture, json.loads(config_json))
     try:
-        cfg = resolve_config(spec)
-        body: Any = config_fingerprint(cfg)
+        body: Any = config_fingerprint(resolve_config(spec))
     except Exception as exc:  # unshrinkable: still a stable key (same input -> same signature)
-        body = {"unresolved": type(exc).__name__, "config": spec.config}
-    arch = spec.architecture or default_architecture(spec.model_type) or ""
-    blob = json.dumps({"architecture": arch, "model_type": spec.model_type, "config": body},
-                      sort_keys=True, default=str)
+        body = {"unresolved": type(exc).__name__, "config": config_json}
+    arch = architecture or default_architecture(model_type) or ""
+    blob = json.dumps({"architecture": arch, "model_type": model_type, "config": body}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-

@@ -7,6 +7,7 @@ registries; they schedule `Case`s of a tier and get back a `CaseOutcome`. A tier
     stages: tuple[str, ...]        # the stages each case reports (rows per case)
     chunk_size: int                # cases sent to a worker at once (1 for models)
     timeout: float                 # optional: default seconds per case (and per chunk)
+    max_cases_per_worker: int      # optional: recycle a worker process after this many cases
     cases(inputs: TierInputs) -> list[Case]            # in priority order (a --limit keeps the head)
     execute(case: Case, backend: str) -> ModelCheck | list[StageResult] | CaseOutcome
     execute_many(cases, backend) -> list[...]           # optional, for chunks
@@ -205,6 +206,7 @@ class UnitTier:
     name = "unit"
     chunk_size = 64
     timeout = 120.0  # per case, and per chunk of 64 (an op takes milliseconds)
+    max_cases_per_worker = 20_000  # op replays leave little behind; a restart costs a torch import
 
     @property
     def stages(self) -> tuple[str, ...]:

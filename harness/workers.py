@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -46,10 +46,10 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 @dataclass
 class WorkerLimits:
-    timeout: float = 600.0  # seconds per case; a chunk gets the same (then reruns case by case)
+    timeout: float | None = None  # seconds per case (None: the tier's, else 600); a chunk gets the same
     memory_bytes: int | None = 8 << 30  # RSS watchdog; None = no limit
     address_space_bytes: int | None = None  # RLIMIT_AS in the child; None = off
-    max_cases: int = 100  # recycle the process after this many cases
+    max_cases: int | None = None  # recycle the process after this many cases (None: the tier's, else 100)
     startup_timeout: float = 300.0  # spawn + tier.setup (imports torch, transformers)
     poll_interval: float = 0.05
 
@@ -90,7 +90,8 @@ class IsolatedWorker:
                  log_dir: str | os.PathLike | None = None, sys_path: list[str] | None = None,
                  name: str = "w0") -> None:
         self.tier_ref, self.backend = tier_ref, backend
-        self.limits = limits or WorkerLimits()
+        limits = limits or WorkerLimits()
+        self.limits = replace(limits, timeout=limits.timeout or 600.0, max_cases=limits.max_cases or 100)
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "harness-workers"
         self.sys_path = list(sys_path if sys_path is not None else sys.path)
         self.name = name

@@ -14,6 +14,7 @@ corrupt one is deleted, counted, and recompiled, never run.
 from __future__ import annotations
 
 import threading
+import warnings
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -105,8 +106,11 @@ class NeffCache:
             self.disk.put(key, data)
             self._count(compiles=1, compile_seconds=artifact.compile_seconds, bytes_written=len(data))
         if self.shared is not None:
-            self.shared.put(key, data)
-            self._count(bytes_written=len(data))
+            try:  # the shared level is best effort: a full or unreachable share never fails a compile
+                self.shared.put(key, data)
+                self._count(bytes_written=len(data))
+            except OSError as exc:
+                warnings.warn(f"neuron cache: could not publish {key[:12]} to {self.shared.location}: {exc}")
         return load_executable(artifact), len(data)
 
     def _verified(self, store: ArtifactStore, key: str) -> tuple[Executable, int, bytes] | None:
@@ -131,7 +135,11 @@ class NeffCache:
     def _from_shared(self, key: str) -> tuple[Executable, int] | None:
         if self.shared is None:
             return None
-        got = self._verified(self.shared, key)
+        try:
+            got = self._verified(self.shared, key)
+        except OSError as exc:
+            warnings.warn(f"neuron cache: shared store {self.shared.location} unreadable: {exc}")
+            return None
         if got is None:
             return None
         self.disk.put(key, got[2])  # fill the local level so the next process hits on disk

@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     opts = NightlyOptions(out=args.out, quick=args.quick, backend=args.backend, workers=args.workers,
                           executor=args.executor, ray_address=args.ray_address, registry=args.registry,
                           representatives=args.representatives, models=args.models, baseline=args.baseline,
-                          use_baseline=not args.no_baseline, timeout=args.timeout,
-                          limits=WorkerLimits(memory_bytes=args.memory_limit, max_cases=args.max_cases_per_worker),
+                          use_baseline=not args.no_baseline, timeout=args.timeout, max_cases=args.max_cases_per_worker,
+                          limits=WorkerLimits(memory_bytes=args.memory_limit),
                           progress=not args.no_progress, config_path=args.config)
     try:
         result = run_nightly(opts)

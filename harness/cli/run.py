@@ -52,8 +52,8 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         "(default per tier: unit 120, representative 900, full 300)")
     parser.add_argument("--memory-limit", type=parse_bytes, default=8 << 30, metavar="SIZE",
                         help="RSS limit per worker, e.g. 8G (default), 0 for none")
-    parser.add_argument("--max-cases-per-worker", type=int, default=100, metavar="N",
-                        help="recycle a worker process after N cases (default 100)")
+    parser.add_argument("--max-cases-per-worker", type=int, metavar="N",
+                        help="recycle a worker process after N cases (default per tier: unit 20000, models 100)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -73,11 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
 
 
-def limits_from(args: argparse.Namespace, tier_timeout: float | None):
+def limits_from(args: argparse.Namespace, tier) -> "WorkerLimits":  # noqa: F821
     from harness.workers import WorkerLimits
 
-    return WorkerLimits(timeout=args.timeout or tier_timeout or 600.0, memory_bytes=args.memory_limit,
-                        max_cases=args.max_cases_per_worker)
+    return WorkerLimits(timeout=args.timeout or getattr(tier, "timeout", None) or 600.0,
+                        memory_bytes=args.memory_limit,
+                        max_cases=args.max_cases_per_worker or getattr(tier, "max_cases_per_worker", None) or 100)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     opts = RunOptions(tier=args.tier, out=args.out, backend=args.backend, shard=shard, workers=args.workers,
                       executor=args.executor, ray_address=args.ray_address, registry=args.registry,
-                      models=args.models, limit=args.limit, limits=limits_from(args, getattr(tier, "timeout", None)),
+                      models=args.models, limit=args.limit, limits=limits_from(args, tier),
                       progress=not args.no_progress)
     try:
         summary = run_tier(opts)

@@ -231,3 +231,16 @@ def test_group_failures_rules_and_llm_merge(cache, tmp_path):
         assert group_failures(failures, client) == rules
         assert client.decisions[-1].reason == "group id used twice: g1"
         client.close()
+
+
+def test_dead_endpoint_stops_being_called(cache, tmp_path):
+    rows = [{**ROW, "id": f"acme/m{i}", "config": json.dumps({"model_type": "acme_mystery", "n": i})} for i in range(5)]
+    with FakeOpenAI(default={"status": 503}) as srv:
+        client = LLMClient(settings(srv, cache, max_retries=0, max_failures=2), log_dir=tmp_path)
+        clf = LLMClassifier(client=client)
+        outs = [clf.fill(r, rule_traits()) for r in rows]
+        reasons = [d.reason for d in client.decisions]
+        client.close()
+        assert len(srv.chat_requests()) == 2
+    assert outs == [rule_traits()] * 5
+    assert reasons[:2] == ["http 503", "http 503"] and reasons[-1].startswith("endpoint unavailable")

@@ -55,6 +55,9 @@ def test_accuracy_per_trait_against_labels(labelled_rows):
                 mismatches.append(f"{m['id']}: {trait} want {want} got {got[trait]}")
     accuracy = {t: 1 - wrong[t] / len(models) for t in TRAIT_NAMES}
     print("per-trait accuracy:", json.dumps(accuracy))
+    held = {m["id"] for m in models if m.get("held_out")}
+    held_wrong = [x for x in mismatches if x.split(": ")[0] in held]
+    print(f"held-out models: {len(held)}, mismatching labels: {len(held_wrong)} of {len(held) * len(TRAIT_NAMES)}")
     print("mismatches:\n  " + "\n  ".join(mismatches))
     low = {t: round(a, 3) for t, a in accuracy.items() if a < 0.95}
     assert not low, f"traits below 95%: {low}; mismatches: {mismatches}"

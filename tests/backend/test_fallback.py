@@ -184,3 +184,15 @@ def test_env_var_selects_error_mode_in_a_new_process():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"mode": "error", "outcome": ["aten.nonzero.default", "data-dependent-shape"]}
+
+
+def test_suspended_blocks_neither_record_nor_raise(mode):
+    from backend.fallback import suspended
+
+    mode("error")
+    x = torch.ones(2, device="neuron")
+    with backend.collect_fallbacks() as events, suspended():
+        torch.nonzero(x)  # compile-time work: not a fallback of the program
+    assert events == []
+    with pytest.raises(backend.NeuronFallbackError):
+        torch.nonzero(x)

@@ -168,3 +168,11 @@ def test_second_process_hits_the_disk_cache_with_zero_compiles(neff_cache_dir):
     counters = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counters["compiles"] == 0
     assert counters["hits_disk"] == compiled_here
+
+
+def test_neuron_is_a_registered_dynamo_backend():
+    from torch._dynamo.backends.registry import lookup_backend
+
+    neuron_compile.register_dynamo_backend()
+    assert "neuron" in torch._dynamo.list_backends()
+    assert lookup_backend("neuron") is neuron_compile.neuron_backend

@@ -54,7 +54,7 @@ def test_export_then_import_gives_the_same_registry(gpt2, tmp_path):
     path = tmp_path / "out.txt"
     path.write_text(export_oplog(gpt2.registry))
     again = import_oplog(path, model=next(iter(gpt2.registry)).models[0])
-    assert again == gpt2 or list(again.registry) == list(gpt2.registry)
+    assert list(again.registry) == list(gpt2.registry)
 
 
 @pytest.mark.shared_data

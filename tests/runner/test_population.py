@@ -52,3 +52,15 @@ def test_snapshot_records_become_members_with_reasons(tmp_path, monkeypatch):
     assert members["bare"].spec is None and members["bare"].not_runnable
     with pytest.raises(ValueError, match="not a crawl store"):
         load_population(str(tmp_path / "x.csv"))
+
+
+def test_limit_signs_only_enough_of_the_population(fake_signature, monkeypatch):
+    signed = []
+    real = population._case_key
+    monkeypatch.setattr(population, "_case_key", lambda item: signed.append(item) or real(item))
+    members = [_m(f"m{i}", "bert", 1000 - i, hidden_size=8 * (i % 50)) for i in range(500)]
+    taken = population.sample_members(members, limit=3)
+    assert len(signed) < 100  # not the whole population
+    assert taken[0].model_id == "m0"  # most downloaded first
+    cases = dedupe_cases(taken)
+    assert len(cases) >= 3 and cases[0].model_ids[0] == "m0"

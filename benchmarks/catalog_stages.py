@@ -1,0 +1,299 @@
+"""How much of the offline catalog passes each stage, on neuron and on cpu, and how long it takes.
+
+    python benchmarks/catalog_stages.py                       # model types, neuron and cpu
+    python benchmarks/catalog_stages.py --pairs --workers 2   # every type x class pair
+    python benchmarks/catalog_stages.py --shrink-only --json  # the shrinker's coverage only
+    python benchmarks/catalog_stages.py --compile --types bert,llama
+
+Each model runs in a worker process (reused between models, replaced after a timeout or a crash:
+a crash is a row with status `crash`, never a lost one). Prints counts per stage and status for
+each backend, the wall time per backend and their ratio; `--json` prints one object with keys
+`shrink`, `backends` ({backend: {unit: {stage: {status: n}}, seconds, models}}), `ratios`.
+`--rows PATH` writes every result as JSON lines (the failure report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import sys
+import time
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+EAGER_STAGES = ["load", "forward", "backward", "numerics", "on_device"]
+
+
+# --------------------------------------------------------------------------- what to run
+def catalog_specs(pairs: bool, types: set[str] | None, limit: int | None) -> list[dict[str, Any]]:
+    """Base model per type (or the first class of a type without one), or every type x class pair."""
+    from agents.catalog import iter_catalog
+
+    out, seen = [], set()
+    for rec in iter_catalog(types):
+        if rec.status != "ok":
+            continue
+        if not pairs and rec.model_type in seen:
+            continue
+        seen.add(rec.model_type)
+        out.append({"model_id": rec.id, "model_type": rec.model_type, "architecture": rec.architecture,
+                    "config": rec.config_dict() or {}, "heads": len(rec.tags) or 1, "base": bool(rec.is_base)})
+    return out[:limit] if limit else out
+
+
+# --------------------------------------------------------------------------- workers
+def _worker(conn, backend: str, stages: list[str]) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from harness.check import check_model
+    from harness.specs import ModelSpec
+
+    if backend not in ("cpu", "cuda"):
+        import backend as _  # noqa: F401  (register the device before the first model)
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        spec = ModelSpec(task["model_id"], task["model_type"], task["architecture"], task["config"])
+        result = check_model(spec, backend=backend, stages=stages)
+        conn.send(result.to_dict())
+
+
+def _shrink_worker(conn) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from harness.models import architecture_of, count_parameters_meta, resolve_config
+    from harness.specs import ModelSpec
+
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        spec = ModelSpec(task["model_id"], task["model_type"], task["architecture"], task["config"])
+        row = {"model_id": spec.model_id, "model_type": spec.model_type}
+        try:
+            cfg = resolve_config(spec)
+            row.update(ok=True, level=cfg._shrink_level, parameters=count_parameters_meta(cfg, architecture_of(spec)),
+                       budget_changes=cfg._shrink_budget_changes, errors=cfg._shrink_errors)
+        except Exception as exc:  # noqa: BLE001 - a row with the reason
+            row.update(ok=False, reason=f"{type(exc).__name__}: {str(exc)[:300]}")
+        conn.send(row)
+
+
+class Pool:
+    """N worker processes; a task that exceeds `timeout` or kills its worker becomes a row."""
+
+    def __init__(self, target, args: tuple, workers: int, timeout: float):
+        self.ctx = mp.get_context("fork")
+        self.target, self.args, self.timeout = target, args, timeout
+        self.slots = [self._spawn() for _ in range(workers)]
+
+    def _spawn(self):
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=self.target, args=(child, *self.args), daemon=True)
+        proc.start()
+        child.close()
+        return {"proc": proc, "conn": parent, "task": None, "start": 0.0}
+
+    def map(self, tasks: list[dict], on_fail, progress=None):
+        queue, results = list(tasks), []
+        while queue or any(s["task"] is not None for s in self.slots):
+            for i, s in enumerate(self.slots):
+                if s["task"] is None and queue:
+                    s["task"], s["start"] = queue.pop(0), time.monotonic()
+                    s["conn"].send(s["task"])
+            busy = [s for s in self.slots if s["task"] is not None]
+            ready = wait([s["conn"] for s in busy] + [s["proc"].sentinel for s in busy], timeout=1.0)
+            now = time.monotonic()
+            for i, s in enumerate(self.slots):
+                if s["task"] is None:
+                    continue
+                if s["conn"] in ready and s["conn"].poll():
+                    try:
+                        results.append(s["conn"].recv())
+                    except EOFError:
+                        results.append(on_fail(s["task"], "crash", "worker died"))
+                    s["task"] = None
+                elif not s["proc"].is_alive():
+                    results.append(on_fail(s["task"], "crash", f"worker exited with code {s['proc'].exitcode}"))
+                    s["conn"].close()
+                    self.slots[i] = self._spawn()
+                    continue
+                elif now - s["start"] > self.timeout:
+                    s["proc"].kill()
+                    s["proc"].join()
+                    results.append(on_fail(s["task"], "timeout", f"exceeded {self.timeout:.0f}s"))
+                    s["conn"].close()
+                    self.slots[i] = self._spawn()
+                    continue
+                else:
+                    continue
+                if progress:
+                    progress(len(results))
+        return results
+
+    def close(self):
+        for s in self.slots:
+            try:
+                s["conn"].send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            s["proc"].join(timeout=5)
+            if s["proc"].is_alive():
+                s["proc"].kill()
+
+
+# --------------------------------------------------------------------------- summaries
+def _failed_row(stages: list[str]):
+    def make(task: dict, status: str, reason: str) -> dict:
+        return {"model_id": task["model_id"], "model_type": task["model_type"], "architecture": task["architecture"],
+                "stages": {s: {"status": status, "reason": reason} for s in stages}, "fallback_ops": []}
+    return make
+
+
+def stage_counts(rows: list[dict], weight_key: str | None = None, tasks: dict | None = None) -> dict:
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for row in rows:
+        w = (tasks or {}).get(row["model_id"], {}).get(weight_key, 1) if weight_key else 1
+        for stage, r in row["stages"].items():
+            counts[stage][r["status"]] += w
+    return {s: dict(c) for s, c in counts.items()}
+
+
+def run_backend(backend: str, tasks: list[dict], stages: list[str], workers: int, timeout: float) -> tuple[list[dict], float]:
+    t0 = time.monotonic()
+    pool = Pool(_worker, (backend, stages), workers, timeout)
+    done = [0]
+
+    def progress(n):
+        if n % 25 == 0 or n == len(tasks):
+            print(f"  [{backend}] {n}/{len(tasks)} ({time.monotonic() - t0:.0f}s)", file=sys.stderr, flush=True)
+            done[0] = n
+
+    try:
+        rows = pool.map(tasks, _failed_row(stages), progress)
+    finally:
+        pool.close()
+    return rows, time.monotonic() - t0
+
+
+def run_shrink(tasks: list[dict], workers: int, timeout: float) -> dict:
+    from harness.shrink import rules
+
+    budget = rules()["targets"]["max_parameters"]
+    t0 = time.monotonic()
+    pool = Pool(_shrink_worker, (), workers, timeout)
+    try:
+        rows = pool.map(tasks, lambda t, st, why: {"model_id": t["model_id"], "model_type": t["model_type"],
+                                                   "ok": False, "reason": f"{st}: {why}"})
+    finally:
+        pool.close()
+    ok = [r for r in rows if r.get("ok")]
+    small = [r for r in ok if r["parameters"] < budget]
+    levels = collections.Counter(r["level"] for r in ok)
+    return {
+        "models": len(rows), "instantiated": len(ok), "under_budget": len(small),
+        "instantiated_pct": round(100 * len(ok) / max(1, len(rows)), 2),
+        "under_budget_pct": round(100 * len(small) / max(1, len(rows)), 2),
+        "levels": dict(levels), "seconds": round(time.monotonic() - t0, 1),
+        "failures": sorted(({"model_type": r["model_type"], "reason": r.get("reason", "")} for r in rows if not r.get("ok")),
+                           key=lambda r: r["model_type"]),
+        "over_budget": sorted(({"model_type": r["model_type"], "parameters": r["parameters"]} for r in ok if r["parameters"] >= budget),
+                              key=lambda r: -r["parameters"]),
+    }
+
+
+def full_config_tasks(path: Path) -> list[dict]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from harness.models import UnknownArchitecture, model_class
+
+    tasks = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        cfg = row["config"]
+        if cfg.get("model_type") not in CONFIG_MAPPING_NAMES:
+            continue
+        arch = (cfg.get("architectures") or [""])[0]
+        try:
+            model_class(arch)
+        except UnknownArchitecture:
+            arch = ""
+        tasks.append({"model_id": row["id"], "model_type": cfg["model_type"], "architecture": arch, "config": cfg})
+    return tasks
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backends", default="neuron,cpu")
+    p.add_argument("--pairs", action="store_true", help="every type x class pair, not one model per type")
+    p.add_argument("--compile", action="store_true", help="also run the (slow) compile stage")
+    p.add_argument("--types", help="comma-separated model types to restrict to")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=180.0)
+    p.add_argument("--shrink-only", action="store_true")
+    p.add_argument("--full-configs", type=Path, default=ROOT.parent / "shared" / "data" / "hub" / "full_configs.jsonl")
+    p.add_argument("--rows", type=Path, help="write every result row here (JSON lines)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+
+    types = set(args.types.split(",")) if args.types else None
+    tasks = catalog_specs(args.pairs, types, args.limit)
+    out: dict[str, Any] = {"models": len(tasks), "unit": "pairs" if args.pairs else "types"}
+    shrink_tasks = [t for t in tasks if t["base"]] if not args.pairs else tasks
+    out["shrink"] = {"catalog_base_types": run_shrink(shrink_tasks, args.workers, args.timeout)}
+    if args.full_configs.is_file():
+        out["shrink"]["full_configs"] = run_shrink(full_config_tasks(args.full_configs), args.workers, args.timeout)
+    if not args.json:
+        for name, s in out["shrink"].items():
+            print(f"shrink {name}: {s['instantiated']}/{s['models']} instantiate ({s['instantiated_pct']}%), "
+                  f"{s['under_budget']} under the parameter budget ({s['under_budget_pct']}%), {s['seconds']}s")
+    rows_out = []
+    if not args.shrink_only:
+        stages = EAGER_STAGES[:3] + (["compile"] if args.compile else []) + EAGER_STAGES[3:]
+        out["backends"] = {}
+        for backend in args.backends.split(","):
+            rows, seconds = run_backend(backend, tasks, stages, args.workers, args.timeout)
+            rows_out += [dict(r, backend=backend) for r in rows]
+            entry = {"seconds": round(seconds, 1), "models": len(rows), "stages": stage_counts(rows)}
+            if args.pairs:
+                entry["heads_weighted"] = stage_counts(rows, "heads", {t["model_id"]: t for t in tasks})
+            out["backends"][backend] = entry
+            if not args.json:
+                print(f"\n{backend}: {len(rows)} models in {seconds:.0f}s ({seconds / max(1, len(rows)):.2f}s/model)")
+                for stage in stages:
+                    counts = entry["stages"].get(stage, {})
+                    print(f"  {stage:10s} " + "  ".join(f"{k}={v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+        secs = {b: e["seconds"] for b, e in out["backends"].items()}
+        if "neuron" in secs and "cpu" in secs and secs["cpu"]:
+            out["ratios"] = {"neuron_over_cpu_seconds": round(secs["neuron"] / secs["cpu"], 2)}
+            if not args.json:
+                print(f"\nneuron/cpu wall time: {out['ratios']['neuron_over_cpu_seconds']}x "
+                      "(shared 2-core machine: noisy)")
+    if args.rows:
+        with args.rows.open("w") as f:
+            for name, s in out["shrink"].items():
+                for fail in s["failures"]:
+                    f.write(json.dumps({"kind": "shrink_failure", "set": name, **fail}) + "\n")
+                for big in s["over_budget"]:
+                    f.write(json.dumps({"kind": "over_budget", "set": name, **big}) + "\n")
+            for r in rows_out:
+                f.write(json.dumps({"kind": "check", **r}, default=str) + "\n")
+    if args.json:
+        print(json.dumps(out, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""Replay: inputs honour constraints, comparison uses per-dtype and precision-mode tolerances."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.backends import get_backend
+from registry.encoding import encode_args, signature
+from registry.replay import CaseSpec, build_args, compare, materialize, replay
+from registry.tolerances import precision_mode, tolerance_for
+
+CPU = get_backend("cpu")
+
+
+def _spec(op, args, kwargs=None, constraints=None):
+    a, k = encode_args(args, kwargs or {})
+    return CaseSpec(op, signature(a, k), constraints or {})
+
+
+def _inputs(spec):
+    import json
+
+    sig = json.loads(spec.signature)
+    from registry.constraints import infer_constraints
+
+    cons = {**spec.constraints, **infer_constraints(spec.op, sig["a"], sig["k"])}
+    built = build_args(sig["a"], sig["k"], cons, torch.Generator().manual_seed(0))
+    return materialize(built[0], torch.device("cpu"))
+
+
+def test_embedding_indices_stay_below_the_rows():
+    spec = _spec("aten.embedding.default", (torch.zeros(7, 4), torch.zeros(50, dtype=torch.long)))
+    weight, idx = _inputs(spec)
+    assert idx.min() >= 0 and idx.max() < 7 and idx.unique().numel() > 1
+
+
+def test_scatter_indices_are_unique_along_the_dim():
+    spec = _spec("aten.scatter.src", (torch.zeros(6, 5), 0, torch.zeros(4, 5, dtype=torch.long), torch.zeros(4, 5)))
+    _, _, index, _ = _inputs(spec)
+    for col in index.t():
+        assert col.unique().numel() == 4 and col.max() < 6
+
+
+def test_grouped_mm_offsets_are_sorted_and_end_at_the_grouped_dim():
+    spec = _spec("aten._grouped_mm.default", (torch.zeros(16, 8), torch.zeros(4, 8, 3), torch.zeros(4, dtype=torch.int32)))
+    offs = _inputs(spec)[2]
+    assert torch.equal(offs, offs.sort().values) and int(offs[-1]) == 16
+
+
+def test_strides_and_offsets_are_rebuilt():
+    base = torch.zeros(40)
+    spec = _spec("aten.neg.default", (base.as_strided((3, 4), (1, 5), 2),))
+    (t,) = _inputs(spec)
+    assert t.shape == (3, 4) and t.stride() == (1, 5) and t.storage_offset() == 2
+
+
+def test_passing_case_reports_native_on_cpu_and_error_metric():
+    r = replay(_spec("aten.addmm.default", (torch.zeros(3), torch.zeros(2, 4), torch.zeros(4, 3))), CPU)
+    assert r.stage == "op" and r.status.value == "pass"
+    assert r.metrics["native"] is True and r.metrics["max_abs_err"] == 0.0 and r.metrics["fallback_ops"] == []
+
+
+def test_invalid_case_is_skipped_with_the_cpu_reason():
+    r = replay(_spec("aten.mm.default", (torch.zeros(2, 3), torch.zeros(4, 5))), CPU)
+    assert r.status.value == "skipped" and "cpu reference raised" in r.reason
+
+
+def test_unreplayable_arguments_and_ops_are_skipped_not_raised():
+    r = replay(CaseSpec("aten.neg.default", '{"a":[{"opaque":"Generator"}],"k":{}}'), CPU)
+    assert r.status.value == "skipped" and "Generator" in r.reason
+    r = replay(CaseSpec("aten.nope.default", '{"a":[],"k":{}}'), CPU)
+    assert r.status.value == "skipped" and "does not exist" in r.reason
+
+
+def test_random_ops_compare_metadata_only():
+    r = replay(_spec("aten.normal_.default", (torch.zeros(16),)), CPU)
+    assert r.status.value == "pass"
+
+
+def test_tolerances_exact_for_ints_loose_for_16_bit_and_for_bf16_precision_mode():
+    assert tolerance_for("aten.add.Tensor", "i64").exact
+    assert tolerance_for("aten.add.Tensor", "bf16").rtol > tolerance_for("aten.add.Tensor", "f16").rtol > tolerance_for("aten.add.Tensor", "f32").rtol
+    assert tolerance_for("aten.mm.default", "f32", "bf16").atol_rms > tolerance_for("aten.mm.default", "f32", "exact").atol_rms
+    assert tolerance_for("aten.add.Tensor", "f32", "bf16") == tolerance_for("aten.add.Tensor", "f32", "exact")
+
+
+def test_bf16_rounded_matmul_passes_only_in_bf16_mode():
+    a, b = torch.randn(16, 64), torch.randn(64, 16)
+    expected = [a @ b]
+    actual = [a.bfloat16().float() @ b.bfloat16().float()]
+    assert compare("aten.mm.default", expected, actual, "bf16").ok
+    assert not compare("aten.mm.default", expected, actual, "exact").ok
+    worse = [expected[0] + 0.5]
+    assert not compare("aten.mm.default", expected, worse, "bf16").ok
+
+
+def test_wrong_shape_or_integer_difference_fails():
+    assert not compare("aten.neg.default", [torch.zeros(2)], [torch.zeros(3)], "exact").ok
+    cmp = compare("aten.add.Tensor", [torch.tensor([1, 2])], [torch.tensor([1, 3])], "exact")
+    assert not cmp.ok and cmp.max_abs_err == 1.0
+
+
+def test_precision_mode_comes_from_the_backend():
+    assert precision_mode(CPU) == "exact"
+
+    class _Adapter:
+        device_type = "neuron"
+
+        class module:  # noqa: N801 - stands in for the backend module
+            @staticmethod
+            def precision():
+                return "exact"
+
+    assert precision_mode(_Adapter()) == "exact"
