@@ -294,15 +294,40 @@ def load_representatives(out_dir: str | Path) -> list:
 
 def default_representatives() -> list:
     """Representatives of the offline catalog (every architecture the installed transformers knows).
-    The catalog has no downloads, so the choice falls to cover size, then parameters, then id."""
-    return list(_default_specs())
+    The catalog has no downloads, so the choice falls to cover size, then parameters, then id.
+    Building the catalog takes a while, so the result is cached on disk per transformers and
+    trait-vocabulary version ($HARNESS_CACHE_DIR)."""
+    return _to_specs(_default_rows())
 
 
-@lru_cache(maxsize=1)
-def _default_specs() -> tuple:
+def default_cache_path() -> Path:
+    import transformers
+
+    from agents.traits import cache_dir
+
+    return cache_dir() / f"default_representatives-{transformers.__version__}-v{vocabulary()['version']}.json"
+
+
+def _default_rows() -> list[dict[str, Any]]:
+    path = default_cache_path()
+    try:
+        rows = json.loads(path.read_text())
+        if isinstance(rows, list) and rows and all(isinstance(r, dict) and "id" in r for r in rows):
+            return rows
+    except (OSError, ValueError):
+        pass
     from agents.catalog import iter_catalog
     from agents.classify import traits_frame
 
-    records = [r.__dict__ if hasattr(r, "__dict__") else dict(r) for r in iter_catalog()]
+    records = [asdict(r) for r in iter_catalog()]
     frame = traits_frame(pd.DataFrame.from_records(records), with_store_columns=True)
-    return tuple(_to_specs(asdict(r) for r in select(frame).representatives))
+    keep = ("id", "model_type", "architecture", "config", "downloads", "source")
+    rows = [{k: getattr(r, k) for k in keep} for r in select(frame).representatives]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rows))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return rows

@@ -19,6 +19,7 @@ precision rule, in the same order.
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -164,7 +165,10 @@ class AdaptiveEager(TorchDispatchMode):
         fallback.note_executed(str(func))
         if len(run.entries) >= MAX_RUN_OPS:
             self._flush()
-        return outs if len(func._schema.returns) > 1 or str(func._schema.returns[0].type) == "Tensor[]" else outs[0]
+        returns = func._schema.returns
+        if str(returns[0].type) == "Tensor[]":
+            return outs
+        return tuple(outs) if len(returns) > 1 else outs[0]
 
     # ------------------------------------------------------------------ runs
     def flush(self) -> None:
@@ -201,7 +205,6 @@ class AdaptiveEager(TorchDispatchMode):
     def _compile(self, key: tuple, entries: list[tuple], specs: list[TensorSpec]) -> None:
         """Background: the run as an FX graph (ops + copies into outputs) through the NEFF cache."""
         from backend.cache import get_cache
-        from backend.neff import load_executable  # noqa: F401  (cache returns executables)
 
         graph = torch.fx.Graph()
         inputs = [graph.placeholder(f"t{i}") for i in range(len(specs))]
@@ -211,7 +214,7 @@ class AdaptiveEager(TorchDispatchMode):
                 graph.call_function(torch.ops.aten.copy_.default, (inputs[outs[0]], node))
             else:
                 for i, pos in enumerate(outs):
-                    item = graph.call_function(__import__("operator").getitem, (node, i))
+                    item = graph.call_function(operator.getitem, (node, i))
                     graph.call_function(torch.ops.aten.copy_.default, (inputs[pos], item))
         graph.output(None)
         gm = torch.fx.GraphModule(torch.nn.Module(), graph)
@@ -235,6 +238,7 @@ class AdaptiveEager(TorchDispatchMode):
 
     def __exit__(self, *exc: Any) -> Any:
         self.flush()
+        self._pool.shutdown(wait=False)  # queued compiles still finish; their results land in the NEFF cache
         with contextlib.suppress(ValueError):
             _modes.remove(self)
         return super().__exit__(*exc)

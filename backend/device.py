@@ -50,12 +50,21 @@ def _forward_ad_unsupported(*args, **kwargs):
     )
 
 
-def _structured_ops(skip: set[str]):
-    """Ops whose CPU kernel is structured: without a direct kernel they would reach the device as
-    ``empty`` + the ``.out`` overload (two Python calls); a direct kernel makes it one."""
+def _direct_ops(skip: set[str]):
+    """Ops that get a direct kernel instead of reaching the boxed fallback:
+
+    - structured ops: without it they arrive as ``empty`` + the ``.out`` overload (two Python
+      calls); a direct kernel makes it one;
+    - ops with both a CPU kernel and a CompositeExplicitAutograd decomposition for other devices
+      (``native_layer_norm``, ``native_group_norm``, ``addr``, ...): the device runs the op itself,
+      as a native lowering would, instead of a decomposition that differs numerically from CPU.
+    """
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     for full in torch._C._dispatch_get_all_op_names():
-        if not full.startswith("aten::") or not has(full, "CompositeExplicitAutogradNonFunctional"):
+        if not full.startswith("aten::"):
+            continue
+        if not (has(full, "CompositeExplicitAutogradNonFunctional")
+                or (has(full, "CompositeExplicitAutograd") and has(full, "CPU"))):
             continue
         name = full.removeprefix("aten::")
         if name in skip or has(full, "PrivateUse1"):
@@ -91,7 +100,7 @@ def register() -> None:
     impl = torch.library.Library("aten", "IMPL")
     for name, fn in explicit.KERNELS.items():
         impl.impl(name, fn, "PrivateUse1")
-    for name, op in _structured_ops(set(explicit.KERNELS)):
+    for name, op in _direct_ops(set(explicit.KERNELS)):
         impl.impl(name, kernels.direct_kernel(op), "PrivateUse1")
     impl.impl("_make_dual", _forward_ad_unsupported, "AutogradPrivateUse1")
     impl.impl("_make_dual", _forward_ad_unsupported, "PrivateUse1")

@@ -147,6 +147,10 @@ def _wrap(r, inputs: list[torch.Tensor] | None, made: dict):
                     base = d
                     break
         if base is not None:
+            if base.dtype != r.dtype:  # view_as_real / view_as_complex / view(dtype): same bytes
+                t = storage._create([0], r.dtype)
+                storage.set_layout_to(t, base.untyped_storage(), r.size(), r.stride(), r.storage_offset())
+                return t
             return storage.alias(base, r.size(), r.stride(), r.storage_offset())
         t = storage.from_cpu(r)
         made[key] = t
@@ -232,7 +236,14 @@ def _run(op, *args, _neuron_compute=None, **kwargs):
                 cargs[i] = generator
         elif ckw.get("generator") is None:
             ckw["generator"] = generator
-    result = (_neuron_compute or info.call)(*cargs, **ckw)
+    try:
+        result = (_neuron_compute or info.call)(*cargs, **ckw)
+    except RuntimeError as exc:
+        # A wrapped-number tensor (``x * 2.0`` inside a composite kernel) reaches Python as a
+        # number; the overload packet resolves it to the Scalar overload, as PyTorch would.
+        if _neuron_compute is not None or "Expected a value of type 'Tensor'" not in str(exc):
+            raise
+        result = op._overloadpacket(*cargs, **ckw)
     if written:
         for i, n in info.mutable:
             if i < len(args):

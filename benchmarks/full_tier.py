@@ -58,6 +58,26 @@ def measure(population: str, workers: int, out: Path, backend: str, timeout: flo
     }
 
 
+def list_only(population: str, workers: int) -> dict:
+    """Just the listing: population read + deduplication (what the run then costs is per case)."""
+    from harness.population import dedupe_cases, load_population
+
+    models = None if population == "catalog" else str(HUB if population == "hub" else population)
+    t0 = time.perf_counter()
+    members = load_population(models)
+    t1 = time.perf_counter()
+    cases = dedupe_cases(members, workers=workers)
+    t2 = time.perf_counter()
+    runnable = [c for c in cases if not c.payload.get("not_attempted")]
+    weight = sum(c.weight for c in cases)
+    return {"population": population, "models": len(members), "cases": len(cases),
+            "distinct_architectures": len(runnable), "runnable_models": sum(len(c.model_ids) for c in runnable),
+            "runnable_download_share": round(sum(c.weight for c in runnable) / weight, 4) if weight else None,
+            "not_attempted": {c.case_id.split("/", 1)[1]: len(c.model_ids) for c in cases
+                              if c.payload.get("not_attempted")},
+            "read_seconds": round(t1 - t0, 1), "dedupe_seconds": round(t2 - t1, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--population", default="catalog", help="catalog | hub | PATH (default catalog)")
@@ -66,8 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--limit", type=int, help="only the first N cases (a smoke run, not the benchmark)")
     p.add_argument("--out", help="keep the run directory here (default: a temp dir, removed)")
+    p.add_argument("--list-only", action="store_true", help="only read and deduplicate the population")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.list_only:
+        print(json.dumps(list_only(args.population, args.workers)))
+        return 0
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="full-tier-")) / "run"
     try:
         res = measure(args.population, args.workers, out, args.backend, args.timeout, args.limit)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -68,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
 
     cache = tempfile.mkdtemp(prefix="select-scale-cache-")
     os.environ["HARNESS_CACHE_DIR"] = cache
+    try:
+        return _measure(args)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     import transformers  # noqa: F401 - import cost reported apart from the work
 

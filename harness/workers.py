@@ -88,8 +88,9 @@ class IsolatedWorker:
 
     def __init__(self, tier_ref: str, backend: str, limits: WorkerLimits | None = None,
                  log_dir: str | os.PathLike | None = None, sys_path: list[str] | None = None,
-                 name: str = "w0") -> None:
+                 name: str = "w0", threads: int | None = None) -> None:
         self.tier_ref, self.backend = tier_ref, backend
+        self.threads = threads  # intra-op threads of the child (OMP/MKL/torch); None: library default
         limits = limits or WorkerLimits()
         self.limits = replace(limits, timeout=limits.timeout or 600.0, max_cases=limits.max_cases or 100)
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "harness-workers"
@@ -112,7 +113,7 @@ class IsolatedWorker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.workers", str(child_sock.fileno())],
                 pass_fds=[child_sock.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                env=self._child_env(),
             )
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
@@ -125,6 +126,13 @@ class IsolatedWorker:
             self._kill()
             raise RuntimeError(f"worker for tier {self.tier_ref!r} failed to start: {msg[1]}")
         self._stages = tuple(msg[2])
+
+    def _child_env(self) -> dict[str, str]:
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+        if self.threads:  # N workers share the cores instead of each spinning up a thread per core
+            for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+                env[var] = str(self.threads)
+        return env
 
     def stages(self) -> tuple[str, ...]:
         if self._stages is None:
@@ -271,7 +279,12 @@ class IsolatedWorker:
         return [results[c.case_id] for c in cases]
 
     def _failed(self, case: Case, died: WorkerDied) -> CaseOutcome:
-        stages = self._stages or ("case",)
+        stages = self._stages
+        if stages is None:  # the child died before telling us: ask the tier in this process
+            try:
+                stages = tuple(load_tier(self.tier_ref).stages)
+            except Exception:  # noqa: BLE001
+                stages = ("case",)
         out = failure_outcome(case, stages, died.status, died.reason, died.error_class, died.message,
                               seconds=getattr(self, "_deadline_s", 0.0) if died.status == Status.TIMEOUT else 0.0)
         out.worker.update({"worker": self.name, "died": died.reason})

@@ -30,10 +30,11 @@ class LocalExecutor:
             todo.put(chunk)
         lock = threading.Lock()
         errors: list[BaseException] = []
+        threads = max(1, (os.cpu_count() or 1) // self.workers)  # the cores, shared among the workers
 
         def loop(n: int) -> None:
             worker = IsolatedWorker(self.tier_ref, self.backend, self.limits, log_dir=self.log_dir,
-                                    sys_path=self.sys_path, name=f"w{n}")
+                                    sys_path=self.sys_path, name=f"w{n}", threads=threads)
             self._live.append(worker)
             try:
                 while not self._stop.is_set() and not errors:

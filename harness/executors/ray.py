@@ -35,7 +35,9 @@ class _WorkerActor:
                  name: str) -> None:
         from harness.workers import IsolatedWorker
 
-        self.worker = IsolatedWorker(tier_ref, backend, WorkerLimits(**limits), sys_path=sys_path, name=name)
+        # one CPU per actor: one intra-op thread, as Ray sized it
+        self.worker = IsolatedWorker(tier_ref, backend, WorkerLimits(**limits), sys_path=sys_path, name=name,
+                                     threads=1)
 
     def run_chunk(self, cases: list[dict[str, Any]], many: bool) -> list[dict[str, Any]]:
         outs = self.worker.run_chunk([Case(**c) for c in cases], many)

@@ -143,14 +143,34 @@ def test_empty_population():
 
 
 @pytest.mark.slow
-def test_default_representatives_of_the_catalog_cover_every_architecture_trait():
+def test_default_representatives_of_the_catalog_cover_every_architecture_trait(tmp_path, monkeypatch):
     """The offline catalog (no downloads): deterministic by size then id, and every type is covered."""
     from agents.catalog import iter_catalog
-    from agents.select import default_representatives
+    from agents.select import default_cache_path, default_representatives
+    from agents.traits import reset_profiles
 
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))  # computed here, not read from a cache
+    reset_profiles()
     specs = default_representatives()
+    assert default_cache_path().exists()
     assert specs and specs == default_representatives()
     ok_types = {r.model_type for r in iter_catalog() if r.status == "ok"}
     rep_types = {s.model_type for s in specs}
     assert rep_types == ok_types  # model_type is a trait: every family has a representative
     assert all(s.source == "catalog" and s.config.get("model_type") for s in specs)
+    reset_profiles()
+
+
+def test_default_representatives_are_read_from_the_disk_cache(tmp_path, monkeypatch):
+    from agents.select import default_cache_path, default_representatives
+    from agents.traits import reset_profiles
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    reset_profiles()
+    row = {"id": "catalog/bert/BertModel", "model_type": "bert", "architecture": "BertModel",
+           "config": json.dumps({"model_type": "bert"}), "downloads": 0, "source": "catalog"}
+    default_cache_path().write_text(json.dumps([row]))
+    specs = default_representatives()
+    assert [(s.model_id, s.architecture, s.config, s.source) for s in specs] == \
+        [("catalog/bert/BertModel", "BertModel", {"model_type": "bert"}, "catalog")]
+    reset_profiles()
