@@ -43,10 +43,11 @@ _NEVER_DEFER = {
     "aten._copy_from_and_resize.default", "aten._local_scalar_dense.default",
     "aten.lift_fresh.default", "aten.detach.default",
 }
-#: allocations read no data: they run at once without ending the run
+#: allocations and unannotated views read no data: they run at once without ending the run
 _NO_SYNC = {
     "aten.empty.memory_format", "aten.empty_strided.default", "aten.new_empty.default",
-    "aten.new_empty_strided.default", "aten.empty_like.default",
+    "aten.new_empty_strided.default", "aten.empty_like.default", "aten._unsafe_view.default",
+    "aten._reshape_alias.default",
 }
 
 
@@ -126,6 +127,7 @@ class AdaptiveEager(TorchDispatchMode):
                 isinstance(func, torch._ops.OpOverload)
                 and func.namespace == "aten"
                 and str(func) not in _NEVER_DEFER
+                and str(func) not in _NO_SYNC
                 and schema is not None
                 and not schema.is_mutable
                 and schema.returns

@@ -30,6 +30,7 @@ from backend.neff import TensorSpec, UnsupportedGraphError
 from backend.neff.compiler import CompilerFlags, compile_partition, plan
 from backend.neff.device import DEVICE, to_device, to_host
 from backend.neff.partition import LoweringTable, partition_graph
+from backend.neff.precision import cached_weight_rounding
 
 log = logging.getLogger(__name__)
 BACKEND_NAME = "neuron"
@@ -109,7 +110,12 @@ class NeffModule(torch.nn.Module):
         self.on_device = on_device  # per output: wrap as a neuron tensor (False: a host graph)
 
     def forward(self, *args: Any) -> Any:
-        results = self.executable(*[to_host(a) for a in args])
+        hosts = [to_host(a) for a in args]
+        versions = {
+            id(h): a._version for a, h in zip(args, hosts) if isinstance(a, torch.nn.Parameter) and h is not a
+        }
+        with cached_weight_rounding(versions):
+            results = self.executable(*hosts)
         outs = [to_device(o) if dev else o for o, dev in zip(results, self.on_device)]
         return tuple(outs) if self.tuple_output else outs[0]
 

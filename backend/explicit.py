@@ -168,6 +168,18 @@ def convolution_backward_overrideable(*args, **kwargs):
     return run_op(_aten.convolution_backward_overrideable.default, args, kwargs, compute=_conv_backward_cpu)
 
 
+def conj_view(self):
+    """``conj()`` of a complex tensor: materialized. A lazy conjugate bit on a data-less device
+    tensor sends later copies through PyTorch's math-bit fallback, which reads device memory
+    directly (a crash); complex dtypes are a CPU fallback on this device anyway."""
+    return run_op(_aten._conj.default, (self,), {}, compute=torch.conj_physical)
+
+
+def neg_view(self):
+    """``_neg_view``: materialized for the same reason as :func:`conj_view`."""
+    return run_op(_aten._neg_view.default, (self,), {}, compute=torch.neg)
+
+
 #: schema name -> kernel, registered for the PrivateUse1 key
 KERNELS = {
     "empty.memory_format": empty_memory_format,
@@ -186,4 +198,6 @@ KERNELS = {
     "convolution_overrideable": convolution_overrideable,
     "convolution_backward_overrideable": convolution_backward_overrideable,
     "native_dropout": with_device_rng(_aten.native_dropout.default),
+    "_conj": conj_view,
+    "_neg_view": neg_view,
 }

@@ -31,17 +31,19 @@ EAGER_STAGES = ["load", "forward", "backward", "numerics", "on_device"]
 
 
 # --------------------------------------------------------------------------- what to run
-def catalog_specs(pairs: bool, types: set[str] | None, limit: int | None) -> list[dict[str, Any]]:
-    """Base model per type (or the first class of a type without one), or every type x class pair."""
+def catalog_specs(pairs: bool, types: set[str] | None, limit: int | None, heads_only: bool = False) -> list[dict[str, Any]]:
+    """Base model per type (or the first class of a type without one), or every type x class pair
+    (`heads_only`: the pairs the per-type run did not already check)."""
     from agents.catalog import iter_catalog
 
     out, seen = [], set()
     for rec in iter_catalog(types):
         if rec.status != "ok":
             continue
-        if not pairs and rec.model_type in seen:
-            continue
+        first = rec.model_type not in seen
         seen.add(rec.model_type)
+        if (not pairs and not first) or (heads_only and first):
+            continue
         out.append({"model_id": rec.id, "model_type": rec.model_type, "architecture": rec.architecture,
                     "config": rec.config_dict() or {}, "heads": len(rec.tags) or 1, "base": bool(rec.is_base)})
     return out[:limit] if limit else out
@@ -237,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backends", default="neuron,cpu")
     p.add_argument("--pairs", action="store_true", help="every type x class pair, not one model per type")
+    p.add_argument("--heads-only", action="store_true", help="with --pairs: skip each type's first class")
     p.add_argument("--compile", action="store_true", help="also run the (slow) compile stage")
     p.add_argument("--types", help="comma-separated model types to restrict to")
     p.add_argument("--limit", type=int)
@@ -249,11 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     types = set(args.types.split(",")) if args.types else None
-    tasks = catalog_specs(args.pairs, types, args.limit)
+    tasks = catalog_specs(args.pairs, types, args.limit, args.heads_only)
     out: dict[str, Any] = {"models": len(tasks), "unit": "pairs" if args.pairs else "types"}
     shrink_tasks = [t for t in tasks if t["base"]] if not args.pairs else tasks
-    out["shrink"] = {"catalog_base_types": run_shrink(shrink_tasks, args.workers, args.timeout)}
-    if args.full_configs.is_file():
+    out["shrink"] = {} if args.heads_only else {
+        "catalog_base_types" if not args.pairs else "catalog_pairs": run_shrink(shrink_tasks, args.workers, args.timeout)}
+    if args.full_configs.is_file() and not args.pairs:
         out["shrink"]["full_configs"] = run_shrink(full_config_tasks(args.full_configs), args.workers, args.timeout)
     if not args.json:
         for name, s in out["shrink"].items():

@@ -9,8 +9,11 @@ artifact's flags and applies the same rounding to the same arguments.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from typing import Any, Callable
+import threading
+import weakref
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -27,9 +30,54 @@ def mode_of(flags: dict[str, Any]) -> str:
     return "exact" if str(flags.get("precision", "bf16")) == "exact" else "bf16"
 
 
+class _WeightRounding(threading.local):
+    """Rounded copies of parameters, reused while the parameter's version counter is unchanged.
+
+    A compiled step would otherwise convert every fp32 weight to bf16 and back on every call; the
+    hardware keeps bf16 weights instead. Only inputs the caller declares (parameters, with their
+    device version counter) are cached; the weakref check makes a recycled id() a miss.
+    """
+
+    def __init__(self) -> None:
+        self.versions: dict[int, int] | None = None
+        self.entries: dict[tuple, tuple[Any, torch.Tensor]] = {}
+
+
+_weights = _WeightRounding()
+_MAX_ROUNDED = 4096
+
+
+@contextlib.contextmanager
+def cached_weight_rounding(versions: dict[int, int]) -> Iterator[None]:
+    """Within the block, host tensors whose id() is in `versions` (id -> version) are parameters."""
+    previous, _weights.versions = _weights.versions, versions
+    try:
+        yield
+    finally:
+        _weights.versions = previous
+
+
+def _round_tensor(x: torch.Tensor) -> torch.Tensor:
+    versions = _weights.versions
+    if versions and x.dtype == torch.float32:
+        base = x._base if x._base is not None else x
+        version = versions.get(id(base))
+        if version is not None:
+            key = (id(base), version, tuple(x.shape), x.stride(), x.storage_offset())
+            hit = _weights.entries.get(key)
+            if hit is not None and hit[0]() is base:
+                return hit[1]
+            rounded = device_precision.round_bf16(x)
+            if len(_weights.entries) >= _MAX_ROUNDED:
+                _weights.entries.clear()
+            _weights.entries[key] = (weakref.ref(base), rounded)
+            return rounded
+    return device_precision.round_bf16(x)
+
+
 def _round(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
-        return device_precision.round_bf16(x)
+        return _round_tensor(x)
     if isinstance(x, (list, tuple)):
         return type(x)(_round(v) for v in x)
     return x

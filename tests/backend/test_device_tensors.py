@@ -158,3 +158,22 @@ def test_device_storage_constructor_does_not_crash():
     assert st.device.type == "neuron" and st.nbytes() == 16
     st.copy_(torch.arange(16, dtype=torch.uint8).untyped_storage())
     assert torch.equal(torch.empty(0, dtype=torch.uint8).set_(st.cpu()), torch.arange(16, dtype=torch.uint8))
+
+
+def test_conjugate_and_negative_views_do_not_crash():
+    """Lazy conj/neg bits on a data-less tensor would send copies through PyTorch's math-bit
+    fallback, which reads device memory directly (a segfault); the device materializes them."""
+    x = torch.randn(4, dtype=torch.complex64)
+    d = x.to("neuron")
+    assert torch.equal(d.conj().clone().cpu(), x.conj().resolve_conj())
+    assert torch.equal(d.conj().cpu(), x.conj().resolve_conj())
+    r = torch.randn(5, 5)
+    torch.testing.assert_close(torch.fft.hfft(r.to("neuron")).cpu(), torch.fft.hfft(r))
+    assert torch.equal(torch.view_as_real(d).cpu(), torch.view_as_real(x))
+
+
+def test_python_scalars_in_tensor_positions():
+    """Composite kernels pass wrapped numbers (x * 2.0); they reach Python as plain numbers."""
+    x = torch.tensor([-1.5, 2.0, 3.0])
+    assert torch.equal(torch.copysign(x.to("neuron"), -2.0).cpu(), torch.copysign(x, -2.0))
+    assert torch.equal(torch.remainder(torch.arange(5).to("neuron"), 3).cpu(), torch.remainder(torch.arange(5), 3))

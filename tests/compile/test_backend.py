@@ -176,3 +176,26 @@ def test_neuron_is_a_registered_dynamo_backend():
     neuron_compile.register_dynamo_backend()
     assert "neuron" in torch._dynamo.list_backends()
     assert lookup_backend("neuron") is neuron_compile.neuron_backend
+
+
+def test_training_with_optimizer_updates_matches_eager():
+    """Rounded weights are reused only while a parameter is unchanged: SGD updates are seen."""
+    x = torch.randn(4, 8).to("neuron")
+
+    def train(model, steps=3):
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        outs = []
+        for _ in range(steps):
+            out = model(x)
+            out.square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            outs.append(out.detach().cpu())
+        return outs
+
+    eager = train(small_mlp().to("neuron"))
+    model = small_mlp().to("neuron")
+    compiled = train(torch.compile(model, backend="neuron"))
+    assert not torch.equal(compiled[0], compiled[-1])  # the weights did change
+    for got, want in zip(compiled, eager):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)

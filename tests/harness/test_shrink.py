@@ -184,6 +184,7 @@ def test_architecture_signature_dedups_identical_architectures():
     assert sa == sb and sa != sc and sa != sd
 
 
+@pytest.mark.slow
 @pytest.mark.shared_data
 def test_every_full_hub_config_of_a_known_type_shrinks_under_budget(full_configs_path):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
