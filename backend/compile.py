@@ -228,22 +228,11 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kw
 def _no_fallback_records_while_tracing() -> Iterator[None]:
     """AOTAutograd's fake-tensor tracing constant-folds small tensors (``lift_fresh_copy``) with
     real ops on the device; that is compile-time work, not a fallback of the program, so it is
-    neither recorded nor an error in strict mode. Uses the device's `suspended()` when it has one.
-    """
+    neither recorded nor an error in strict mode."""
     from backend import fallback
 
-    suspended = getattr(fallback, "suspended", None)
-    if suspended is not None:
-        with suspended():
-            yield
-        return
-    # ADAPTER (until backend.fallback offers suspended()): swap the recorder for the tracing.
-    original = fallback.record_fallback
-    fallback.record_fallback = lambda *a, **k: None  # type: ignore[assignment]
-    try:
+    with fallback.suspended():
         yield
-    finally:
-        fallback.record_fallback = original
 
 
 @functools.cache

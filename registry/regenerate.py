@@ -10,6 +10,7 @@ each bounded by a timeout; a model that fails or times out is listed with its re
 from __future__ import annotations
 
 import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, as_completed
 import os
 import sys
 import time
@@ -61,27 +62,34 @@ def record_all(specs: Sequence[ModelSpec], workers: int = 1, seq_lengths: tuple[
     tasks = [(asdict(s), tuple(seq_lengths), timeout) for s in specs]
     registry, results = Registry(), []
     bar = tqdm(total=len(tasks), desc="recording", unit="model", file=sys.stderr, disable=not progress)
-    if workers <= 1:
-        iterator = map(_task, tasks)
-        pool = None
-    else:
-        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_init_worker, maxtasksperchild=25)
-        iterator = pool.imap_unordered(_task, tasks)
+
+    def collect(res: SpecResult) -> None:
+        for entry in res.entries:
+            registry.add(entry)
+        res.entries = []
+        results.append(res)
+        bar.update(1)
+        bar.set_postfix(signatures=len(registry))
+        if checkpoint is not None and len(results) % CHECKPOINT_EVERY == 0:
+            registry.save(checkpoint)
+
     try:
-        for res in iterator:
-            for entry in res.entries:
-                registry.add(entry)
-            res.entries = []
-            results.append(res)
-            bar.update(1)
-            bar.set_postfix(signatures=len(registry))
-            if checkpoint is not None and len(results) % CHECKPOINT_EVERY == 0:
-                registry.save(checkpoint)
+        if workers <= 1:
+            for task in tasks:
+                collect(_task(task))
+        else:
+            # ProcessPoolExecutor survives a worker that dies (BrokenProcessPool: the models not
+            # finished are reported); multiprocessing.Pool can hang in join() after that.
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, max_tasks_per_child=25) as pool:
+                futures = {pool.submit(_task, t): t[0]["model_id"] for t in tasks}
+                for fut in as_completed(futures):
+                    try:
+                        collect(fut.result())
+                    except Exception as exc:  # noqa: BLE001 - a dead worker: the model is reported
+                        collect(SpecResult(futures[fut], error=f"worker died: {type(exc).__name__}: {exc}"[:300]))
     finally:
         bar.close()
-        if pool is not None:
-            pool.close()
-            pool.join()
     results.sort(key=lambda r: r.model_id)
     return registry, results
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any, Mapping, Protocol
 
 import torch
 import torch.fx
 import yaml
-from importlib import resources
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 

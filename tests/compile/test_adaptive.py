@@ -3,7 +3,6 @@ sync points flush, fallbacks are recorded as in eager."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 import backend

@@ -78,3 +78,16 @@ def test_diff_names_added_and_removed_ops_and_signatures():
     d = new.diff(old).to_dict()
     assert d == {"signatures_added": 1, "signatures_removed": 1, "ops_added": ["aten.exp.default"],
                  "ops_removed": ["aten.abs.default"]}
+
+
+def test_bundled_registry_is_a_valid_registry_at_scale():
+    """The registry shipped for the unit tier (rebuilt by `harness registry regenerate`)."""
+    from registry.unit_tier import bundled_registry_path
+
+    path = bundled_registry_path()
+    if not path.is_file():
+        pytest.skip("no bundled registry in this checkout")
+    table = pq.read_table(path, columns=["case_id", "op"])
+    assert table.schema.metadata[METADATA_KEY] == str(SCHEMA_VERSION).encode()
+    ids = table.column("case_id").to_pylist()
+    assert len(ids) == len(set(ids)) >= 10_000
