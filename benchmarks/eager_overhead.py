@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     result = measure(args.repeats)
-    result.update(repeats=args.repeats, threads=1, target_ratio=3.0)
+    result.update(repeats=args.repeats, threads=1, target_max=3.0)
     import backend
 
     result["precision"] = backend.precision()

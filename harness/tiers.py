@@ -184,8 +184,24 @@ def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOu
 
         spec = ModelSpec(**case.payload["spec"])
         out = from_result(case, check_model(spec, backend, stages), stages)
+        out.info.setdefault("traits", traits_of(spec))
     out.info.update(case.payload.get("info") or {})
     return out
+
+
+def traits_of(spec: ModelSpec) -> dict[str, Any] | None:
+    """The spec's architectural traits (agents.traits) for coverage by trait; None if unavailable."""
+    try:
+        from dataclasses import asdict as _asdict
+
+        from agents.traits import extract_traits
+
+        level = "full" if len(spec.config) > 5 else ("partial" if spec.config else None)
+        record = extract_traits(spec.config, model_type=spec.model_type,
+                                architectures=[spec.architecture] if spec.architecture else None, config_level=level)
+        return _asdict(record) if hasattr(record, "__dataclass_fields__") else dict(record)
+    except Exception:  # noqa: BLE001 - a label must never fail a case
+        return None
 
 
 def _bundled_registry() -> str | None:
@@ -285,6 +301,3 @@ class FullTier:
     def execute(self, case: Case, backend: str) -> CaseOutcome:
         return run_model_check(case, backend, self.stages)
 
-
-def describe_case(case: Case) -> str:
-    return json.dumps({"case_id": case.case_id, "tier": case.tier, "models": len(case.model_ids)})

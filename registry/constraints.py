@@ -192,7 +192,8 @@ def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]
 def _observe(t: torch.Tensor) -> dict | None:
     with torch.no_grad():
         if t.dtype == torch.bool:
-            return {"kind": "mask", "density": round(float(t.float().mean()), 3), "source": "observed"}
+            count = int(t.sum())  # exact: masked_scatter / boolean index_put need this many Trues
+            return {"kind": "mask", "density": round(count / t.numel(), 3), "count": count, "source": "observed"}
         if not t.dtype.is_floating_point and not t.dtype.is_complex:
             lo, hi = int(t.min()), int(t.max())
             return {"kind": "range", "low": lo, "high": hi + 1, "source": "observed"}

@@ -73,6 +73,13 @@ def _values(shape: list[int], dtype: torch.dtype, c: dict | None, gen: torch.Gen
     n_shape = list(shape)
     if dtype == torch.bool:
         density = float((c or {}).get("density", 0.5))
+        if c and c.get("source") == "observed":
+            # as many Trues as the model had (recorded, or from the density for older recordings)
+            numel = int(torch.Size(n_shape).numel())
+            count = min(numel, int(c.get("count", round(density * numel))))
+            flat = torch.zeros(numel, dtype=torch.bool)
+            flat[torch.randperm(numel, generator=gen)[:count]] = True
+            return flat.reshape(n_shape)
         return torch.rand(n_shape, generator=gen) < density
     if not (dtype.is_floating_point or dtype.is_complex):
         if kind == "offsets" and n_shape:
@@ -320,15 +327,33 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
             raise UnreplayableError(f"argument of type {opaque} cannot be rebuilt")
         # the op's semantics as known now override what was stored when the case was recorded
         constraints = {**spec.constraints, **infer_constraints(spec.op, a_enc, k_enc)}
-        a_enc, k_enc, constraints, factor = scaling.fit(func, a_enc, k_enc, constraints, max_numel)
-        if factor != 1:
-            metrics["scaled_by"] = factor
-        gen = torch.Generator().manual_seed(_seed(spec))
-        built_a, built_k = build_args(a_enc, k_enc, constraints, gen)
+        fitted = scaling.fit(func, a_enc, k_enc, constraints, max_numel)
     except (UnreplayableError, scaling.TooLargeError) as exc:
         return result(Status.SKIPPED, reason=f"unreplayable: {exc}")
     except Exception as exc:  # noqa: BLE001 - a malformed case is reported, not raised
         return result(Status.SKIPPED, reason=f"unreplayable: cannot build inputs ({type(exc).__name__}: {_normalize(exc)})")
+
+    # A scaled call that the CPU rejects (meta kernels check less than CPU kernels) is retried at
+    # full size when that is within the hard cap.
+    attempts = [fitted]
+    if fitted[3] != 1 and scaling.max_numel(a_enc, k_enc) <= scaling.hard_cap(max_numel):
+        attempts.append((a_enc, k_enc, constraints, 1))
+    for n, (fa, fk, fc, factor) in enumerate(attempts):
+        metrics.pop("scaled_by", None)
+        if factor != 1:
+            metrics["scaled_by"] = factor
+        try:
+            built_a, built_k = build_args(fa, fk, fc, torch.Generator().manual_seed(_seed(spec)))
+            cpu_args, cpu_kwargs = materialize(built_a, torch.device("cpu")), materialize(built_k, torch.device("cpu"))
+            expected = _reference(func, cpu_args, cpu_kwargs)
+            break
+        except Exception as exc:  # noqa: BLE001 - the case itself is invalid on the reference
+            if n == len(attempts) - 1:
+                return result(Status.SKIPPED, reason=f"cpu reference raised {type(exc).__name__}: {_normalize(exc)}")
+    if expected is None:
+        return result(Status.SKIPPED, reason="cpu reference raised even with 16-bit inputs upcast to f32")
+    if isinstance(expected, tuple):
+        expected, metrics["reference"] = expected[0], "f32-upcast"
 
     device = adapter.device
     try:
@@ -336,15 +361,6 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
     except Exception as exc:  # noqa: BLE001 - moving inputs is already backend work
         return result(Status.ERROR, reason="inputs could not be moved to the device", error_class=type(exc).__name__,
                       message=_normalize(exc), failing_op="aten._to_copy.default")
-    cpu_args, cpu_kwargs = materialize(built_a, torch.device("cpu")), materialize(built_k, torch.device("cpu"))
-    try:
-        expected = _reference(func, cpu_args, cpu_kwargs)
-    except Exception as exc:  # noqa: BLE001 - the case itself is invalid on the reference
-        return result(Status.SKIPPED, reason=f"cpu reference raised {type(exc).__name__}: {_normalize(exc)}")
-    if expected is None:
-        return result(Status.SKIPPED, reason="cpu reference raised even with 16-bit inputs upcast to f32")
-    if isinstance(expected, tuple):
-        expected, metrics["reference"] = expected[0], "f32-upcast"
 
     try:
         with adapter.track_fallbacks() as trace, torch.no_grad():

@@ -28,8 +28,17 @@ class TooLargeError(ValueError):
     """The case is beyond the replay budget and could not be scaled down consistently."""
 
 
+#: Ops whose integer arguments are explicit strides/offsets: never scaled (run at full size).
+NOT_SCALABLE = ("aten.as_strided", "aten.as_strided_", "aten.as_strided_scatter", "aten.empty_strided",
+                "aten.new_empty_strided", "aten.set_")
+
+
 def budget() -> int:
     return int(os.environ.get("HARNESS_REPLAY_MAX_NUMEL", DEFAULT_MAX_NUMEL))
+
+
+def hard_cap(limit: int | None = None) -> int:
+    return (limit or budget()) * HARD_CAP_FACTOR
 
 
 def _numel(shape: list[int]) -> int:
@@ -133,7 +142,8 @@ def fit(func: Any, a_enc: list, k_enc: dict, constraints: dict, limit: int | Non
     if biggest <= limit:
         return a_enc, k_enc, constraints, 1
     try:
-        original = _out_shapes(func, a_enc, k_enc)
+        scalable = not str(func).startswith(tuple(p + "." for p in NOT_SCALABLE))
+        original = _out_shapes(func, a_enc, k_enc) if scalable else None
     except Exception:  # noqa: BLE001 - no meta kernel: cannot validate a scaled call
         original = None
     best = None  # (numel, args, kwargs, factor)
