@@ -63,6 +63,20 @@ DEVICE = "neuron"
 
 _register()
 
+
+
+def _register_compiler() -> None:
+    """`torch.compile(backend="neuron")` without installing: the entry point covers installs."""
+    from importlib.metadata import entry_points
+
+    if not any(ep.name == DEVICE for ep in entry_points(group="torch_dynamo_backends")):
+        from backend.compile import register_dynamo_backend
+
+        register_dynamo_backend()
+
+
+_register_compiler()
+
 if os.environ.get("NEURON_ADAPTIVE_EAGER", "").strip():  # opt-in; see backend.adaptive
     from backend import adaptive as _adaptive  # noqa: E402
 

@@ -347,7 +347,7 @@ def active() -> AdaptiveEager | None:
 
 
 def synchronize() -> None:
-    """A sync point: run pending work (torch.neuron.synchronize should call this)."""
+    """A sync point: run pending work (torch.neuron.synchronize calls this)."""
     for mode in list(_modes):
         mode.flush()
 

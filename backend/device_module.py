@@ -6,6 +6,8 @@ PyTorch itself call (seeding, memory statistics, synchronize, autocast dtypes).
 
 from __future__ import annotations
 
+import sys
+
 import contextlib
 
 import torch
@@ -57,8 +59,10 @@ def get_device_name(device=None) -> str:
 
 
 def synchronize(device=None) -> None:
-    """Execution is synchronous on the simulated device: nothing to wait for."""
-    return None
+    """A sync point: flush adaptive eager's pending graph; otherwise execution is synchronous."""
+    adaptive = sys.modules.get("backend.adaptive")
+    if adaptive is not None:
+        adaptive.synchronize()
 
 
 # ---- random numbers: the device has its own generator

@@ -40,8 +40,22 @@ def normalize(message: str, limit: int = 400) -> str:
     return msg.strip()[:limit]
 
 
+def _op_in_traceback(exc: BaseException) -> str:
+    """The innermost frame holding an OpOverload (a device's fallback or dispatch code) names it."""
+    tb, frames = exc.__traceback__, []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, torch._ops.OpOverload):
+                return f"{value.namespace}.{value._opname}.{value._overloadname}"
+    return ""
+
+
 def failing_op(exc: BaseException) -> str:
-    """The aten op that raised, where known: an `op` attribute (backend errors), else the message."""
+    """The aten op that raised, where known: an `op` attribute (backend errors), the message, or
+    the traceback's innermost OpOverload."""
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
@@ -53,7 +67,7 @@ def failing_op(exc: BaseException) -> str:
         if m:
             return f"aten.{m.group(1)}" + (f".{m.group(2)}" if m.group(2) else "")
         e = e.__cause__ or e.__context__
-    return ""
+    return _op_in_traceback(exc)
 
 
 def classify(exc: BaseException) -> ErrorInfo:

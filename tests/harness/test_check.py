@@ -155,3 +155,15 @@ def test_cli_resolves_a_hub_id_from_a_snapshot(tmp_path, capsys):
     assert code == 2 and "error" in out
     code = main(["check", "org/absent", "--backend", "cpu"])
     assert code == 2 and "--snapshot" in capsys.readouterr().err
+
+
+def test_failing_op_found_in_the_traceback():
+    import torch
+
+    def fallback(op, *args):  # stands in for a device's dispatch code
+        raise RuntimeError("kernel not implemented for 'Int'")
+
+    try:
+        fallback(torch.ops.aten.histc.default, 1)
+    except RuntimeError as exc:
+        assert classify(exc).failing_op == "aten.histc.default"
