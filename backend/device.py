@@ -32,9 +32,13 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
         return True
 
 
+_PRIVATEUSE1 = torch._C._autograd.DeviceType.PrivateUse1
+
+
 class _Guard(torch._C._acc.DeviceGuard):
+    # called by the C++ device guard of nearly every op: a constant, no attribute chain
     def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+        return _PRIVATEUSE1
 
 
 def _unsupported(feature: str, kind: str):

@@ -67,6 +67,15 @@ def copy_from_and_resize(self, dst):
 
 
 _executed = fallback._executed
+
+
+def clone(self, memory_format=None):
+    """``clone`` in one Python call instead of ``empty_like`` + ``_copy_from`` (same strides: the CPU
+    runs the same ``clone`` logic on the payload view); natively lowered for every dtype, like them."""
+    _executed["aten.clone.default"] = _executed.get("aten.clone.default", 0) + 1
+    if self.is_nested:
+        raise NeuronUnsupportedError("NestedTensor")
+    return storage.from_cpu(_host(self).clone(memory_format=memory_format))
 _view_meta = _aten.view.default._handle.redispatch_boxed
 _as_strided_meta = _aten.as_strided.default._handle.redispatch_boxed
 _reshape_alias_meta = _aten._reshape_alias.default._handle.redispatch_boxed
@@ -186,6 +195,7 @@ KERNELS = {
     "empty_strided": empty_strided,
     "_copy_from": copy_from,
     "_copy_from_and_resize": copy_from_and_resize,
+    "clone": clone,
     "view": view,
     "as_strided": as_strided,
     "_reshape_alias": reshape_alias,

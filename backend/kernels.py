@@ -184,6 +184,7 @@ _support: dict = {}  # (op name, dtypes) -> (ok, reason) for the table in force
 lowering.on_table_change(lambda _table: _support.clear())
 _executed = fallback._executed
 _cpu_view = storage.cpu_view
+_STRIDED = torch.strided
 
 
 def _run(op, *args, _neuron_compute=None, **kwargs):
@@ -254,7 +255,7 @@ def _run(op, *args, _neuron_compute=None, **kwargs):
         if result.__class__ is _Tensor and not info.view:
             if not result.is_cpu:
                 return result
-            if result.layout is not torch.strided or result.is_nested:
+            if result.layout is not _STRIDED or result.is_nested:
                 _check_result(result)
             return storage.from_cpu(result)
         return _wrap(result, devs if info.view else None, {})

@@ -61,8 +61,12 @@ def rounded_args(op_name: str) -> tuple[str, ...]:
     return matmul_class().get(packet, ())
 
 
+_FLOAT32 = torch.float32
+
+
 def round_bf16(t: torch.Tensor) -> torch.Tensor:
     """fp32 tensor rounded to the nearest bf16 value, kept in fp32 (others are returned as is)."""
-    if t.dtype is torch.float32:
-        return t.to(torch.bfloat16).to(torch.float32)
+    if t.dtype is _FLOAT32:
+        # .bfloat16()/.float() take the short argument-parsing path of .to(dtype): same values
+        return t.bfloat16().float()
     return t

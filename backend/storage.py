@@ -14,7 +14,8 @@ dies.
 
 from __future__ import annotations
 
-import weakref
+from functools import partial as _partial
+from weakref import ref as _ref
 
 import torch
 
@@ -26,6 +27,7 @@ _set_boxed = _set_storage._handle.redispatch_boxed
 _as_strided_boxed = torch.ops.aten.as_strided.default._handle.redispatch_boxed
 _create = torch._C._acc.create_empty_tensor
 _empty = torch.empty
+_EMPTY_SIZE = (0,)  # size of a fresh device tensor before its layout is set
 
 # device storage key -> [payload (CPU UntypedStorage), accounted bytes, weakref to the device
 # storage (its callback frees the entry), {layout key: cached CPU view}]
@@ -34,7 +36,7 @@ _entries: dict[int, list] = {}
 _MAX_VIEWS_PER_STORAGE = 16
 
 
-def _release(key: int) -> None:
+def _release(key: int, _dead_ref=None) -> None:
     entry = _entries.pop(key, None)
     if entry is not None and entry[_NBYTES]:
         memory.free(entry[_NBYTES])
@@ -42,7 +44,8 @@ def _release(key: int) -> None:
 
 def _track(dev_storage: torch.UntypedStorage, payload: torch.UntypedStorage, nbytes: int, views: dict) -> None:
     key = dev_storage._cdata
-    _entries[key] = [payload, nbytes, weakref.ref(dev_storage, lambda _r, k=key: _release(k)), views]
+    # partial (C) instead of a lambda: one Python frame less when the storage dies
+    _entries[key] = [payload, nbytes, _ref(dev_storage, _partial(_release, key)), views]
 
 
 def storage_nbytes(size, stride, offset: int, itemsize: int) -> int:
@@ -76,7 +79,7 @@ def new_tensor(size, dtype: torch.dtype, stride=None, payload: torch.UntypedStor
     else:
         nbytes = payload.nbytes()
         memory.allocate(nbytes)
-    t = _create([0], dtype)
+    t = _create(_EMPTY_SIZE, dtype)
     dev = t.untyped_storage()
     _set_boxed(_META, t, dev, offset, size, stride)
     _track(dev, payload, nbytes, {})
@@ -88,12 +91,14 @@ def from_cpu(r: torch.Tensor) -> torch.Tensor:
     payload = r.untyped_storage()
     nbytes = payload.nbytes()
     memory.allocate(nbytes)
-    size, stride, offset = r.size(), r.stride(), r.storage_offset()
-    t = _create([0], r.dtype)
+    size, stride, offset, dtype = r.size(), r.stride(), r.storage_offset(), r.dtype
+    t = _create(_EMPTY_SIZE, dtype)
     dev = t.untyped_storage()
     _set_boxed(_META, t, dev, offset, size, stride)
+    # (_track inlined: this runs once per op result)
     # the result is exactly the CPU view of the new tensor: the next op that reads it hits the cache
-    _track(dev, payload, nbytes, {(r.dtype, size, stride, offset): r})
+    key = dev._cdata
+    _entries[key] = [payload, nbytes, _ref(dev, _partial(_release, key)), {(dtype, size, stride, offset): r}]
     return t
 
 
