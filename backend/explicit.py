@@ -66,16 +66,16 @@ def copy_from_and_resize(self, dst):
     return dst
 
 
-_executed = fallback._executed
-
-
 def clone(self, memory_format=None):
     """``clone`` in one Python call instead of ``empty_like`` + ``_copy_from`` (same strides: the CPU
     runs the same ``clone`` logic on the payload view); natively lowered for every dtype, like them."""
-    _executed["aten.clone.default"] = _executed.get("aten.clone.default", 0) + 1
+    _count("aten.clone.default")
     if self.is_nested:
         raise NeuronUnsupportedError("NestedTensor")
     return storage.from_cpu(_host(self).clone(memory_format=memory_format))
+
+
+_executed = fallback._executed
 _view_meta = _aten.view.default._handle.redispatch_boxed
 _as_strided_meta = _aten.as_strided.default._handle.redispatch_boxed
 _reshape_alias_meta = _aten._reshape_alias.default._handle.redispatch_boxed

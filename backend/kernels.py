@@ -1,7 +1,7 @@
 """Kernels of the `neuron` device: a few explicit ones and one boxed fallback for every other op.
 
 Explicit: allocation (``empty.memory_format``, ``empty_strided``), transfers (``_copy_from``,
-``_copy_from_and_resize``), metadata-only views (``view``, ``as_strided``, ``_reshape_alias``),
+``_copy_from_and_resize``, ``clone``), metadata-only views (``view``, ``as_strided``, ``_reshape_alias``),
 ``resize_``, ``set_``, ``native_dropout`` (so dropout draws from the device generator) and the
 SDPA backend choice. Everything else goes through :func:`run_op`: inputs are seen as CPU views of
 their payloads, the lowering table decides native vs. fallback (a fallback is recorded), the CPU
