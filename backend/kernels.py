@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from importlib import resources
 
 import torch
+import yaml
 
 from backend import fallback, lowering, precision, storage
 from backend.errors import NeuronUnsupportedError
@@ -239,6 +241,11 @@ def _run(op, *args, _neuron_compute=None, **kwargs):
             ckw["generator"] = generator
     try:
         result = (_neuron_compute or info.call)(*cargs, **ckw)
+    except NotImplementedError:
+        gap_dtype = _HOST_GAPS.get(name.rsplit(".", 1)[0])
+        if _neuron_compute is not None or gap_dtype is None:
+            raise
+        result = _call_with_upcast(info.call, cargs, ckw, gap_dtype)
     except RuntimeError as exc:
         # A wrapped-number tensor (``x * 2.0`` inside a composite kernel) reaches Python as a
         # number; the overload packet resolves it to the Scalar overload, as PyTorch would.
@@ -268,6 +275,35 @@ def _run(op, *args, _neuron_compute=None, **kwargs):
         else:
             final.append(args[pos] if pos < len(args) else kwargs[info.arg_names[pos]])
     return tuple(final) if len(info.returns_arg) > 1 else final[0]
+
+
+def _load_host_gaps() -> dict[str, torch.dtype]:
+    raw = yaml.safe_load(resources.files("backend").joinpath("host_kernel_gaps.yaml").read_text())
+    return {op: getattr(torch, spec["compute_dtype"]) for op, spec in (raw.get("ops") or {}).items()}
+
+
+_HOST_GAPS = _load_host_gaps()
+
+
+def _call_with_upcast(call, cargs: list, ckw: dict, dtype: torch.dtype):
+    """Run a CPU kernel that lacks the inputs' integer dtype in ``dtype``, then cast back."""
+
+    def up(a):
+        if isinstance(a, _Tensor) and not (a.is_floating_point() or a.is_complex()):
+            return a.to(dtype)
+        return a
+
+    first = next((a for a in cargs if isinstance(a, _Tensor)), None)
+    kw = {k: up(v) for k, v in ckw.items()}
+    result = call(*[up(a) for a in cargs], **kw)
+    out = ckw.get("out")
+    if isinstance(out, _Tensor) and kw["out"] is not out:  # out= variant: write the real out
+        out.resize_(kw["out"].shape)
+        out.copy_(kw["out"])
+        return out
+    if isinstance(result, _Tensor) and first is not None and result.dtype != first.dtype:
+        return result.to(first.dtype)
+    return result
 
 
 def run_op(op, args: tuple, kwargs: dict, compute=None):

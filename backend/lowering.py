@@ -98,7 +98,8 @@ class LoweringTable:
         entry: OpLowering | None = self._lookup(op, self.ops)
         if entry is None:
             return False, FallbackReason.NO_LOWERING.value
-        if any(d in entry.data_dependent_with for d in dtypes):
+        # dtypes are in argument order: the first is `self`, the rest are index-like inputs
+        if any(d in entry.data_dependent_with for d in dtypes[1:]):
             return False, FallbackReason.DATA_DEPENDENT_SHAPE.value
         if any(d not in entry.dtypes for d in dtypes):
             return False, FallbackReason.DTYPE.value

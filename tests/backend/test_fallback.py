@@ -196,3 +196,25 @@ def test_suspended_blocks_neither_record_nor_raise(mode):
     assert events == []
     with pytest.raises(backend.NeuronFallbackError):
         torch.nonzero(x)
+
+
+def test_host_kernel_gap_is_bridged_and_recorded():
+    """MoE routers call torch.histc on int32 off-CPU; the CPU kernel lacks Int: still computed."""
+    x = torch.tensor([0, 1, 1, 3], dtype=torch.int32, device="neuron")
+    with backend.collect_fallbacks() as events:
+        hist = torch.histc(x, bins=4, min=0, max=3)
+    assert hist.dtype == torch.int32
+    assert hist.cpu().tolist() == [1, 2, 0, 1]
+    assert [(e.op, e.reason) for e in events] == [("aten.histc.default", "no-lowering")]
+
+
+def test_indexing_a_bool_tensor_with_int_indices_is_native():
+    """Only a boolean *index* makes advanced indexing data-dependent, not a boolean `self`."""
+    mask = torch.tensor([[True, False], [False, True]], device="neuron")
+    with backend.collect_fallbacks() as events:
+        picked = mask[torch.tensor([1, 0], device="neuron")]
+    assert events == []
+    assert picked.cpu().tolist() == [[False, True], [True, False]]
+    with backend.collect_fallbacks() as events:
+        torch.arange(4.0, device="neuron")[torch.tensor([True, False, True, True], device="neuron")]
+    assert [e.reason for e in events] == ["data-dependent-shape"]
