@@ -3,7 +3,7 @@
 Why: what users run every night must be one command that always ends with a complete, comparable
 result. Each tier runs into DIR/<tier>/ (a resumable run directory, all sharing one run id), a
 tier that cannot run at all is recorded and the others still run, then `harness report` writes
-DIR/report.html and JUnit XML and the comparison with the baseline decides the exit code.
+DIR/report.html, JUnit XML and DIR/failure_groups.json (failures by probable root cause) and the comparison with the baseline decides the exit code.
 Settings per mode (limits, timeouts) are data: harness/data/nightly.toml.
 """
 
@@ -111,4 +111,4 @@ def _report(out: Path, opts: NightlyOptions) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - results are on disk even if the report fails
         return {"report_html": None, "report_error": f"{type(exc).__name__}: {exc}", "new_failures": None}
     return {"report_html": rep["report_html"], "junit": rep["junit"], "baseline": rep["baseline"],
-            "new_failures": rep["new_failures"]}
+            "new_failures": rep["new_failures"], "failure_groups": rep.get("failure_groups")}

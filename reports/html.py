@@ -1,8 +1,8 @@
 """One static HTML report per run: opens from disk with no server and no network.
 
 Tables and inline SVG plots (reports.plots): pass rates per tier and stage over the last runs,
-coverage levels with their denominators, top fallback ops, coverage by trait, and the new failures
-since the baseline. The page is rendered from reports/data/report.html.jinja.
+coverage levels with their denominators, top fallback ops, coverage by trait, failures by probable
+root cause (reports.failure_groups), and the new failures since the baseline. The page is rendered from reports/data/report.html.jinja.
 
 Usage::
 
@@ -65,7 +65,9 @@ def _tier_totals(cov: Coverage) -> list[dict[str, Any]]:
 
 
 def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
-                  history: int = 10, coverage: Coverage | None = None) -> dict[str, Any]:
+                  history: int = 10, coverage: Coverage | None = None,
+                  failure_groups: dict[str, Any] | None = None) -> dict[str, Any]:
+    """failure_groups: reports.failure_groups.write_failure_groups's result (None: section left out)."""
     run_dir = Path(run_dir)
     cov = coverage or summarize(read_table(run_dir, "results"), read_table(run_dir, "per_op"))
     points = load_history(run_dir, limit=history)
@@ -83,6 +85,8 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
         "new_failures": new_failures[:MAX_ROWS], "new_failures_left_off": max(0, len(new_failures) - MAX_ROWS),
         "improved": comparison.of(Verdict.IMPROVED)[:MAX_ROWS] if comparison else [],
         "levels": levels(),
+        "failure_groups": failure_groups, "failure_group_rows": (failure_groups or {}).get("groups", [])[:MAX_ROWS],
+        "failure_groups_left_off": max(0, len((failure_groups or {}).get("groups", [])) - MAX_ROWS),
     }
 
 
@@ -91,10 +95,11 @@ def render(context: dict[str, Any]) -> str:
 
 
 def write_report(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
-                 history: int = 10, out: str | os.PathLike | None = None, coverage: Coverage | None = None) -> Path:
+                 history: int = 10, out: str | os.PathLike | None = None, coverage: Coverage | None = None,
+                 failure_groups: dict[str, Any] | None = None) -> Path:
     """Render run_dir's report to out (default RUNDIR/report.html), atomically."""
     path = Path(out) if out else Path(run_dir) / "report.html"
-    html = render(build_context(run_dir, comparison, baseline_note, history, coverage))
+    html = render(build_context(run_dir, comparison, baseline_note, history, coverage, failure_groups))
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, path)

@@ -1,4 +1,5 @@
-"""`harness crawl`: build the crawl store (DIR/models.parquet) from the Hub, the catalog or a dump."""
+"""`harness crawl`: build the crawl store (DIR/models.parquet) from the Hub, the catalog or a dump,
+then triage its broken rows into DIR/triage.parquet (rules, or the LLM when configured)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ HELP = "Discover models (Hub crawl, offline catalog, or snapshot dump) into a Pa
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", default="catalog", metavar="hub|catalog|snapshot:PATH",
                    help="where models come from (default: catalog, the offline list of transformers architectures)")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (models.parquet, crawl state)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (models.parquet, triage.parquet, crawl state)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N models (hub: in total, resumed included)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
     hub = p.add_argument_group("hub source")
@@ -62,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     bar.close()
+    triage = _triage(args.out)
     if args.json:
-        print(json.dumps(summary.to_json()))
+        print(json.dumps({**summary.to_json(), "triage": triage}))
     else:
         print(f"{summary.total} models from {summary.source} -> {summary.store}")
         print(f"  ok: {summary.ok}   broken: {summary.broken}")
@@ -71,4 +73,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"    {reason}: {n}")
         if summary.resumed:
             print(f"  resumed after {summary.resumed} models crawled earlier")
+        if "error" in triage:
+            print(f"  triage: not written ({triage['error']})")
+        else:
+            by = ", ".join(f"{c} {n}" for c, n in triage["by_category"].items()) or "nothing broken"
+            print(f"  triage ({'llm + rules' if triage['llm'] else 'rules'}): {by} -> {triage['file']}")
     return 0
+
+
+def _triage(out: str) -> dict:
+    """DIR/triage.parquet for the broken rows (agents.crawl_triage); a problem there never fails the crawl."""
+    from agents.crawl_triage import triage_store
+
+    try:
+        return triage_store(out)
+    except Exception as exc:  # noqa: BLE001 - the store is written; triage is an extra
+        print(f"warning: triage not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return {"error": f"{type(exc).__name__}: {exc}"[:300], "llm": False}

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HELP = "Write RUNDIR/report.html (static, opens offline) and JUnit XML per tier from a run's Parquet tables."
+HELP = ("Write RUNDIR/report.html (static, opens offline), JUnit XML per tier and RUNDIR/failure_groups.json "
+        "from a run's Parquet tables.")
 
 EPILOG = """examples:
   harness report runs/2026-11-29                  # compares with $HARNESS_BASELINE_DIR or ./baseline if present
@@ -49,16 +50,29 @@ def build_report(rundir: str | Path, baseline: str | Path | None = None, use_bas
             note = f"No baseline at {where}: make one with `harness baseline update {rundir}`."
     results = read_results(rundir)
     cov = summarize(results, read_table(rundir, "per_op"))
-    html = write_report(rundir, comparison, note, history=history, out=out, coverage=cov)
+    groups = _failure_groups(rundir, results)
+    html = write_report(rundir, comparison, note, history=history, out=out, coverage=cov, failure_groups=groups)
     junit = write_junit(results, rundir)
     return {
         "report_html": str(html), "junit": {t: str(p) for t, p in junit.items()}, "run_ids": cov.run_ids,
         "baseline": comparison.baseline if comparison else None,
         "new_failures": comparison.counts["FAIL"] if comparison else None,
+        "failure_groups": groups.get("file"),
         "levels": [{"tier": lv.tier, "level": lv.level, "models": lv.models, "models_reached": lv.models_reached,
                     "cases": lv.cases, "cases_reached": lv.cases_reached, "weight": lv.weight,
                     "weight_reached": lv.weight_reached} for lv in cov.levels],
     }
+
+
+def _failure_groups(rundir: Path, results) -> dict[str, Any]:
+    """RUNDIR/failure_groups.json (reports.failure_groups); a problem there never stops the report."""
+    from reports.failure_groups import write_failure_groups
+
+    try:
+        return write_failure_groups(rundir, results)
+    except Exception as exc:  # noqa: BLE001 - the report is still written, with the reason shown
+        return {"file": None, "groups": [], "failures": 0, "llm": False,
+                "note": f"failure groups not computed: {type(exc).__name__}: {exc}"[:300]}
 
 
 def run(args: argparse.Namespace) -> int:

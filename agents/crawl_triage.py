@@ -1,0 +1,86 @@
+"""The crawl's triage step: every broken row of DIR/models.parquet explained, into DIR/triage.parquet.
+
+Why a step of its own: the crawl store says *that* a model is broken (a reason code); triage says
+*why*, in words a reader can act on. The rules (agents.llm.triage_broken's default) always answer;
+an LLM endpoint, when configured (agents.llm.LLMSettings.from_env), may pick a category from the
+same closed list and write the explanation. Nothing here may fail a crawl: any problem with the
+LLM or its settings falls back to the rules, and the summary says so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+TRIAGE_FILE = "triage.parquet"
+COLUMNS = ("id", "broken_reason", "category", "explanation", "source")
+
+
+def llm_client_from_env(log_dir: str | Path):
+    """(client or None, note): the LLM client when configured, else None with why."""
+    from agents.llm import LLMClient, LLMSettings
+
+    try:
+        settings = LLMSettings.from_env()
+    except ValueError as exc:  # a bad HARNESS_LLM_* number must not stop the caller
+        return None, f"llm settings ignored: {exc}"
+    if not settings.enabled:
+        return None, ""
+    return LLMClient(settings, log_dir=log_dir), ""
+
+
+def triage_store(directory: str | Path, *, use_llm: bool = True) -> dict[str, Any]:
+    """Triage the broken rows of DIR/models.parquet into DIR/triage.parquet; returns the summary
+    for the crawl's --json: file, broken, by_category, by_source, llm (an endpoint was consulted)."""
+    import pandas as pd
+
+    from agents.llm import triage_broken
+    from agents.store import read_frame
+
+    directory = Path(directory)
+    store = read_frame(directory)
+    broken = store[store["status"] == "broken"]
+    records = [{"id": r["id"], "broken_reason": r["broken_reason"], "broken_detail": r["broken_detail"],
+                "config": r["config"]} for r in broken[["id", "broken_reason", "broken_detail", "config"]]
+               .to_dict("records")]
+    client, note = llm_client_from_env(directory) if use_llm and records else (None, "")
+    try:
+        try:
+            triaged = triage_broken(records, client)
+        except Exception as exc:  # noqa: BLE001 - the LLM path failed in an unforeseen way: rules only
+            note = f"llm triage failed, rules used: {type(exc).__name__}: {exc}"[:300]
+            triaged = triage_broken(records, None)
+    finally:
+        if client is not None:
+            try:
+                client.close()  # writes DIR/llm_decisions.parquet
+            except Exception as exc:  # noqa: BLE001 - a decision log that cannot be written is no crawl failure
+                note = note or f"llm decision log not written: {type(exc).__name__}: {exc}"[:300]
+    reasons = {r["id"]: r["broken_reason"] for r in records}
+    rows = [{**asdict(t), "broken_reason": reasons.get(t.id)} for t in triaged]
+    frame = pd.DataFrame.from_records(rows, columns=list(COLUMNS))
+    path = directory / TRIAGE_FILE
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    summary: dict[str, Any] = {
+        "file": str(path), "broken": len(rows),
+        "by_category": dict(sorted(Counter(frame["category"]).items(), key=lambda kv: (-kv[1], kv[0]))),
+        "by_source": dict(sorted(Counter(frame["source"]).items())),
+        "llm": client is not None,
+    }
+    if note:
+        summary["note"] = note
+    return summary
+
+
+def read_triage(directory: str | Path):
+    import pandas as pd
+
+    path = Path(directory) / TRIAGE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no {TRIAGE_FILE} in {directory} (run `harness crawl --out {directory}`)")
+    return pd.read_parquet(path)
