@@ -4,7 +4,7 @@
 
 Runs the first N representative models (every stage) through `harness.runner.run_tier` with one
 worker, then with two, on the same case list (listed once), and prints models per minute and the
-ratio. Target: speedup_2_workers >= 1.7 on a 2-core machine. Worker start-up (importing torch and
+ratio. Each run gets its own empty NEFF cache. Target: speedup_2_workers >= 1.7 on a 2-core machine. Worker start-up (importing torch and
 transformers) is part of the measured time, as it is in a real run.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -39,6 +40,9 @@ def measure(n_models: int, backend: str, workdir: Path, timeout: float) -> dict:
             run_dir.mkdir(parents=True)
             for f in (workdir / "w1").glob("cases-*.json"):
                 shutil.copy(f, run_dir / f.name)
+        # each run starts from an empty NEFF cache: the second must not reuse the first's compiles
+        os.environ["NEURON_CACHE_DIR"] = str(workdir / f"neff-{workers}")
+        os.environ.pop("NEURON_SHARED_CACHE_DIR", None)
         opts = RunOptions(**{**base.__dict__, "out": run_dir, "workers": workers})
         t = time.perf_counter()
         summary = run_tier(opts)
