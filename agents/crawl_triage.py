@@ -19,25 +19,12 @@ TRIAGE_FILE = "triage.parquet"
 COLUMNS = ("id", "broken_reason", "category", "explanation", "source")
 
 
-def llm_client_from_env(log_dir: str | Path):
-    """(client or None, note): the LLM client when configured, else None with why."""
-    from agents.llm import LLMClient, LLMSettings
-
-    try:
-        settings = LLMSettings.from_env()
-    except ValueError as exc:  # a bad HARNESS_LLM_* number must not stop the caller
-        return None, f"llm settings ignored: {exc}"
-    if not settings.enabled:
-        return None, ""
-    return LLMClient(settings, log_dir=log_dir), ""
-
-
 def triage_store(directory: str | Path, *, use_llm: bool = True) -> dict[str, Any]:
     """Triage the broken rows of DIR/models.parquet into DIR/triage.parquet; returns the summary
     for the crawl's --json: file, broken, by_category, by_source, llm (an endpoint was consulted)."""
     import pandas as pd
 
-    from agents.llm import triage_broken
+    from agents.llm import run_with_llm, triage_broken
     from agents.store import read_frame
 
     directory = Path(directory)
@@ -46,19 +33,8 @@ def triage_store(directory: str | Path, *, use_llm: bool = True) -> dict[str, An
     records = [{"id": r["id"], "broken_reason": r["broken_reason"], "broken_detail": r["broken_detail"],
                 "config": r["config"]} for r in broken[["id", "broken_reason", "broken_detail", "config"]]
                .to_dict("records")]
-    client, note = llm_client_from_env(directory) if use_llm and records else (None, "")
-    try:
-        try:
-            triaged = triage_broken(records, client)
-        except Exception as exc:  # noqa: BLE001 - the LLM path failed in an unforeseen way: rules only
-            note = f"llm triage failed, rules used: {type(exc).__name__}: {exc}"[:300]
-            triaged = triage_broken(records, None)
-    finally:
-        if client is not None:
-            try:
-                client.close()  # writes DIR/llm_decisions.parquet
-            except Exception as exc:  # noqa: BLE001 - a decision log that cannot be written is no crawl failure
-                note = note or f"llm decision log not written: {type(exc).__name__}: {exc}"[:300]
+    triaged, note, llm_used = run_with_llm(directory, lambda client: triage_broken(records, client),
+                                           enabled=use_llm and bool(records))
     reasons = {r["id"]: r["broken_reason"] for r in records}
     rows = [{**asdict(t), "broken_reason": reasons.get(t.id)} for t in triaged]
     frame = pd.DataFrame.from_records(rows, columns=list(COLUMNS))
@@ -70,7 +46,7 @@ def triage_store(directory: str | Path, *, use_llm: bool = True) -> dict[str, An
         "file": str(path), "broken": len(rows),
         "by_category": dict(sorted(Counter(frame["category"]).items(), key=lambda kv: (-kv[1], kv[0]))),
         "by_source": dict(sorted(Counter(frame["source"]).items())),
-        "llm": client is not None,
+        "llm": llm_used,
     }
     if note:
         summary["note"] = note

@@ -490,3 +490,36 @@ def group_failures(failures: Iterable[Mapping[str, Any]], client: LLMClient | No
         used.update(item.group_ids)
     out.extend(g for gid, g in rule_groups.items() if gid not in used)
     return out
+
+
+def run_with_llm(log_dir: str | os.PathLike, use: Callable[[LLMClient | None], Any], *,
+                 enabled: bool = True) -> tuple[Any, str, bool]:
+    """Run ``use(client)`` with the LLM client the environment configures, else ``use(None)``.
+
+    The one place the product's callers (crawl triage, report grouping) get an LLM: a bad setting,
+    an unforeseen failure on the LLM path or an unwritable decision log never stops the caller;
+    the rules' answer is used and the reason returned. Returns (result, note, llm consulted).
+    """
+    client, note = None, ""
+    if enabled:
+        try:
+            settings = LLMSettings.from_env()
+        except ValueError as exc:  # a bad HARNESS_LLM_* number must not stop the caller
+            note = f"llm settings ignored: {exc}"
+        else:
+            client = LLMClient(settings, log_dir=log_dir) if settings.enabled else None
+    try:
+        try:
+            result = use(client)
+        except Exception as exc:  # noqa: BLE001 - the LLM path failed unforeseen: rules only
+            if client is None:
+                raise
+            note = f"llm failed, rules used: {type(exc).__name__}: {exc}"[:300]
+            result = use(None)
+    finally:
+        if client is not None:
+            try:
+                client.close()  # writes the decision log
+            except Exception as exc:  # noqa: BLE001 - an unwritable log is no failure of the caller
+                note = note or f"llm decision log not written: {type(exc).__name__}: {exc}"[:300]
+    return result, note, client is not None

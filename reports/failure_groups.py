@@ -67,23 +67,12 @@ def compute_groups(results: pd.DataFrame, client=None) -> list[GroupRow]:
 
 def write_failure_groups(run_dir: str | os.PathLike, results: pd.DataFrame, *, use_llm: bool = True) -> dict[str, Any]:
     """Group the run's failures (rules, or the LLM when configured) and write RUNDIR/failure_groups.json."""
-    from agents.crawl_triage import llm_client_from_env
+    from agents.llm import run_with_llm
 
     run_dir = Path(run_dir)
-    client, note = llm_client_from_env(run_dir) if use_llm and not results.empty else (None, "")
-    try:
-        try:
-            groups = compute_groups(results, client)
-        except Exception as exc:  # noqa: BLE001 - the LLM path failed in an unforeseen way: rules only
-            note = f"llm grouping failed, rules used: {type(exc).__name__}: {exc}"[:300]
-            groups = compute_groups(results, None)
-    finally:
-        if client is not None:
-            try:
-                client.close()  # appends to RUNDIR/llm_decisions.parquet
-            except Exception as exc:  # noqa: BLE001
-                note = note or f"llm decision log not written: {type(exc).__name__}: {exc}"[:300]
-    data = {"failures": sum(g.count for g in groups), "llm": client is not None, "note": note,
+    groups, note, llm_used = run_with_llm(run_dir, lambda client: compute_groups(results, client),
+                                          enabled=use_llm and not results.empty)
+    data = {"failures": sum(g.count for g in groups), "llm": llm_used, "note": note,
             "groups": [asdict(g) for g in groups]}
     path = run_dir / FAILURE_GROUPS_FILE
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
