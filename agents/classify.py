@@ -14,7 +14,9 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
-from agents.traits import TRAIT_NAMES, UNKNOWN, profiles, traits_dict_for_row
+from agents.traits import TRAIT_NAMES, traits_dict_for_row
+from agents.type_profiles import profiles
+from agents.vocabulary import UNKNOWN
 
 TRAITS_FILE = "traits.parquet"
 STORE_COLUMNS = ("downloads", "config", "architecture", "source", "status", "broken_reason", "config_level")

@@ -28,7 +28,7 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -37,7 +37,9 @@ from typing import Any, Callable, Iterable, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.traits import TRAIT_NAMES, UNKNOWN, allowed_values, cache_dir
+from agents.traits import TRAIT_NAMES
+from agents.vocabulary import UNKNOWN, allowed_values
+from contracts.settings import LLMSettings, current
 
 DECISIONS_FILE = "llm_decisions.parquet"
 _MAX_DATA_CHARS = 6000
@@ -46,40 +48,6 @@ _MAX_DATA_CHARS = 6000
 # --------------------------------------------------------------------------------------------
 # Settings, prompts, decisions
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class LLMSettings:
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    model: str | None = None
-    timeout: float = 30.0
-    max_retries: int = 2
-    max_calls: int = 200
-    max_tokens: int = 200_000
-    max_failures: int = 3  # consecutive transport failures before the run stops calling
-    cache_dir: Path | None = None
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.model) and bool(self.base_url or self.api_key)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "LLMSettings":
-        env = os.environ if env is None else env
-
-        def num(name: str, default: float, kind: type = float):
-            try:
-                return kind(env[name]) if env.get(name) else default
-            except ValueError:
-                raise ValueError(f"{name} must be a number, got {env[name]!r}") from None
-
-        cdir = env.get("HARNESS_CACHE_DIR")
-        return cls(base_url=env.get("OPENAI_BASE_URL") or None, api_key=env.get("OPENAI_API_KEY") or None,
-                   model=env.get("HARNESS_LLM_MODEL") or None, timeout=num("HARNESS_LLM_TIMEOUT", 30.0),
-                   max_retries=num("HARNESS_LLM_MAX_RETRIES", 2, int), max_calls=num("HARNESS_LLM_MAX_CALLS", 200, int),
-                   max_tokens=num("HARNESS_LLM_MAX_TOKENS", 200_000, int),
-                   max_failures=num("HARNESS_LLM_MAX_FAILURES", 3, int), cache_dir=Path(cdir) if cdir else None)
 
 
 @dataclass(frozen=True)
@@ -143,7 +111,7 @@ class LLMClient:
     def __init__(self, settings: LLMSettings, log_dir: str | Path | None = None) -> None:
         self.settings = settings
         self.log_dir = Path(log_dir) if log_dir else None
-        self.cache = (settings.cache_dir or cache_dir()) / "llm"
+        self.cache = (settings.cache_dir or current().cache_dir) / "llm"
         self.decisions: list[Decision] = []
         self.calls = 0
         self.tokens = 0

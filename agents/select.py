@@ -28,7 +28,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from agents.traits import UNKNOWN, parse_config, vocabulary
+from agents.traits import parse_config
+from agents.vocabulary import UNKNOWN, vocabulary
+from contracts.settings import current
 
 REPRESENTATIVES_FILE = "representatives.parquet"
 SELECTION_FILE = "selection.json"
@@ -276,7 +278,7 @@ def read_representatives(out_dir: str | Path) -> pd.DataFrame:
 
 
 def _to_specs(rows: Iterable[Mapping[str, Any]]):
-    from harness.specs import ModelSpec
+    from contracts.records import ModelSpec
 
     specs = []
     for r in rows:
@@ -303,9 +305,8 @@ def default_representatives() -> list:
 def default_cache_path() -> Path:
     import transformers
 
-    from agents.traits import cache_dir
 
-    return cache_dir() / f"default_representatives-{transformers.__version__}-v{vocabulary()['version']}.json"
+    return current().cache_dir / f"default_representatives-{transformers.__version__}-v{vocabulary()['version']}.json"
 
 
 def _default_rows() -> list[dict[str, Any]]:

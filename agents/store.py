@@ -110,7 +110,7 @@ class ModelRecord:
 
     def to_spec(self):
         """The harness.specs.ModelSpec to check this model (only meaningful for status ok)."""
-        from harness.specs import ModelSpec
+        from contracts.records import ModelSpec
 
         return ModelSpec(model_id=self.id, model_type=self.model_type or "", architecture=self.architecture,
                          config=self.config_dict() or {}, downloads=int(self.downloads or 0), source=self.source)

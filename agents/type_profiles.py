@@ -17,6 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from agents.vocabulary import vocabulary
+from contracts.settings import current
+
 @dataclass
 class TypeProfile:
     """What the installed transformers says about one model_type (JSON-able, cached on disk)."""
@@ -28,16 +31,6 @@ class TypeProfile:
     source_position: list[str] | None = None  # values whose source pattern matched
     source_norm: list[str] | None = None
     source_has_attention: bool | None = None
-
-
-def cache_dir() -> Path:
-    """Where per-type profiles (and LLM decisions) are cached: $HARNESS_CACHE_DIR or the user cache."""
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("neuron-coverage-harness"))
 
 
 def _transformers_version() -> str:
@@ -97,8 +90,6 @@ def _build_profile(model_type: str) -> TypeProfile:
         profile.defaults = None
     src = _modeling_source(model_type)
     if src is not None:
-        from agents.traits import vocabulary
-
         pats = vocabulary()["source_patterns"]
         profile.source_position = sorted(v for v, p in pats["position"].items() if re.search(p, src))
         profile.source_norm = sorted(v for v, p in pats["norm"].items() if re.search(p, src))
@@ -110,10 +101,8 @@ class ProfileCache:
     """Type profiles in memory, backed by one JSON file per (transformers, vocabulary) version."""
 
     def __init__(self, directory: Path | None = None) -> None:
-        from agents.traits import vocabulary
-
         version = f"{_transformers_version()}-v{vocabulary()['version']}"
-        self.path = (directory or cache_dir()) / f"type_profiles-{version}.json"
+        self.path = (directory or current().cache_dir) / f"type_profiles-{version}.json"
         self._profiles: dict[str, TypeProfile] = {}
         self._dirty = False
         try:
@@ -154,6 +143,6 @@ def profiles() -> ProfileCache:
 
 
 def reset() -> None:
-    """Forget the in-memory profiles (the disk cache stays); the next use re-reads cache_dir()."""
+    """Forget the in-memory profiles (the disk cache stays); the next use re-reads the cache dir."""
     global _PROFILES
     _PROFILES = None

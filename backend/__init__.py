@@ -29,7 +29,6 @@ def _autoload() -> None:
 
 # `import torch` runs the torch.backends entry point (`_autoload` above) while this package may be
 # half-imported (`import backend` before torch): `_autoload` must exist before torch is imported.
-import os  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -77,10 +76,9 @@ def _register_compiler() -> None:
 
 _register_compiler()
 
-if os.environ.get("NEURON_ADAPTIVE_EAGER", "").strip():  # opt-in; see backend.adaptive
-    from backend import adaptive as _adaptive  # noqa: E402
+from backend import adaptive as _adaptive  # noqa: E402
 
-    _adaptive.enable_from_env()
+_adaptive.enable_from_env()  # NEURON_ADAPTIVE_EAGER, opt-in; the rule is there
 
 __all__ = [
     "DEVICE", "FallbackEvent", "LoweringTableError", "NeuronError", "NeuronFallbackError",

@@ -55,7 +55,7 @@ def _worker(conn, backend: str, stages: list[str]) -> None:
 
     warnings.filterwarnings("ignore")
     from harness.check import check_model
-    from harness.specs import ModelSpec
+    from contracts.records import ModelSpec
 
     if backend not in ("cpu", "cuda"):
         import backend as _  # noqa: F401  (register the device before the first model)
@@ -73,7 +73,7 @@ def _shrink_worker(conn) -> None:
 
     warnings.filterwarnings("ignore")
     from harness.models import architecture_of, count_parameters_meta, resolve_config
-    from harness.specs import ModelSpec
+    from contracts.records import ModelSpec
 
     while True:
         task = conn.recv()

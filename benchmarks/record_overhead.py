@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness import inputs as model_inputs
     from harness import models
     from registry.recorder import record_workload, run_phases
-    from registry.workloads import load_specs
+    from harness.workloads import load_specs
 
     torch.set_num_threads(1)
     path = args.models or str(resources.files("registry").joinpath("data/sample_models.yaml"))

@@ -27,7 +27,7 @@ def _chunk(args: tuple) -> list[str]:
 
 
 def _warm(backend: str) -> None:
-    from harness.backends import get_backend
+    from contracts.backends import get_backend
 
     import registry.unit_tier  # noqa: F401
     get_backend(backend)

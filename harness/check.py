@@ -1,7 +1,7 @@
 """Check one model on one backend, stage by stage.
 
     >>> from harness.check import check_model
-    >>> from harness.specs import ModelSpec
+    >>> from contracts.records import ModelSpec
     >>> result = check_model(ModelSpec("catalog/bert", "bert", "BertForMaskedLM"), backend="neuron")
     >>> result.stages["forward"].status
     <Status.PASS: 'pass'>
@@ -24,14 +24,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from harness.backends import BackendAdapter, get_backend
-from harness.errors import classify
+from contracts.backends import Backend, fallback_count, fallback_ops, get_backend
+from contracts.errors import classify
+from contracts.records import ModelCheck, ModelSpec, StageResult
+from contracts.status import MODEL_STAGES, Status
 from harness.inputs import make_inputs
 from harness.models import architecture_of, build_model, parameter_count, resolve_config
 from harness.numerics import compare_outputs, float_tensors
-from harness.outcomes import MODEL_STAGES, ModelCheck, StageResult, Status
 from harness.quiet import quiet_transformers
-from harness.specs import ModelSpec
 
 #: stage -> the stages that must have passed before it can run
 PREREQUISITES: dict[str, tuple[str, ...]] = {
@@ -63,7 +63,7 @@ class StageSkipped(Exception):
 @dataclass
 class _Run:
     spec: ModelSpec
-    adapter: BackendAdapter
+    adapter: Backend
     seed: int
     result: ModelCheck
     config: Any = None
@@ -92,10 +92,10 @@ def _detach_cpu(output: Any) -> list[torch.Tensor]:
 
 
 def _tracked(run: _Run, fn: Callable[[], Any]) -> Any:
-    with run.adapter.track_fallbacks() as trace:
+    with run.adapter.track_fallbacks() as events:
         value = fn()
         run.adapter.synchronize()
-    run.fallback_events.extend(trace.events)
+    run.fallback_events.extend(events)
     return value
 
 
@@ -164,7 +164,7 @@ def _backward(run: _Run) -> dict[str, Any]:
 
 
 def _compile(run: _Run) -> dict[str, Any]:
-    if not run.adapter.can_compile:
+    if run.adapter.compile_backend is None:
         raise StageSkipped(f"backend {run.adapter.name} has no torch.compile backend", Status.NOT_ATTEMPTED)
     import torch._dynamo
     from torch._dynamo.utils import counters
@@ -245,8 +245,8 @@ def _wanted(stages: Sequence[str] | None) -> list[str]:
 def _summarize_fallbacks(run: _Run) -> None:
     r = run.result
     r.fallback_events = run.fallback_events
-    r.fallback_count = sum(int(e.get("count", 1)) for e in run.fallback_events)
-    r.fallback_ops = sorted({str(e.get("op")) for e in run.fallback_events if e.get("op")})
+    r.fallback_count = fallback_count(run.fallback_events)
+    r.fallback_ops = fallback_ops(run.fallback_events)
 
 
 def _run_stage(run: _Run, name: str) -> StageResult:

@@ -21,7 +21,8 @@ class LayerPlan:
     updates: dict[str, Any] = field(default_factory=dict)
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
+    """An int that is not a bool (configs hold both)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -46,7 +47,7 @@ def _index_lists(d: dict, n: int, r: dict, per_layer: dict) -> dict[str, list[in
             continue
         if not any(k.endswith(s) for s in r["index_list_suffixes"]):
             continue
-        if all(_is_int(x) and 0 <= x < n for x in v):
+        if all(is_int(x) and 0 <= x < n for x in v):
             out[k] = v
     return out
 
@@ -76,8 +77,8 @@ def _smallest_period(seq: list) -> int:
 def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
     per_layer = _per_layer_fields(d, n, r)
     index_lists = _index_lists(d, n, r, per_layer)
-    prefixes = {f: d[f] for f in r["prefix_fields"] if _is_int(d.get(f)) and 0 < d[f] < n}
-    periods = [d[f] for f in r["period_fields"] if _is_int(d.get(f)) and d[f] > 1]
+    prefixes = {f: d[f] for f in r["prefix_fields"] if is_int(d.get(f)) and 0 < d[f] < n}
+    periods = [d[f] for f in r["period_fields"] if is_int(d.get(f)) and d[f] > 1]
     big_p = math.lcm(*periods) if periods else 1
     members = {k: set(v) for k, v in index_lists.items()}
     index_dicts = _index_dicts(d, n)
@@ -134,6 +135,6 @@ def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
             if f in d:
                 updates[f] = None
     for f in r["prefix_fields"]:
-        if _is_int(d.get(f)) and d[f] > 0:
+        if is_int(d.get(f)) and d[f] > 0:
             updates[f] = sum(1 for i in keep if i < d[f]) if d[f] < n else len(keep)
     return LayerPlan(keep=keep, updates=updates)

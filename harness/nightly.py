@@ -68,6 +68,7 @@ def _run_id(out: Path) -> str:
 
 def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
     """Run the tiers, the report and the comparison; returns the `--json` object."""
+    from contracts.settings import resolve_limits
     from harness.tiers import load_tier
 
     out = Path(opts.out)
@@ -78,16 +79,15 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
         tcfg = config.get(name, {})
         try:
             tier = load_tier(name)
-            timeout = (opts.timeout or tcfg.get("timeout") or getattr(tier, "timeout", None) or opts.limits.timeout
-                       or 600.0)
+            timeout, max_cases = resolve_limits(tier, opts.timeout or tcfg.get("timeout") or opts.limits.timeout,
+                                                opts.max_cases or tcfg.get("max_cases_per_worker")
+                                                or opts.limits.max_cases)
             models = {"representative": opts.representatives, "full": opts.models}.get(name) or tcfg.get("models")
             run_opts = RunOptions(tier=name, out=out / tier.name, backend=opts.backend, workers=opts.workers,
                                   executor=opts.executor, ray_address=opts.ray_address,
                                   registry=(opts.registry or tcfg.get("registry")) if name == "unit" else None,
                                   models=models,
-                                  limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=float(timeout), max_cases=int(
-                                      opts.max_cases or tcfg.get("max_cases_per_worker")
-                                      or getattr(tier, "max_cases_per_worker", None) or 100)),
+                                  limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=timeout, max_cases=max_cases),
                                   run_id=run_id, progress=opts.progress,
                                   meta={"nightly": "quick" if opts.quick else "full"})
             tiers[tier.name] = run_tier(run_opts)
@@ -105,7 +105,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
 def _report(out: Path, opts: NightlyOptions) -> dict[str, Any]:
     """HTML + JUnit (harness report) and new failures against the baseline (harness compare)."""
     try:
-        from harness.cli.report import build_report
+        from reports.build import build_report
 
         rep = build_report(out, opts.baseline, opts.use_baseline)
     except Exception as exc:  # noqa: BLE001 - results are on disk even if the report fails

@@ -1,7 +1,7 @@
 """The full tier's population and its deduplication into one Case per distinct architecture.
 
 Why: the Hub has tens of thousands of models but only a few thousand distinct architectures once
-shrunk. Models whose shrunk configs are identical (`harness.shrink.architecture_signature`) run
+shrunk. Models whose shrunk configs are identical (`harness.signature.architecture_signature`) run
 once; the outcome is attributed to each (Case.model_ids, Case.weight = their summed downloads).
 Models that cannot be run at all (broken config, no model_type, a type the installed transformers
 does not know) are kept as `not_attempted` cases with the reason, so the denominators stay honest.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.specs import Case, ModelSpec
+from contracts.records import Case, ModelSpec
 
 
 @dataclass
@@ -95,7 +95,7 @@ def _known_type(model_type: str) -> bool:
 
 def _case_key(item: tuple[str, str, dict[str, Any]]) -> str:
     """(model_type, architecture, config) -> "type/signature" (runs in pool processes too)."""
-    from harness.shrink import architecture_signature
+    from harness.signature import architecture_signature
 
     model_type, arch, config = item
     spec = ModelSpec(model_id="", model_type=model_type, architecture=arch, config=config)
@@ -142,8 +142,6 @@ def sample_members(members: list[Member], limit: int, workers: int = 1) -> list[
 
 def dedupe_cases(members: list[Member], tier: str = "full", workers: int = 1) -> list[Case]:
     """One Case per distinct architecture signature (most downloaded first), then not-runnable groups."""
-    from harness.tiers import spec_case
-
     contents: dict[str, tuple[str, str, dict[str, Any]]] = {}
     member_content: list[tuple[Member, str]] = []
     unrunnable: dict[str, list[Member]] = defaultdict(list)
@@ -161,7 +159,7 @@ def dedupe_cases(members: list[Member], tier: str = "full", workers: int = 1) ->
     cases = []
     for key, group in groups.items():
         group.sort(key=lambda m: (-m.downloads, m.model_id))
-        cases.append(spec_case(group[0].spec, tier, case_id=key, model_ids=[m.model_id for m in group],
+        cases.append(Case.for_spec(group[0].spec, tier, case_id=key, model_ids=[m.model_id for m in group],
                                weight=float(sum(m.downloads for m in group)),
                                info={"signature": key.rsplit("/", 1)[-1]}))
     # most downloaded first; ties (the catalog has no downloads) in a stable pseudo-random order so

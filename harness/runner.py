@@ -26,9 +26,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from contracts.records import Case, CaseOutcome
+from contracts.settings import resolve_limits
 from harness.journal import Journal
-from harness.specs import Case
-from harness.tiers import CaseOutcome, TierInputs, load_tier, tier_chunk_size
+from harness.tiers import TierInputs, load_tier, tier_chunk_size
 from harness.workers import WorkerLimits
 
 RUN_FILE = "run.json"
@@ -295,8 +296,8 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
             bar.update(len(outcomes))
 
         if chunks:
-            limits = replace(opts.limits, timeout=opts.limits.timeout or getattr(tier, "timeout", None) or 600.0,
-                             max_cases=opts.limits.max_cases or getattr(tier, "max_cases_per_worker", None) or 100)
+            timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
+            limits = replace(opts.limits, timeout=timeout, max_cases=max_cases)
             executor = make_executor(opts.executor, opts.tier, opts.backend, opts.workers, limits,
                                      log_dir=run_dir / "workers", ray_address=opts.ray_address,
                                      sys_path=list(sys.path))

@@ -18,8 +18,6 @@ as ``_shrink_level`` so reports can say how faithful the tiny model is.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
 from functools import lru_cache
 from importlib import resources
@@ -28,7 +26,8 @@ from typing import Any
 import yaml
 
 from harness.budget import fit_budget
-from harness.layers import select_layers
+from harness.layers import is_int, select_layers
+from harness.shrink_families import shrink_experts, shrink_mla, shrink_modalities, shrink_ssm, shrink_windows
 
 #: Shrink strengths, strongest first.
 LEVELS = ("full", "core", "layers")
@@ -50,10 +49,6 @@ def rules() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _is_subconfig(key: str, value: Any) -> bool:
     return isinstance(value, dict) and (key.endswith("_config") or "model_type" in value)
 
@@ -68,10 +63,10 @@ def _collect_token_ids(d: dict, r: dict, out: set[int]) -> None:
         if _is_subconfig(k, v):
             _collect_token_ids(v, r, out)
         elif _token_key(k, r):
-            if _is_int(v):
+            if is_int(v):
                 out.add(v)
             elif isinstance(v, list):
-                out.update(x for x in v if _is_int(x))
+                out.update(x for x in v if is_int(x))
 
 
 def _token_map(d: dict, vocab: int, r: dict) -> dict[int, int]:
@@ -94,16 +89,16 @@ def _apply_token_map(d: dict, mapping: dict[int, int], r: dict) -> None:
         if _is_subconfig(k, v):
             _apply_token_map(v, mapping, r)
         elif _token_key(k, r):
-            if _is_int(v):
+            if is_int(v):
                 d[k] = mapping.get(v, v)
             elif isinstance(v, list):
-                d[k] = [mapping.get(x, x) if _is_int(x) else x for x in v]
+                d[k] = [mapping.get(x, x) if is_int(x) else x for x in v]
 
 
 # --------------------------------------------------------------------------- layers
 def _layer_count_field(d: dict, r: dict) -> str | None:
     for f in r["layer_count_fields"]:
-        if _is_int(d.get(f)) and d[f] > 0:
+        if is_int(d.get(f)) and d[f] > 0:
             return f
     # a per-layer list whose length is the layer count (nemotron_h: layers_block_type)
     for f in ("layers_block_type", "layer_types", "hybrid_override_pattern"):
@@ -131,7 +126,7 @@ def _shrink_layers(d: dict, r: dict) -> None:
         if field:
             d[field] = len(plan.keep)
     for f in r["extra_layer_count_fields"]:
-        if _is_int(d.get(f)) and d[f] > t["min_layers"]:
+        if is_int(d.get(f)) and d[f] > t["min_layers"]:
             d[f] = t["min_layers"]
 
 
@@ -142,17 +137,17 @@ def _heads(d: dict, r: dict) -> tuple[int | None, dict[str, int]]:
     updates: dict[str, int] = {}
     q_heads = None
     for q, kv in r["head_pairs"]:
-        if q in updates or not _is_int(d.get(q)) or d[q] <= 0:
+        if q in updates or not is_int(d.get(q)) or d[q] <= 0:
             continue
         hq = d[q]
         hk = d.get(kv) if kv else None
-        if _is_int(hk) and 0 < hk < hq and hq % hk == 0:
+        if is_int(hk) and 0 < hk < hq and hq % hk == 0:
             ratio = hq // hk
             new_kv = 1
             updates[q], updates[kv] = ratio * new_kv, new_kv
-        elif _is_int(hk) and hk == hq:
+        elif is_int(hk) and hk == hq:
             updates[q] = updates[kv] = min(hq, t["base_heads"])
-        elif _is_int(hk) and hk > 0:  # odd ratio (e.g. 3:2): keep both, just fewer
+        elif is_int(hk) and hk > 0:  # odd ratio (e.g. 3:2): keep both, just fewer
             g = math.gcd(hq, hk)
             updates[q], updates[kv] = hq // g, hk // g
         else:
@@ -185,9 +180,9 @@ def _shrink_rope(d: dict, head_dim: int, old_head_dim: int | None) -> None:
         for p in inner:
             for sk in ("mrope_section", "mrope_sections"):
                 sec = p.get(sk)
-                if isinstance(sec, list) and sec and all(_is_int(x) for x in sec):
+                if isinstance(sec, list) and sec and all(is_int(x) for x in sec):
                     p[sk] = _round_sections(sec, max(len(sec), head_dim // 2))
-    if _is_int(d.get("rotary_dim")) and old_head_dim:
+    if is_int(d.get("rotary_dim")) and old_head_dim:
         d["rotary_dim"] = max(2, 2 * round(d["rotary_dim"] * head_dim / old_head_dim / 2))
 
 
@@ -201,7 +196,7 @@ def _shrink_widths(d: dict, r: dict, level: str, known: dict[int, int]) -> dict[
     original = dict(d)
     q_heads, updates = _heads(d, r)
     hidden_map: dict[int, int] = {}
-    hidden_field = next((f for f in r["hidden_fields"] if _is_int(d.get(f)) and d[f] > 0), None)
+    hidden_field = next((f for f in r["hidden_fields"] if is_int(d.get(f)) and d[f] > 0), None)
     if q_heads is None and hidden_field is None:
         return hidden_map
     q_heads = q_heads or t["base_heads"]
@@ -216,156 +211,34 @@ def _shrink_widths(d: dict, r: dict, level: str, known: dict[int, int]) -> dict[
         return hidden_map  # already tiny: leave widths alone
     d.update(updates)
     for q, kv in r["head_pairs"]:  # a default that leaves kv heads unset means "same as heads"
-        if kv and kv in d and d[kv] is None and _is_int(d.get(q)):
+        if kv and kv in d and d[kv] is None and is_int(d.get(q)):
             d[kv] = d[q]
     old_head_dim = None
     for f in r["hidden_fields"]:
-        if _is_int(d.get(f)) and d[f] > new_hidden:
+        if is_int(d.get(f)) and d[f] > new_hidden:
             hidden_map[d[f]] = new_hidden
             d[f] = new_hidden
     for f in r["head_dim_fields"]:
         if f in r["fill_none_head_dim"] and f in d and d[f] is None:
             d[f] = new_hidden // q_heads
-        if _is_int(d.get(f)) and d[f] > head_dim:
+        if is_int(d.get(f)) and d[f] > head_dim:
             old_head_dim = old_head_dim or d[f]
             d[f] = head_dim
     if old_head_dim is None and old_hidden and q_heads:
         old_head_dim = None
-    _shrink_rope(d, d.get("head_dim") if _is_int(d.get("head_dim")) else new_hidden // q_heads, old_head_dim)
+    _shrink_rope(d, d.get("head_dim") if is_int(d.get("head_dim")) else new_hidden // q_heads, old_head_dim)
     inter = t["intermediate_multiplier"] * new_hidden
     for f in r["intermediate_fields"]:
         v = d.get(f)
-        if _is_int(v) and v > inter:
+        if is_int(v) and v > inter:
             d[f] = inter
-        elif isinstance(v, list) and v and all(_is_int(x) for x in v):
+        elif isinstance(v, list) and v and all(is_int(x) for x in v):
             d[f] = [min(x, inter) for x in v]
     if level == "full":
-        _shrink_experts(d, r, new_hidden)
-        _shrink_mla(d, r, original)
-        _shrink_ssm(d, r, new_hidden)
+        shrink_experts(d, r, new_hidden)
+        shrink_mla(d, r, original)
+        shrink_ssm(d, r, new_hidden)
     return hidden_map
-
-
-def _shrink_experts(d: dict, r: dict, hidden: int) -> None:
-    for f in r["expert_intermediate_fields"]:
-        if _is_int(d.get(f)) and d[f] > hidden:
-            d[f] = hidden
-    top_k = next((d[f] for f in r["experts_per_token_fields"] if _is_int(d.get(f)) and d[f] > 0), 1)
-    gf = r["expert_group_fields"]
-    groups = d.get(gf["groups"]) if _is_int(d.get(gf["groups"])) and d[gf["groups"]] > 1 else None
-    for f in r["expert_count_fields"]:
-        n = d.get(f)
-        if not _is_int(n) or n <= 1:
-            continue
-        if groups and n % groups == 0:
-            per_tok_groups = d.get(gf["groups_per_token"]) or groups
-            per_group = max(2, math.ceil(top_k / max(1, per_tok_groups)))
-            target = groups * per_group
-        else:
-            target = max(r["targets"]["experts_min"], 2 * top_k)
-        if n > target:
-            d[f] = target
-
-
-def _shrink_mla(d: dict, r: dict, old: dict) -> None:
-    if "kv_lora_rank" not in d and "index_topk" not in d:
-        return
-    for f, v in r["mla"].items():
-        if _is_int(d.get(f)) and d[f] > v:
-            d[f] = v
-    for a, b in r["ties"]:
-        if a in old and _is_int(old.get(a)):
-            if "+" in b:
-                parts = b.split("+")
-                if all(_is_int(old.get(p)) for p in parts) and old[a] == sum(old[p] for p in parts):
-                    d[a] = sum(d[p] for p in parts)
-            elif _is_int(old.get(b)) and old[a] == old[b]:
-                d[a] = d[b]
-
-
-def _shrink_ssm(d: dict, r: dict, hidden: int) -> None:
-    s = r["ssm"]
-    t = r["targets"]
-    for f in s["state_fields"]:
-        if _is_int(d.get(f)) and d[f] > t["state_size"]:
-            d[f] = t["state_size"]
-    for f in s["dt_rank_fields"]:
-        if _is_int(d.get(f)) and d[f] > hidden // 4:
-            d[f] = max(1, hidden // 4)
-    for f in s["chunk_fields"]:
-        if _is_int(d.get(f)) and d[f] > t["test_sequence_length"]:
-            d[f] = t["test_sequence_length"]
-    expand = next((d[f] for f in s["expand_fields"] if isinstance(d.get(f), (int, float)) and d[f] > 0), 2)
-    inner = int(expand * hidden)
-    hd_f = next((f for f in s["ssm_head_dim_fields"] if _is_int(d.get(f))), None)
-    nh_f = next((f for f in s["ssm_head_count_fields"] if _is_int(d.get(f))), None)
-    if nh_f:
-        hd = s["ssm_head_dim"]
-        if hd_f:
-            d[hd_f] = min(d[hd_f], hd)
-            hd = d[hd_f]
-        d[nh_f] = max(1, inner // hd)
-        for f in s["group_fields"]:
-            if _is_int(d.get(f)) and d[f] > 1:
-                d[f] = math.gcd(d[f], d[nh_f])
-    for f in s["ssm_inner_fields"]:
-        if _is_int(d.get(f)) and d[f] > inner:
-            d[f] = inner
-
-
-# --------------------------------------------------------------------------- vision / audio / misc
-def _shrink_modalities(d: dict, r: dict) -> None:
-    t = r["targets"]
-    patch = next((d[f] for f in r["patch_size_fields"] if _is_int(d.get(f))), None)
-    for f in r["image_size_fields"]:
-        v = d.get(f)
-        target = (patch or 8) * t["image_patches_per_side"]
-        if _is_int(v) and v > target:
-            d[f] = target
-        elif isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v) and max(v) > target:
-            d[f] = [target, target]
-    a = r["audio"]
-    for f in a["source_position_fields"]:
-        if _is_int(d.get(f)) and d[f] > t["audio_source_positions"]:
-            d[f] = t["audio_source_positions"]
-    for f in a["conv_channel_list_fields"]:
-        v = d.get(f)
-        if isinstance(v, list) and v and all(_is_int(x) for x in v):
-            d[f] = [min(x, t["conv_channels"]) for x in v]
-    for f in a["conv_pos_embedding_fields"]:
-        if _is_int(d.get(f)) and d[f] > t["test_sequence_length"]:
-            d[f] = t["test_sequence_length"]
-    for f, v in a["small_fields"].items():
-        if _is_int(d.get(f)) and d[f] > v:
-            d[f] = v
-    first = r["stage_width_first"]
-    for f in r["stage_width_list_fields"]:
-        v = d.get(f)
-        if isinstance(v, list) and v and all(_is_int(x) and x > 0 for x in v) and v[0] > first:
-            d[f] = [max(1, round(x * first / v[0])) for x in v]
-    for f in r["stage_depth_list_fields"]:
-        v = d.get(f)
-        if isinstance(v, list) and v and all(_is_int(x) for x in v):
-            d[f] = [min(x, r["stage_depth_max"]) for x in v]
-    for f in r["stage_head_list_fields"]:
-        v = d.get(f)
-        if isinstance(v, list) and v and all(_is_int(x) and x > 0 for x in v):
-            d[f] = [max(1, x // v[0]) for x in v]
-
-
-def _shrink_windows(d: dict, r: dict) -> None:
-    seq = r["targets"]["test_sequence_length"]
-    for f in r["window_fields"]:
-        if _is_int(d.get(f)) and d[f] >= seq:
-            d[f] = seq // 2
-    mp = r["targets"]["max_position_embeddings"]
-    v = d.get("max_position_embeddings")
-    rope_orig = any(
-        isinstance(d.get(k), dict) and "original_max_position_embeddings" in json.dumps(d[k])
-        for k in ("rope_parameters", "rope_scaling")
-    )
-    if _is_int(v) and v > mp and not rope_orig:
-        d["max_position_embeddings"] = mp
 
 
 def _make_implicit_explicit(d: dict, r: dict) -> None:
@@ -402,14 +275,14 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
         for f in r["vocab_fields"]:
             if f in level_dict and level_dict[f] is None and f in r["fill_none_vocab"]:
                 level_dict[f] = vocab
-            if _is_int(level_dict.get(f)) and level_dict[f] > vocab:
+            if is_int(level_dict.get(f)) and level_dict[f] > vocab:
                 level_dict[f] = vocab
         if level in ("full", "core"):
             for old_h, new_h in _shrink_widths(level_dict, r, level, hidden_map).items():
                 hidden_map.setdefault(old_h, new_h)
         if level == "full":
-            _shrink_modalities(level_dict, r)
-        _shrink_windows(level_dict, r)
+            shrink_modalities(level_dict, r)
+        shrink_windows(level_dict, r)
         level_dict["__touched__"] = {k for k in level_dict if before.get(k) != level_dict.get(k)}
         mt = level_dict.get("model_type")
         for k, v in r["overrides"].get(mt, {}).items() if level == "full" else ():
@@ -428,7 +301,7 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
             v = level_dict[k]
             if _is_subconfig(k, v):
                 finish(v)
-            elif (level == "full" and _is_int(v) and k not in touched and v in hidden_map
+            elif (level == "full" and is_int(v) and k not in touched and v in hidden_map
                   and any(k.endswith(sfx) for sfx in r["hidden_tie_suffixes"])
                   and not any(w in k for w in ("vocab", "token", "position", "image", "patch"))):
                 level_dict[k] = hidden_map[v]
@@ -535,52 +408,3 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
             cfg._shrink_parameters = params
             return cfg
     raise ShrinkError(mt, errors)
-
-
-def config_fingerprint(config) -> dict:
-    """The parts of a config that define the architecture (no names, versions, label text)."""
-    d = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-
-    def clean(x):
-        if isinstance(x, dict):
-            return {
-                k: clean(v)
-                for k, v in sorted(x.items())
-                if k not in ("_name_or_path", "transformers_version", "architectures", "id2label",
-                             "label2id", "_commit_hash", "dtype", "torch_dtype")
-                and not k.startswith("_shrink")
-            }
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
-            return str(x)
-        return x
-
-    out = clean(d)
-    out["num_labels"] = len(d.get("id2label") or {}) or None
-    return out
-
-
-def architecture_signature(spec) -> str:
-    """Hash of (architecture class, shrunk config): identical architectures -> same signature.
-
-    Cached on the spec's (type, class, config) so a population with many identical configs
-    (partial or architecture-only records) shrinks each distinct one once.
-    """
-    blob = json.dumps(spec.config or {}, sort_keys=True, default=str)
-    return _signature(spec.model_type, spec.architecture or "", blob)
-
-
-@lru_cache(maxsize=65536)
-def _signature(model_type: str, architecture: str, config_json: str) -> str:
-    from harness.models import default_architecture, resolve_config
-    from harness.specs import ModelSpec
-
-    spec = ModelSpec("signature", model_type, architecture, json.loads(config_json))
-    try:
-        body: Any = config_fingerprint(resolve_config(spec))
-    except Exception as exc:  # unshrinkable: still a stable key (same input -> same signature)
-        body = {"unresolved": type(exc).__name__, "config": config_json}
-    arch = architecture or default_architecture(model_type) or ""
-    blob = json.dumps({"architecture": arch, "model_type": model_type, "config": body}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -22,18 +22,15 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from harness.outcomes import MODEL_STAGES, ModelCheck, StageResult, Status
-from harness.specs import Case, ModelSpec
+from contracts.backends import get_backend
+from contracts.records import Case, CaseOutcome, ModelCheck, ModelSpec, StageResult
+from contracts.settings import TIER_LIMITS
+from contracts.status import FULL_STAGES, MODEL_STAGES, Status, UNIT_STAGES, stage_order
 
 BUILTIN_TIERS = ("unit", "representative", "full")
-#: Stage order used to pick a case's headline status; unknown stages sort after these.
-FULL_STAGES = ("load", "forward", "backward")
-_OK = {Status.PASS.value, Status.SKIPPED.value}
 
 
 @dataclass
@@ -44,41 +41,6 @@ class TierInputs:
     registry: str | None = None  # unit tier: a registry Parquet path (None: the bundled default)
     models: str | None = None  # representative: a selection dir; full: a crawl store dir or snapshot file
     options: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class CaseOutcome:
-    """Everything a worker reports about one case: JSON-able, journaled as is."""
-
-    case_id: str
-    tier: str
-    stages: list[dict[str, Any]]  # StageResult.to_dict() each, in stage order
-    model_ids: list[str] = field(default_factory=list)
-    weight: float = 0.0
-    fallback_count: int | None = None
-    fallback_ops: list[str] = field(default_factory=list)
-    fallback_events: list[dict[str, Any]] = field(default_factory=list)
-    peak_memory_bytes: int | None = None
-    seconds: float = 0.0
-    info: dict[str, Any] = field(default_factory=dict)  # model_type, architecture, traits, parameters...
-    worker: dict[str, Any] = field(default_factory=dict)  # pid, attempts, how the worker ended
-
-    @property
-    def status(self) -> str:
-        """The case's headline status: its first stage that is neither pass nor skipped."""
-        statuses = [s["status"] for s in self.stages]
-        bad = next((s for s in statuses if s not in _OK), None)
-        if bad:
-            return bad
-        return Status.PASS.value if Status.PASS.value in statuses or not statuses else Status.SKIPPED.value
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CaseOutcome":
-        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        return cls(**known)
 
 
 # ---------------------------------------------------------------------------------------- loading
@@ -118,7 +80,7 @@ def from_result(case: Case, result: Any, stages: Iterable[str], seconds: float =
     if isinstance(result, dict) and "stages" in result and "case_id" in result:
         return CaseOutcome.from_dict({**base, **result})
     if isinstance(result, ModelCheck):
-        ordered = sorted(result.stages.values(), key=lambda r: _stage_order(r.stage))
+        ordered = sorted(result.stages.values(), key=lambda r: stage_order(r.stage))
         info = {"model_id": result.model_id, "model_type": result.model_type,
                 "architecture": result.architecture, "parameters": result.parameters,
                 "graphs": result.graphs, "recompiles": result.recompiles, "backend": result.backend}
@@ -149,29 +111,7 @@ def failure_outcome(case: Case, stages: Iterable[str], status: Status | str, rea
                        weight=float(case.weight), seconds=seconds)
 
 
-def _stage_order(stage: str) -> int:
-    return MODEL_STAGES.index(stage) if stage in MODEL_STAGES else len(MODEL_STAGES)
-
-
 # ------------------------------------------------------------------------------ built-in tiers
-
-@functools.lru_cache(maxsize=None)
-def backend_adapter(name: str):
-    """One adapter per worker process (resolving imports the backend module)."""
-    from harness.backends import get_backend
-
-    return get_backend(name)
-
-
-def spec_case(spec: ModelSpec, tier: str, case_id: str | None = None, model_ids: list[str] | None = None,
-              weight: float | None = None, info: dict[str, Any] | None = None) -> Case:
-    payload = {"spec": asdict(spec)}
-    if info:
-        payload["info"] = info
-    return Case(case_id=case_id or spec.model_id, tier=tier, payload=payload,
-                model_ids=model_ids if model_ids is not None else [spec.model_id],
-                weight=float(spec.downloads if weight is None else weight))
-
 
 def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOutcome:
     """Check the case's ModelSpec with harness.check.check_model; a not-runnable case reports why."""
@@ -182,7 +122,7 @@ def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOu
     else:
         from harness.check import check_model
 
-        spec = ModelSpec(**case.payload["spec"])
+        spec = case.spec()
         out = from_result(case, check_model(spec, backend, stages), stages)
         out.info.setdefault("traits", traits_of(spec))
     out.info.update(case.payload.get("info") or {})
@@ -204,45 +144,22 @@ def traits_of(spec: ModelSpec) -> dict[str, Any] | None:
         return None
 
 
-def _bundled_registry() -> str | None:
-    """The registry shipped with the package, if the registry area provides one."""
-    try:
-        from registry import unit_tier
-
-        found = getattr(unit_tier, "bundled_registry_path", None) or getattr(unit_tier, "default_registry_path", None)
-        path = found() if callable(found) else found
-        return str(path) if path and os.path.exists(path) else None
-    except Exception:  # noqa: BLE001
-        return None
-
-
 class UnitTier:
     """Registry op cases (registry.unit_tier, the shape registry's generated tests)."""
 
     name = "unit"
+    stages = UNIT_STAGES
     chunk_size = 64
-    timeout = 120.0  # per case, and per chunk of 64 (an op takes milliseconds)
-    max_cases_per_worker = 20_000  # op replays leave little behind; a restart costs a torch import
-
-    @property
-    def stages(self) -> tuple[str, ...]:
-        from registry import unit_tier
-
-        return tuple(getattr(unit_tier, "STAGES", ("op",)))
+    timeout = TIER_LIMITS["unit"].timeout  # per case, and per chunk of 64 (an op takes milliseconds)
+    max_cases_per_worker = TIER_LIMITS["unit"].max_cases_per_worker  # a restart costs a torch import
 
     def setup(self, backend: str) -> None:
-        backend_adapter(backend)
+        get_backend(backend)
 
     def cases(self, inputs: TierInputs) -> list[Case]:
-        import os
-
         from registry import unit_tier
 
-        path = inputs.registry or os.environ.get("HARNESS_REGISTRY") or _bundled_registry()
-        if not path:
-            raise ValueError("the unit tier needs a shape registry: pass --registry PATH (make one with "
-                             "`harness registry regenerate --out PATH`) or set HARNESS_REGISTRY")
-        return list(unit_tier.cases(str(path)))
+        return list(unit_tier.cases(inputs.registry))  # None: $HARNESS_REGISTRY, else the bundled one
 
     def execute(self, case: Case, backend: str) -> Any:
         from registry import unit_tier
@@ -261,18 +178,18 @@ class RepresentativeTier:
     name = "representative"
     stages = MODEL_STAGES
     chunk_size = 1
-    timeout = 900.0
+    timeout = TIER_LIMITS["representative"].timeout
 
     def setup(self, backend: str) -> None:
         import harness.check  # noqa: F401  (torch + transformers once per worker, not per case)
 
-        backend_adapter(backend)
+        get_backend(backend)
 
     def cases(self, inputs: TierInputs) -> list[Case]:
         from agents import select
 
         specs = select.load_representatives(inputs.models) if inputs.models else select.default_representatives()
-        return [spec_case(s, self.name) for s in specs]
+        return [Case.for_spec(s, self.name) for s in specs]
 
     def execute(self, case: Case, backend: str) -> CaseOutcome:
         return run_model_check(case, backend, self.stages)
@@ -284,7 +201,7 @@ class FullTier:
     name = "full"
     stages = FULL_STAGES
     chunk_size = 1
-    timeout = 300.0
+    timeout = TIER_LIMITS["full"].timeout
 
     def setup(self, backend: str) -> None:
         RepresentativeTier.setup(self, backend)  # type: ignore[arg-type]

@@ -37,20 +37,23 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from harness.outcomes import Status
-from harness.specs import Case
-from harness.tiers import CaseOutcome, failure_outcome, from_result, load_tier
+from contracts.backends import resolved_backend
+from contracts.errors import status_of
+from contracts.records import Case, CaseOutcome
+from contracts.settings import DEFAULT_STARTUP_TIMEOUT, DEFAULT_WORKER_MEMORY, resolve_limits
+from contracts.status import Status
+from harness.tiers import failure_outcome, from_result, load_tier
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass
 class WorkerLimits:
-    timeout: float | None = None  # seconds per case (None: the tier's, else 600); a chunk gets the same
-    memory_bytes: int | None = 8 << 30  # RSS watchdog; None = no limit
+    timeout: float | None = None  # seconds per case (None: the tier's, else the default); a chunk gets the same
+    memory_bytes: int | None = DEFAULT_WORKER_MEMORY  # RSS watchdog; None = no limit
     address_space_bytes: int | None = None  # RLIMIT_AS in the child; None = off
-    max_cases: int | None = None  # recycle the process after this many cases (None: the tier's, else 100)
-    startup_timeout: float = 300.0  # spawn + tier.setup (imports torch, transformers)
+    max_cases: int | None = None  # recycle the process after this many cases (None: the tier's, else the default)
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT  # spawn + tier.setup (imports torch, transformers)
     poll_interval: float = 0.05
 
 
@@ -61,15 +64,6 @@ def rss_bytes(pid: int) -> int:
             return int(fh.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def classify_exception(exc: BaseException) -> Status:
-    name = type(exc).__name__
-    text = str(exc).lower()
-    if isinstance(exc, MemoryError) or "OutOfMemory" in name or "can't allocate memory" in text \
-            or "out of memory" in text:
-        return Status.OOM
-    return Status.ERROR
 
 
 def _short(text: str, limit: int = 500) -> str:
@@ -92,7 +86,8 @@ class IsolatedWorker:
         self.tier_ref, self.backend = tier_ref, backend
         self.threads = threads  # intra-op threads of the child (OMP/MKL/torch); None: library default
         limits = limits or WorkerLimits()
-        self.limits = replace(limits, timeout=limits.timeout or 600.0, max_cases=limits.max_cases or 100)
+        timeout, max_cases = resolve_limits(None, limits.timeout, limits.max_cases)
+        self.limits = replace(limits, timeout=timeout, max_cases=max_cases)
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "harness-workers"
         self.sys_path = list(sys_path if sys_path is not None else sys.path)
         self.name = name
@@ -304,14 +299,14 @@ def _watch_parent(ppid: int) -> None:
             os._exit(70)
 
 
-def _backend_info() -> dict[str, Any]:
-    """Facts about the backend in this worker for runs.parquet (only if the tier imported it)."""
-    if "backend" not in sys.modules:
+def _backend_info(backend: str) -> dict[str, Any]:
+    """Facts about the backend in this worker for runs.parquet (only if the tier resolved its adapter)."""
+    adapter = resolved_backend(backend)
+    if adapter is None:
         return {}
     try:
-        from backend.lowering import current_table
-
-        return {"lowering_table_version": current_table().version}
+        table = adapter.describe().get("lowering_table") or {}
+        return {"lowering_table_version": table["version"]} if table.get("version") else {}
     except Exception:  # noqa: BLE001 - a label must never fail a case
         return {}
 
@@ -326,7 +321,7 @@ def _execute_one(tier: Any, case: Case, backend: str) -> CaseOutcome:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - every exception (SystemExit too) becomes the case's row
-        status = classify_exception(exc)
+        status = status_of(exc)
         frames = traceback.extract_tb(exc.__traceback__)
         where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
         return failure_outcome(case, tier.stages, status, f"exception:{type(exc).__name__}",
@@ -377,13 +372,13 @@ def _child_main(fd: int) -> None:
                 for c in cases:
                     outs.append(_execute_one(tier, c, backend))
             for o in outs:
-                o.worker.update(_backend_info())
+                o.worker.update(_backend_info(backend))
             conn.send(("results", [o.to_dict() for o in outs]))
         else:
             for c in cases:
                 conn.send(("begin", [c.case_id]))
                 out = _execute_one(tier, c, backend)
-                out.worker.update(_backend_info())
+                out.worker.update(_backend_info(backend))
                 conn.send(("results", [out.to_dict()]))
         conn.send(("idle",))
 

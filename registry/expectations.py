@@ -23,8 +23,10 @@ from typing import Any, Iterable
 
 import yaml
 
+from contracts.settings import current
+from contracts.status import FAILING_VALUES
+
 SCHEMA_VERSION = 1
-FAILING = {"fail", "error", "timeout", "oom", "crash"}
 HEADER = """\
 # Known failures of the unit tier (registry cases) on backend {backend!r}: each case id is an
 # expected failure (pytest xfail) with the status seen and why. Rewritten from a run's results by
@@ -41,10 +43,7 @@ class Expectation:
 
 
 def default_path(backend: str) -> Path:
-    env = os.environ.get("HARNESS_EXPECTATIONS")
-    if env:
-        return Path(env)
-    return Path(str(resources.files("registry").joinpath(f"expectations/{backend}.yaml")))
+    return current().expectations or Path(str(resources.files("registry").joinpath(f"expectations/{backend}.yaml")))
 
 
 def load(path: str | os.PathLike | None = None, backend: str = "neuron") -> dict[str, Expectation]:
@@ -82,7 +81,7 @@ def label(case_id: str, status: str, expectations: dict[str, Expectation]) -> st
     expected = case_id in expectations
     if status == "pass":
         return "IMPROVED" if expected else "PASS"
-    if status in FAILING:
+    if status in FAILING_VALUES:
         return "XFAIL" if expected else "FAIL"
     return "SKIPPED"
 
@@ -124,7 +123,7 @@ def update_from_run(rundir: str | os.PathLike, backend: str = "neuron", path: st
     old = load(path, backend)
     new = {}
     for row in _unit_rows(rundir):
-        if str(row["status"]) in FAILING:
+        if str(row["status"]) in FAILING_VALUES:
             new[row["case_id"]] = Expectation(row["case_id"], str(row["status"]), _reason(row))
     save(new.values(), path, backend)
     return {

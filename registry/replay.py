@@ -18,17 +18,18 @@ from typing import Any
 
 import torch
 
+from contracts.backends import fallback_ops
+from contracts.records import StageResult
+from contracts.status import Status
 from registry import scaling
 from registry.constraints import infer_constraints, is_metadata_only, unreplayable_reason
 from registry.encoding import ABBREV_DTYPES, DTYPE_ABBREVS, UnreplayableError, decode_scalar, find_opaque, parse_signature, signature_hash
 from registry.tolerances import Tolerance, tolerance_for
 
-from harness.outcomes import StageResult, Status
-
 
 @dataclass
 class CaseSpec:
-    """What a unit case needs: JSON-able, so it travels as a `harness.specs.Case` payload."""
+    """What a unit case needs: JSON-able, so it travels as a `contracts.records.Case` payload."""
 
     op: str
     signature: str
@@ -363,18 +364,18 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
                       message=_normalize(exc), failing_op="aten._to_copy.default")
 
     try:
-        with adapter.track_fallbacks() as trace, torch.no_grad():
+        with adapter.track_fallbacks() as events, torch.no_grad():
             actual_out = func(*dev_args, **dev_kwargs)
         actual = _flatten(actual_out) + _mutated(func, dev_args, dev_kwargs)
         actual = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in actual]
     except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
         return result(Status.ERROR, error_class=type(exc).__name__, message=_normalize(exc), failing_op=spec.op,
                       reason="op raised on the backend")
-    metrics["fallback_ops"] = trace.ops
+    metrics["fallback_ops"] = fallback_ops(events)
     if adapter.device_type == "cpu":
         metrics["native"] = True
     else:
-        metrics["native"] = (not trace.events) if adapter.reports_fallbacks else None
+        metrics["native"] = (not events) if adapter.reports_fallbacks else None
     cmp = compare(spec.op, expected, actual, mode, upcast="reference" in metrics)
     metrics["max_abs_err"] = cmp.max_abs_err
     if not cmp.ok:

@@ -13,14 +13,13 @@ reported unreplayable (too large). The factor is kept in the result metrics (``s
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
+from contracts.settings import current
 from registry.encoding import ABBREV_DTYPES, contiguous_strides, decode_scalar, iter_tensors
 
-DEFAULT_MAX_NUMEL = 2**18
 HARD_CAP_FACTOR = 64
 
 
@@ -34,7 +33,7 @@ NOT_SCALABLE = ("aten.as_strided", "aten.as_strided_", "aten.as_strided_scatter"
 
 
 def budget() -> int:
-    return int(os.environ.get("HARNESS_REPLAY_MAX_NUMEL", DEFAULT_MAX_NUMEL))
+    return current().replay_max_numel
 
 
 def hard_cap(limit: int | None = None) -> int:

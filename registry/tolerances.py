@@ -1,17 +1,13 @@
 """Per-dtype tolerances, loosened for the backend's declared precision mode (data/tolerances.yaml).
 
-The precision mode comes from the backend: `precision_mode(adapter)` asks the backend module
-(``precision_mode``/``precision`` attribute or function, as the bundled device's
-``backend.precision()``), then ``NEURON_PRECISION`` for
-the neuron device (default ``bf16``: the device rounds fp32 matmul inputs to bf16), and ``exact``
-for every other backend.
+The precision mode is the backend adapter's `precision_mode()` (contracts.backends): the bundled
+device says ``bf16`` by default (it rounds fp32 matmul inputs to bf16, as the Neuron compiler's
+auto-cast), ``exact`` with NEURON_PRECISION=exact; cpu and cuda say ``exact``.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-import os
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -36,23 +32,6 @@ def _table() -> dict[str, Any]:
     for name, tol in data["dtypes"].items():
         Tolerance(**tol)  # fail loudly on a malformed entry, naming nothing wrong silently
     return data
-
-
-def precision_mode(adapter: Any) -> str:
-    module = getattr(adapter, "module", None)
-    for attr in ("precision_mode", "PRECISION_MODE", "get_precision_mode", "precision"):
-        value = getattr(module, attr, None) if module is not None else None
-        if inspect.ismodule(value):
-            value = getattr(value, attr, None)
-        if callable(value):
-            value = value()
-        if isinstance(value, str) and value:
-            return value.lower()
-        if value is not None and hasattr(value, "value"):  # an Enum
-            return str(value.value).lower()
-    if getattr(adapter, "device_type", "") == "neuron":
-        return os.environ.get("NEURON_PRECISION", "bf16").lower() or "bf16"
-    return "exact"
 
 
 @functools.lru_cache(maxsize=4096)

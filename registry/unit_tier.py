@@ -11,8 +11,6 @@ than the op). Neither function raises for an op problem; each payload gets exact
 
 from __future__ import annotations
 
-import functools
-import os
 import time
 from importlib import resources
 from pathlib import Path
@@ -20,15 +18,12 @@ from typing import Any, Iterable
 
 import torch
 
-from harness.backends import BackendAdapter, get_backend
-from harness.outcomes import StageResult, Status
-from harness.specs import Case
+from contracts.backends import Backend, get_backend
+from contracts.records import Case, StageResult
+from contracts.settings import current
+from contracts.status import Status
 from registry.replay import CaseSpec, replay
 from registry.store import Registry
-from registry.tolerances import precision_mode
-
-
-STAGES = ("op",)
 
 
 def bundled_registry_path() -> Path:
@@ -37,8 +32,8 @@ def bundled_registry_path() -> Path:
 
 
 def default_registry_path() -> Path:
-    env = os.environ.get("HARNESS_REGISTRY")
-    return Path(env) if env else bundled_registry_path()
+    """$HARNESS_REGISTRY, else the registry bundled with the package (rewritten by regenerate)."""
+    return current().registry or bundled_registry_path()
 
 
 def cases(registry_path: str | None = None) -> list[Case]:
@@ -54,11 +49,6 @@ def cases(registry_path: str | None = None) -> list[Case]:
     return out
 
 
-@functools.lru_cache(maxsize=8)
-def _adapter(backend: str) -> BackendAdapter:
-    return get_backend(backend)
-
-
 def _one_thread() -> None:
     """One intra-op thread in a process that replays cases: the runner's workers share the cores,
     and tiny ops gain nothing from threads. Set once and left so (switching the thread count back
@@ -67,7 +57,7 @@ def _one_thread() -> None:
         torch.set_num_threads(1)
 
 
-def _run(payload: dict[str, Any], adapter: BackendAdapter, mode: str) -> StageResult:
+def _run(payload: dict[str, Any], adapter: Backend, mode: str) -> StageResult:
     t0 = time.perf_counter()
     try:
         return replay(CaseSpec.from_payload(payload), adapter, mode)
@@ -85,12 +75,12 @@ def execute(payload: dict[str, Any], backend: str) -> list[StageResult]:
 def execute_many(payloads: Iterable[dict[str, Any]], backend: str) -> list[list[StageResult]]:
     payloads = list(payloads)
     try:
-        adapter = _adapter(backend)
+        adapter = get_backend(backend)
     except Exception as exc:  # noqa: BLE001 - a backend that cannot load: every case says so
         msg = str(exc).splitlines()[0][:300] if str(exc) else ""
         return [[StageResult(stage="op", status=Status.NOT_ATTEMPTED, reason=f"backend {backend!r} failed to load",
                              error_class=type(exc).__name__, message=msg, failing_op=str(p.get("op", "")))]
                 for p in payloads]
-    mode = precision_mode(adapter)
+    mode = adapter.precision_mode()
     _one_thread()
     return [[_run(p, adapter, mode)] for p in payloads]

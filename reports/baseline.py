@@ -24,18 +24,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from contracts.settings import current
 from reports.schema import SCHEMA_VERSION, TABLES
 from reports.tables import table_dirs
 
-ENV_VAR = "HARNESS_BASELINE_DIR"
 MARKER = "BASELINE.json"
 
 
 def baseline_dir(explicit: str | os.PathLike | None = None) -> Path:
     """The baseline directory to use (it may not exist yet)."""
-    if explicit:
-        return Path(explicit)
-    return Path(os.environ.get(ENV_VAR) or Path.cwd() / "baseline")
+    return Path(explicit) if explicit else current().baseline_dir
 
 
 def exists(path: str | os.PathLike | None = None) -> bool:

@@ -1,6 +1,6 @@
 """Compare a run with a baseline: one verdict per (tier, case, stage), and direction-aware metrics.
 
-The comparison vocabulary (separate from harness.outcomes.Status, which says how a stage ended):
+The comparison vocabulary (contracts.status.Verdict; separate from Status, which says how a stage ended):
 
     PASS      as good as the baseline: passes (or is unchanged and not failing)
     FAIL      new failure: failing now, and neither failing in the baseline nor expected
@@ -21,7 +21,6 @@ Usage::
 
 from __future__ import annotations
 
-import enum
 import fnmatch
 import functools
 import re
@@ -33,23 +32,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from harness.outcomes import UNFINISHED, Status
+from contracts.status import FAILING_VALUES, STATUS_VALUES, Verdict
 
-FAILING = {Status.FAIL.value} | {s.value for s in UNFINISHED}
-NEUTRAL = {Status.SKIPPED.value, Status.NOT_ATTEMPTED.value}
 KEY = ["tier", "case_id", "stage"]
-
-
-class Verdict(str, enum.Enum):
-    PASS = "PASS"
-    FAIL = "FAIL"
-    XFAIL = "XFAIL"
-    IMPROVED = "IMPROVED"
-    MISSING = "MISSING"
-    FLAKY = "FLAKY"
-
-    def __str__(self) -> str:  # pragma: no cover - trivial
-        return self.value
 
 
 # ----------------------------------------------------------------------------- checked-in data files
@@ -80,7 +65,7 @@ def _load_rules(path: str | Path | None, default: str, key: str) -> list[Rule]:
             raise ValueError(f"{path or default}: {key}[{i}] needs a 'reason' (why it is known)")
         status = entry.get("status") or ()
         status = (status,) if isinstance(status, str) else tuple(status)
-        bad = [s for s in status if s not in {x.value for x in Status}]
+        bad = [s for s in status if s not in STATUS_VALUES]
         if bad:
             raise ValueError(f"{path or default}: {key}[{i}] has unknown status {bad}")
         rules.append(Rule(reason=str(entry["reason"]), status=status,
@@ -184,11 +169,11 @@ def _verdict(status: str | None, base: str | None, model_ids: list[str], key: tu
         if base is not None and base != "pass":
             return Verdict.IMPROVED, f"{base} -> pass"
         return Verdict.PASS, ""
-    if status in FAILING:
+    if status in FAILING_VALUES:
         expected = next((r for r in known if not r.status or status in r.status), None)
         if expected:
             return Verdict.XFAIL, f"expected: {expected.reason}"
-        if base in FAILING:
+        if base in FAILING_VALUES:
             return Verdict.XFAIL, f"failed in the baseline too ({base} -> {status})"
         return Verdict.FAIL, f"{base or 'new case'} -> {status}"
     # skipped / not_attempted

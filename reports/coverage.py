@@ -27,9 +27,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from harness.outcomes import Status
-
-STATUS_ORDER = [s.value for s in Status]
+from contracts.status import MODEL_STAGES, STATUS_VALUES, UNFINISHED_VALUES
 
 
 def fmt_rate(n: float, d: float, weighted: bool = False) -> str:
@@ -73,7 +71,7 @@ class StageCoverage:
 
     @property
     def errored(self) -> int:  # raised, timed out, ran out of memory or crashed
-        return sum(self.by_status[s] for s in ("error", "timeout", "oom", "crash"))
+        return sum(self.by_status[s] for s in UNFINISHED_VALUES)
 
 
 @dataclass
@@ -142,11 +140,11 @@ def stage_coverage(results: pd.DataFrame) -> list[StageCoverage]:
         out.append(StageCoverage(
             tier=str(tier), stage=str(stage), cases=len(g), models=int(g["n_models"].sum()),
             weight=float(g["weight"].sum()),
-            by_status={s: int(counts.get(s, 0)) for s in STATUS_ORDER},
-            models_by_status={s: int(models.get(s, 0)) for s in STATUS_ORDER},
+            by_status={s: int(counts.get(s, 0)) for s in STATUS_VALUES},
+            models_by_status={s: int(models.get(s, 0)) for s in STATUS_VALUES},
             skipped_reasons=dict(reasons["skipped"].most_common()),
             not_attempted_reasons=dict(reasons["not_attempted"].most_common())))
-    order = {s: i for i, s in enumerate(("load", "forward", "backward", "compile", "numerics", "on_device"))}
+    order = {s: i for i, s in enumerate(MODEL_STAGES)}
     return sorted(out, key=lambda s: (s.tier, order.get(s.stage, 99), s.stage))
 
 
@@ -186,7 +184,7 @@ def case_levels(results: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     df = results.merge(model_cases, on=["tier", "case_id"])
     # why a stage stopped, in a form that groups: the exception type for unfinished stages, else the reason
-    unfinished = df["status"].isin(["error", "timeout", "oom", "crash"]) & df["error_class"].notna() \
+    unfinished = df["status"].isin(list(UNFINISHED_VALUES)) & df["error_class"].notna() \
         & (df["error_class"] != "")
     reason = df["reason"].where(~unfinished, df["error_class"]).fillna(df["error_class"]).fillna("")
     reason = reason.str.slice(0, 160)
@@ -229,7 +227,7 @@ def level_coverage(per_case: pd.DataFrame, top_blockers: int = 5) -> list[LevelC
                 weight=float(g["weight"].sum()), cases_reached=int(ok.sum()),
                 models_reached=int(g.loc[ok, "n_models"].sum()), weight_reached=float(g.loc[ok, "weight"].sum()),
                 not_reached={s: int(bad.loc[bad[lv.name] == s, "n_models"].sum())
-                             for s in STATUS_ORDER if s != "pass" and (bad[lv.name] == s).any()},
+                             for s in STATUS_VALUES if s != "pass" and (bad[lv.name] == s).any()},
                 blockers=[{"stage": r[0], "status": r[1], "reason": r[2], "cases": int(r[3]), "models": int(r[4])}
                           for r in blockers.itertuples(index=False)]))
     return out

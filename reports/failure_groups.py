@@ -17,8 +17,9 @@ from typing import Any
 
 import pandas as pd
 
+from contracts.status import FAILING_VALUES
+
 FAILURE_GROUPS_FILE = "failure_groups.json"
-FAILING = ("fail", "error", "timeout", "oom", "crash")
 EXAMPLES = 5  # example ids shown per group in the report
 
 
@@ -46,7 +47,7 @@ def failure_rows(results: pd.DataFrame) -> list[dict[str, Any]]:
     if results.empty:
         return []
     out = []
-    for r in results[results["status"].isin(FAILING)].to_dict("records"):
+    for r in results[results["status"].isin(FAILING_VALUES)].to_dict("records"):
         status = _text(r.get("status"))
         error_class = _text(r.get("error_class")) or (status if status in ("timeout", "oom", "crash") else "")
         out.append({"id": _text(r.get("case_id")), "model_id": _text(r.get("model_id")), "tier": _text(r.get("tier")),

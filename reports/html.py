@@ -22,9 +22,10 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
+from contracts.status import STATUS_VALUES, Verdict
 from reports import plots
-from reports.compare import Comparison, Verdict
-from reports.coverage import STATUS_ORDER, Coverage, fmt_rate, levels, summarize
+from reports.compare import Comparison
+from reports.coverage import Coverage, fmt_rate, levels, summarize
 from reports.history import load_history
 from reports.tables import read_table
 
@@ -78,7 +79,7 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
     return {
         "title": f"Coverage report: {', '.join(cov.run_ids) or run_dir.name}",
         "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "runs": _runs(run_dir), "totals": _tier_totals(cov), "coverage": cov, "statuses": STATUS_ORDER,
+        "runs": _runs(run_dir), "totals": _tier_totals(cov), "coverage": cov, "statuses": list(STATUS_VALUES),
         "history": points, "traits": traits[:MAX_ROWS], "traits_left_off": max(0, len(traits) - MAX_ROWS),
         "svg": {k: Markup(v) if v else None for k, v in svgs.items()},
         "comparison": comparison, "baseline_note": baseline_note,

@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import pandas as pd
 
-from harness.outcomes import UNFINISHED
+from contracts.status import UNFINISHED
 
 _ERRORS = {s.value for s in UNFINISHED}
 _BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # not allowed in XML 1.0

@@ -9,6 +9,9 @@ harness installed:
     fallbacks.parquet  one row per (case, op, shapes/dtypes, reason, frame): CPU fallback events
     per_op.parquet     one row per (tier, op): native and fallback calls, models / downloads blocked
 
+The columns of results and fallbacks are the fields of contracts.records.ResultRow and FallbackRow
+(one definition, with each column's documentation); runs and per_op are the report's own tables.
+
 The schema version is stored in each file's Parquet key-value metadata (key ``harness.schema_version``)
 and as the ``schema_version`` column of ``runs``. Bump ``SCHEMA_VERSION`` when a column changes
 meaning or type or is removed; adding a nullable column is compatible and keeps the version.
@@ -26,9 +29,12 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+from contracts.records import FallbackRow, ResultRow
 
 SCHEMA_VERSION = 1
 #: Parquet key-value metadata keys written into every table file.
@@ -60,6 +66,22 @@ class Table:
                                            META_TABLE: self.name.encode()})
 
 
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "str": pa.string(), "str | None": pa.string(), "int | None": pa.int64(), "float | None": pa.float64(),
+    "list[str]": _LIST_STR, "bool | None": pa.bool_(),
+}
+
+
+def table_of(name: str, doc: str, record: type) -> Table:
+    """The table whose columns are the fields of a contracts.records row record, in order."""
+    columns = []
+    for f in dataclasses.fields(record):
+        if f.type not in _ARROW_TYPES:
+            raise TypeError(f"{record.__name__}.{f.name}: no Arrow type for {f.type!r}")
+        columns.append(Column(f.name, _ARROW_TYPES[f.type], f.metadata["doc"], f.metadata["required"]))
+    return Table(name, doc, tuple(columns))
+
+
 RUNS = Table("runs", "One row per run: what ran, where, with which versions.", (
     Column("run_id", pa.string(), "Unique id of the run (also the key in the other tables).", True),
     Column("schema_version", pa.int64(), "Version of this table schema (reports.schema.SCHEMA_VERSION).", True),
@@ -78,47 +100,9 @@ RUNS = Table("runs", "One row per run: what ran, where, with which versions.", (
     Column("extra", pa.string(), "JSON object of any other run metadata the runner recorded."),
 ))
 
-RESULTS = Table("results", "One row per case and stage: the outcome with its reason and metrics.", (
-    Column("run_id", pa.string(), "Run this row belongs to (runs.run_id).", True),
-    Column("tier", pa.string(), "unit | representative | full.", True),
-    Column("case_id", pa.string(), "Stable id of the tier case (the comparison key with tier and stage).", True),
-    Column("stage", pa.string(), "Stage checked: load, forward, backward, compile, numerics, on_device (model "
-           "tiers) or the unit tier's stage name.", True),
-    Column("status", pa.string(), "One of harness.outcomes.Status: pass, fail, error, timeout, oom, crash, "
-           "skipped, not_attempted.", True),
-    Column("reason", pa.string(), "Why skipped / not attempted / failed: short and stable."),
-    Column("error_class", pa.string(), "Exception type, e.g. RuntimeError; for crash the signal name."),
-    Column("message", pa.string(), "Normalized error message (no addresses, no temp paths)."),
-    Column("failing_op", pa.string(), "ATen op that raised, where known."),
-    Column("model_id", pa.string(), "Model the case was built from (the group's first model); null for unit cases."),
-    Column("model_ids", _LIST_STR, "Every model the outcome is attributed to (a deduplicated full-tier case "
-           "stands for several); empty for unit cases."),
-    Column("n_models", pa.int64(), "len(model_ids): sum it for model-level counts."),
-    Column("weight", pa.float64(), "Summed downloads of model_ids: sum it for download-weighted coverage."),
-    Column("seconds", pa.float64(), "Wall time of the stage."),
-    Column("fallback_count", pa.int64(), "CPU fallback calls seen in the stage (null: backend cannot report)."),
-    Column("fallback_ops", _LIST_STR, "Distinct op overloads that fell back to the CPU."),
-    Column("graphs", pa.int64(), "Compiled graphs (compile counts), null when not compiled."),
-    Column("recompiles", pa.int64(), "Recompilations, null when not compiled."),
-    Column("peak_memory_bytes", pa.int64(), "Peak device memory of the case, null when unknown."),
-    Column("traits", pa.string(), "JSON object of the model's traits (e.g. {\"modality\": \"text\"}); "
-           "DuckDB: json_extract_string(traits, '$.modality')."),
-    Column("metrics", pa.string(), "JSON object of other stage metrics (e.g. max_abs_error)."),
-    Column("extra", pa.string(), "JSON object of any other fields the runner recorded for the row."),
-))
-
-FALLBACKS = Table("fallbacks", "One row per CPU fallback event group: which op fell back, where and why.", (
-    Column("run_id", pa.string(), "Run this row belongs to.", True),
-    Column("tier", pa.string(), "Tier of the case, null when the event names no case the run knows."),
-    Column("case_id", pa.string(), "Case the event was seen in, null when unknown."),
-    Column("model_id", pa.string(), "Model the event was seen in."),
-    Column("op", pa.string(), "Op overload that fell back, e.g. aten::_cdist_forward.", True),
-    Column("input_shapes", pa.string(), "Input shapes as text, e.g. [[2, 3], [3]]."),
-    Column("input_dtypes", pa.string(), "Input dtypes as text, e.g. [float32, float32]."),
-    Column("reason", pa.string(), "Why it fell back (no lowering, dtype, dynamic shape, ...)."),
-    Column("count", pa.int64(), "Calls in this group."),
-    Column("frame", pa.string(), "Source frame that issued the op (file:line in function), where known."),
-))
+RESULTS = table_of("results", "One row per case and stage: the outcome with its reason and metrics.", ResultRow)
+FALLBACKS = table_of("fallbacks", "One row per CPU fallback event group: which op fell back, where and why.",
+                     FallbackRow)
 
 PER_OP = Table("per_op", "One row per (tier, op): how often it ran natively or fell back, and what it blocks.", (
     Column("run_id", pa.string(), "Run this row belongs to.", True),

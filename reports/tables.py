@@ -32,12 +32,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.outcomes import Status
+from contracts.status import STATUS_VALUES, Blame, Status
 from reports.schema import (FALLBACKS, META_SCHEMA_VERSION, PER_OP, RESULTS, RUNS, SCHEMA_VERSION, TABLES,
                             Table, column_names)
 
-_STATUSES = {s.value for s in Status}
-_JSON_COLUMNS = {"traits", "metrics", "extra"}
+_BLAMES = {b.value for b in Blame}
 _ROW_ONLY_KEYS = {"native_op_calls", "fallback_events"}  # consumed, not stored as results columns
 _RESULT_COLUMNS = tuple(column_names(RESULTS))
 
@@ -109,7 +108,7 @@ def _result_row(raw: dict[str, Any], run_id: str, traits_json: dict[int, str | N
     row: dict[str, Any] = {c: raw.get(c) for c in _RESULT_COLUMNS}
     row["run_id"] = str(raw.get("run_id") or run_id)
     status = getattr(raw["status"], "value", raw["status"])
-    if status not in _STATUSES:  # a runner bug must not lose the row: record it as an error with why
+    if status not in STATUS_VALUES:  # a runner bug must not lose the row: record it as an error with why
         warnings.warn(f"case {raw['case_id']!r}: unknown status {status!r} recorded as error")
         row["reason"] = f"invalid status {status!r}" + (f"; {raw['reason']}" if raw.get("reason") else "")
         status = Status.ERROR.value
@@ -126,7 +125,7 @@ def _result_row(raw: dict[str, Any], run_id: str, traits_json: dict[int, str | N
     for key in ("graphs", "recompiles"):
         if row[key] is None and isinstance(metrics, dict) and key in metrics:
             row[key] = metrics[key]
-    for key in ("n_models", "fallback_count", "graphs", "recompiles", "peak_memory_bytes"):
+    for key in ("n_models", "fallback_count", "graphs", "recompiles", "peak_memory_bytes", "sample"):
         row[key] = _opt_int(row[key])
     for key in ("weight", "seconds"):
         row[key] = _opt_float(row[key])
@@ -138,8 +137,14 @@ def _result_row(raw: dict[str, Any], run_id: str, traits_json: dict[int, str | N
     if id(traits) not in traits_json:
         traits_json[id(traits)] = _json(traits)
     row["traits"], row["metrics"], row["extra"] = traits_json[id(traits)], _json(metrics), _json(extra)
-    for c in ("reason", "error_class", "message", "failing_op", "model_id"):
-        row[c] = None if row[c] in (None, "") else str(row[c])
+    for c in ("reason", "error_class", "message", "failing_op", "model_id", "op", "dtype", "blame"):
+        row[c] = None if row[c] in (None, "") else str(getattr(row[c], "value", row[c]))
+    row["variant"] = None if row["variant"] is None else str(row["variant"])  # "" is the op itself
+    if row["blame"] is not None and row["blame"] not in _BLAMES:  # kept, but not in the blame column
+        warnings.warn(f"case {raw['case_id']!r}: unknown blame {row['blame']!r} moved to extra")
+        extra["invalid_blame"] = row["blame"]
+        row["blame"], row["extra"] = None, _json(extra)
+    row["blame_evidence"] = _json(raw.get("blame_evidence"))
     return row
 
 
@@ -160,7 +165,7 @@ def _fallback_row(ev: dict[str, Any], run_id: str, results: list[dict[str, Any]]
     return {"run_id": run_id, "tier": tier, "case_id": case_id, "model_id": model_id, "op": str(ev["op"]),
             "input_shapes": _text(ev.get("input_shapes")), "input_dtypes": _text(ev.get("input_dtypes")),
             "reason": _text(ev.get("reason")), "count": _opt_int(ev.get("count", 1)),
-            "frame": _text(ev.get("frame"))}
+            "frame": _text(ev.get("frame")), "model_frame": _text(ev.get("model_frame"))}
 
 
 def _dedupe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

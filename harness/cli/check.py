@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from harness.outcomes import MODEL_STAGES
-from harness.specs import ModelSpec
+from contracts.status import MODEL_STAGES, is_failing
+from contracts.records import ModelSpec
 
 HELP = "Check one model (Hub id, model type or config.json) on a backend, stage by stage."
 
@@ -115,5 +115,5 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), default=str))
     else:
         print(render_table(result))
-    failed = any(r.status.value in ("fail", "error", "timeout", "oom", "crash") for r in result.stages.values())
+    failed = any(is_failing(r.status) for r in result.stages.values())
     return 1 if failed else 0

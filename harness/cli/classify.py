@@ -19,7 +19,8 @@ def llm_fill_or_none(directory, disabled: bool):
     """The LLM trait filler when configured (OPENAI_BASE_URL/OPENAI_API_KEY + HARNESS_LLM_MODEL), else None."""
     if disabled:
         return None
-    from agents.llm import LLMClassifier, LLMSettings
+    from agents.llm import LLMClassifier
+    from contracts.settings import LLMSettings
 
     settings = LLMSettings.from_env()
     return LLMClassifier(settings, log_dir=directory).fill if settings.enabled else None

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _print_text(result) -> None:
-    from reports.compare import Verdict
+    from contracts.status import Verdict
 
     counts = result.counts
     print(" ".join(f"{k}={v}" for k, v in counts.items()))

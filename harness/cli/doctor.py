@@ -1,9 +1,9 @@
 """`harness doctor`: what this installation would run with.
 
 Versions of the harness and its main libraries, the backend (``--backend``, resolved like every
-other command through :func:`harness.backends.get_backend`), whether that backend is simulated or
-real, and, when the backend module exposes them, its lowering-table version, fallback mode,
-precision mode and memory capacity.
+other command through :func:`contracts.backends.get_backend`), whether that backend is simulated or
+real, and what its adapter's ``describe()`` says of the device: lowering-table version, fallback
+mode, precision mode and memory capacity (null where the device has no such setting).
 """
 
 from __future__ import annotations
@@ -45,19 +45,6 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _call(module: Any, path: str) -> Any:
-    """``module.a.b()`` if the backend module offers it, else None (a real backend may not)."""
-    obj = module
-    for part in path.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    try:
-        return obj() if callable(obj) else obj
-    except Exception as exc:  # a broken setting is reported, not fatal
-        return f"error: {type(exc).__name__}: {exc}"
-
-
 def collect(backend_spec: str) -> tuple[dict[str, Any], int]:
     from harness import __version__
 
@@ -69,26 +56,19 @@ def collect(backend_spec: str) -> tuple[dict[str, Any], int]:
         },
         "platform": platform.platform(),
     }
-    from harness.backends import get_backend
+    from contracts.backends import get_backend
 
     try:
         adapter = get_backend(backend_spec)
     except Exception as exc:  # bad spec, or its module failed to import
         report["backend"] = {"backend": backend_spec, "error": f"{type(exc).__name__}: {exc}"}
         return report, 2
-    info = adapter.describe()
-    module = adapter.module
-    table = _call(module, "lowering.current_table") if module is not None else None
-    info.update(
-        kind=("simulated" if adapter.simulated else "real") if adapter.simulated is not None else "real",
-        lowering_table=None if table is None or isinstance(table, str) else {
-            "version": table.version, "source": table.source, "native_ops": len(table.ops)},
-        fallback_mode=_call(module, "fallback_mode") if module is not None else None,
-        precision=_call(module, "precision") if module is not None else None,
-        memory_capacity_bytes=_call(module, "memory_capacity") if module is not None else None,
-    )
-    if isinstance(table, str):
-        info["lowering_table"] = {"error": table}
+    try:
+        info = adapter.describe()
+    except Exception as exc:  # a broken device setting is reported, not fatal
+        report["backend"] = {"backend": backend_spec, "error": f"{type(exc).__name__}: {exc}"}
+        return report, 2
+    info["kind"] = "simulated" if adapter.simulated else "real"
     report["backend"] = info
     return report, 0 if info["available"] else 1
 

@@ -22,13 +22,9 @@ EPILOG = """examples:
 
 
 def default_registry_path() -> Path:
-    """$HARNESS_REGISTRY, else the registry bundled with the package (rewritten by regenerate)."""
-    env = os.environ.get("HARNESS_REGISTRY")
-    if env:
-        return Path(env)
-    from registry.unit_tier import bundled_registry_path
+    from registry.unit_tier import default_registry_path as default
 
-    return bundled_registry_path()
+    return default()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,8 +79,8 @@ def _emit(args: argparse.Namespace, payload: dict, text: str) -> None:
 
 
 def _regenerate(args: argparse.Namespace) -> int:
-    from registry.regenerate import regenerate
-    from registry.workloads import SEQ_LENGTHS, default_specs, load_specs
+    from harness.regenerate import regenerate
+    from harness.workloads import SEQ_LENGTHS, default_specs, load_specs
 
     if args.models:
         try:
@@ -94,8 +90,6 @@ def _regenerate(args: argparse.Namespace) -> int:
             return 2
     else:
         specs, source = default_specs()
-        if source == "fallback":
-            print("warning: agents.select is unavailable; recording the built-in FALLBACK model list", file=sys.stderr)
     if args.limit:
         specs = specs[: args.limit]
     out = Path(args.out) if args.out else default_registry_path()

@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from contracts.settings import DEFAULT_WORKER_MEMORY
+
 HELP = "Run one tier in isolated workers into RUNDIR (resumable; writes results.parquet)."
 
 EPILOG = """examples:
@@ -50,7 +52,7 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         "else a local Ray instance started for the run)")
     parser.add_argument("--timeout", type=float, metavar="S", help="seconds per case before the worker is killed "
                         "(default per tier: unit 120, representative 900, full 300)")
-    parser.add_argument("--memory-limit", type=parse_bytes, default=8 << 30, metavar="SIZE",
+    parser.add_argument("--memory-limit", type=parse_bytes, default=DEFAULT_WORKER_MEMORY, metavar="SIZE",
                         help="RSS limit per worker, e.g. 8G (default), 0 for none")
     parser.add_argument("--max-cases-per-worker", type=int, metavar="N",
                         help="recycle a worker process after N cases (default per tier: unit 20000, models 100)")
@@ -74,11 +76,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def limits_from(args: argparse.Namespace, tier) -> "WorkerLimits":  # noqa: F821
+    from contracts.settings import resolve_limits
     from harness.workers import WorkerLimits
 
-    return WorkerLimits(timeout=args.timeout or getattr(tier, "timeout", None) or 600.0,
-                        memory_bytes=args.memory_limit,
-                        max_cases=args.max_cases_per_worker or getattr(tier, "max_cases_per_worker", None) or 100)
+    timeout, max_cases = resolve_limits(tier, args.timeout, args.max_cases_per_worker)
+    return WorkerLimits(timeout=timeout, memory_bytes=args.memory_limit, max_cases=max_cases)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agents.traits import extract_traits, load_config_file, profiles
+    from agents.traits import extract_traits, load_config_file
+    from agents.type_profiles import profiles
 
     try:
         config = load_config_file(args.config)

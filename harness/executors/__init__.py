@@ -1,27 +1,19 @@
 """Executors: where a tier's chunks of cases run. `local` (a pool of isolated worker processes on
 this machine, the default) or `ray` (the same workers inside Ray actors on a cluster).
 
-Both take the same arguments and call `on_results(list[CaseOutcome])` as chunks finish, from one
+Both implement harness.executors.base.Executor: they take the same arguments and call
+`on_results(list[CaseOutcome])` as chunks finish, from one
 thread at a time, so the runner journals results identically whichever runs them.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Protocol
+from typing import Any
 
-from harness.specs import Case
-from harness.tiers import CaseOutcome
 from harness.workers import WorkerLimits
 
 EXECUTORS = ("local", "ray")
-
-Chunk = tuple[list[Case], bool]  # (cases, run them with the tier's execute_many)
-OnResults = Callable[[list[CaseOutcome]], None]
-
-
-class Executor(Protocol):
-    def run(self, chunks: list[Chunk], on_results: OnResults) -> None: ...
 
 
 def make_executor(kind: str, tier_ref: str, backend: str, workers: int, limits: WorkerLimits,

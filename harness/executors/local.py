@@ -11,8 +11,13 @@ import queue
 import threading
 from typing import Any
 
-from harness.executors import Chunk, OnResults
+from harness.executors.base import Chunk, OnResults
 from harness.workers import IsolatedWorker, WorkerLimits
+
+
+def worker_threads(workers: int, cores: int | None = None) -> int:
+    """Intra-op threads per worker process: the machine's cores shared among the workers."""
+    return max(1, (cores or os.cpu_count() or 1) // max(1, int(workers)))
 
 
 class LocalExecutor:
@@ -30,11 +35,11 @@ class LocalExecutor:
             todo.put(chunk)
         lock = threading.Lock()
         errors: list[BaseException] = []
-        threads = max(1, (os.cpu_count() or 1) // self.workers)  # the cores, shared among the workers
+        threads_per_worker = worker_threads(self.workers)
 
         def loop(n: int) -> None:
             worker = IsolatedWorker(self.tier_ref, self.backend, self.limits, log_dir=self.log_dir,
-                                    sys_path=self.sys_path, name=f"w{n}", threads=threads)
+                                    sys_path=self.sys_path, name=f"w{n}", threads=threads_per_worker)
             self._live.append(worker)
             try:
                 while not self._stop.is_set() and not errors:
@@ -50,12 +55,12 @@ class LocalExecutor:
             finally:
                 worker.close()
 
-        threads = [threading.Thread(target=loop, args=(n,), daemon=True, name=f"harness-worker-{n}")
-                   for n in range(min(self.workers, max(1, len(chunks))))]
-        for t in threads:
+        dispatchers = [threading.Thread(target=loop, args=(n,), daemon=True, name=f"harness-worker-{n}")
+                       for n in range(min(self.workers, max(1, len(chunks))))]
+        for t in dispatchers:
             t.start()
         try:
-            for t in threads:
+            for t in dispatchers:
                 while t.is_alive():
                     t.join(0.2)
         except KeyboardInterrupt:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.executors import Chunk, OnResults
-from harness.specs import Case
-from harness.tiers import CaseOutcome, failure_outcome
+from contracts.records import Case, CaseOutcome
+from harness.executors.base import Chunk, OnResults
+from harness.tiers import failure_outcome
 from harness.workers import WorkerLimits
 
 

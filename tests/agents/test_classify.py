@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from agents.store import ModelRecord, write_store
-from agents.traits import TRAIT_NAMES, UNKNOWN, reset_profiles
+from agents.traits import TRAIT_NAMES, reset_profiles
+from agents.vocabulary import UNKNOWN
 from fakes.openai_server import FakeOpenAI
 
 

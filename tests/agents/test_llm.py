@@ -7,9 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from agents.llm import (DECISIONS_FILE, LLMClassifier, LLMClient, LLMSettings, group_failures, load_prompt,
+from agents.llm import (DECISIONS_FILE, LLMClassifier, LLMClient, group_failures, load_prompt,
                         triage_broken)
-from agents.traits import UNKNOWN, reset_profiles
+from agents.traits import reset_profiles
+from agents.vocabulary import UNKNOWN
+from contracts.settings import LLMSettings
 from fakes.openai_server import FakeOpenAI
 
 KEY = "sk-test-secret-0123456789"

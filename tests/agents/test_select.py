@@ -11,7 +11,8 @@ import pytest
 
 from agents.select import (cover_traits, elements_of, estimate_params, harmonic, interacting_pairs,
                            load_representatives, select, write_selection)
-from agents.traits import TRAIT_NAMES, UNKNOWN
+from agents.traits import TRAIT_NAMES
+from agents.vocabulary import UNKNOWN
 
 
 def model(mid: str, downloads: int = 0, hidden: int = 64, status: str = "ok", **traits) -> dict:
@@ -115,7 +116,7 @@ def test_coverage_target_adds_popular_signatures():
 
 
 def test_write_and_load_representatives_as_model_specs(tmp_path):
-    from harness.specs import ModelSpec
+    from contracts.records import ModelSpec
 
     sel = select(population())
     write_selection(tmp_path, sel)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.traits import TRAIT_NAMES, UNKNOWN, allowed_values, extract_traits, traits_for_row
+from agents.traits import TRAIT_NAMES, extract_traits, traits_for_row
+from agents.vocabulary import UNKNOWN, allowed_values
 
 LABELS = Path(__file__).resolve().parent.parent / "data" / "trait_labels.json"
 

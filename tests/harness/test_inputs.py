@@ -7,7 +7,7 @@ import torch
 
 from harness.inputs import make_inputs, special_token_ids
 from harness.models import build_model, resolve_config
-from harness.specs import ModelSpec
+from contracts.records import ModelSpec
 
 
 def built(model_type: str, architecture: str):

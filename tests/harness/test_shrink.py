@@ -8,8 +8,9 @@ import pytest
 
 from harness.layers import select_layers
 from harness.models import count_parameters_meta, resolve_config
-from harness.shrink import architecture_signature, rules, shrink_config, shrink_dict
-from harness.specs import ModelSpec
+from harness.shrink import rules, shrink_config, shrink_dict
+from harness.signature import architecture_signature
+from contracts.records import ModelSpec
 
 BUDGET = rules()["targets"]["max_parameters"]
 SEQ = rules()["targets"]["test_sequence_length"]

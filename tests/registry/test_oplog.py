@@ -9,7 +9,7 @@ import pytest
 from registry.encoding import parse_signature
 from registry.oplog import export_oplog, import_oplog, parse_call
 from registry.replay import CaseSpec, replay
-from harness.backends import get_backend
+from contracts.backends import get_backend
 
 
 @pytest.fixture(scope="module")

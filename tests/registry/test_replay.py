@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from harness.backends import get_backend
+from contracts.backends import get_backend
 from registry.encoding import encode_args, signature
 from registry.replay import CaseSpec, build_args, compare, materialize, replay
-from registry.tolerances import precision_mode, tolerance_for
+from registry.tolerances import tolerance_for
 
 CPU = get_backend("cpu")
 
@@ -101,14 +101,15 @@ def test_wrong_shape_or_integer_difference_fails():
 
 
 def test_precision_mode_comes_from_the_backend():
-    assert precision_mode(CPU) == "exact"
+    """The adapter reports the device's own setting (backend.set_precision / NEURON_PRECISION)."""
+    import backend
 
-    class _Adapter:
-        device_type = "neuron"
-
-        class module:  # noqa: N801 - stands in for the backend module
-            @staticmethod
-            def precision():
-                return "exact"
-
-    assert precision_mode(_Adapter()) == "exact"
+    assert CPU.precision_mode() == "exact"
+    neuron = get_backend("neuron")
+    previous = backend.set_precision("exact")
+    try:
+        assert neuron.precision_mode() == "exact"
+        backend.set_precision("bf16")
+        assert neuron.precision_mode() == "bf16"
+    finally:
+        backend.set_precision(previous)

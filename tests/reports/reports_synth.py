@@ -6,7 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.outcomes import MODEL_STAGES
+from contracts.status import MODEL_STAGES
 
 STAGES = MODEL_STAGES  # load, forward, backward, compile, numerics, on_device
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from harness.cli import main
-from reports.compare import Verdict, compare_runs, load_expectations, load_flaky
+from contracts.status import Verdict
+from reports.compare import compare_runs, load_expectations, load_flaky
 from reports_synth import set_status
 
 

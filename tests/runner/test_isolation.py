@@ -66,3 +66,15 @@ def test_workers_are_reused_and_recycled(tmp_path, case_file):
     assert pids["p3"] != pids["p0"]  # recycled after max_cases=3
     assert pids["boom"] is None  # it never reported: the parent wrote its row
     assert pids["after"] not in {pids[f"p{i}"] for i in range(6)}  # a fresh worker after the crash
+
+
+def test_a_timeout_error_raised_in_the_tier_is_a_timeout_like_everywhere_else(tmp_path, case_file):
+    """One classifier (contracts.errors): a worker and harness.check agree that TimeoutError is a timeout."""
+    from contracts.errors import classify
+
+    opts = RunOptions(tier=TRIVIAL, out=tmp_path / "run", backend="cpu", models=case_file([("t", "timeouterror")]),
+                      workers=1, limits=WorkerLimits(timeout=30.0), progress=False)
+    run_tier(opts)
+    rows = pd.read_parquet(tmp_path / "run" / "results.parquet")
+    assert set(rows["status"]) == {"timeout"} and set(rows["error_class"]) == {"TimeoutError"}
+    assert classify(TimeoutError("x")).status.value == "timeout"

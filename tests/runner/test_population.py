@@ -8,12 +8,12 @@ import pytest
 
 from harness import population
 from harness.population import Member, dedupe_cases, load_population
-from harness.specs import ModelSpec
+from contracts.records import ModelSpec
 
 
 @pytest.fixture
 def fake_signature(monkeypatch):
-    """Stand-in for harness.shrink.architecture_signature: type + hidden size decide the architecture."""
+    """Stand-in for harness.signature.architecture_signature: type + hidden size decide the architecture."""
     monkeypatch.setattr(population, "_case_key",
                         lambda item: f"{item[0]}/h{item[2].get('hidden_size', 'default')}")
     monkeypatch.setattr(population, "_known_type", lambda t: t in {"bert", "llama"})

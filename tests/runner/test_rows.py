@@ -5,10 +5,12 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.journal import Journal
-from harness.outcomes import MODEL_STAGES, ModelCheck, StageResult, Status
+from contracts.records import ModelCheck, StageResult
+from contracts.status import MODEL_STAGES, Status
 from harness.runner import outcome_rows, summarize, write_tables
-from harness.specs import Case
-from harness.tiers import CaseOutcome, failure_outcome, from_result
+from contracts.records import Case
+from contracts.records import CaseOutcome
+from harness.tiers import failure_outcome, from_result
 
 
 def _check() -> ModelCheck:

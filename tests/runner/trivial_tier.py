@@ -1,7 +1,8 @@
 """A test-only tier of trivial cases, selected with `--tier runner.trivial_tier:TIER`.
 
-Each case's payload names an action the worker performs: pass, fail, raise, memerror, segv, hang,
-oom (allocate until the memory watchdog kills the worker), exit, sleep:SECONDS. The case list is a
+Each case's payload names an action the worker performs: pass, fail, raise, memerror, timeouterror,
+segv, hang, oom (allocate until the memory watchdog kills the worker), exit, sleep:SECONDS, env (report
+the worker's thread variables as metrics). The case list is a
 JSON file given as `--models FILE` ([{"id": ..., "action": ...}, ...]); without it, DEFAULT_CASES.
 It imports nothing heavy so worker processes start in a fraction of a second.
 """
@@ -14,8 +15,8 @@ import os
 import signal
 import time
 
-from harness.outcomes import StageResult, Status
-from harness.specs import Case
+from contracts.records import Case, StageResult
+from contracts.status import Status
 
 DEFAULT_CASES = [{"id": f"ok-{i}", "action": "pass"} for i in range(6)]
 
@@ -29,6 +30,11 @@ def _act(action: str) -> list[StageResult]:
         raise ValueError("planted failure")
     if action == "memerror":
         raise MemoryError("planted allocation failure")
+    if action == "timeouterror":
+        raise TimeoutError("planted: the op waited too long")
+    if action == "env":  # what the worker process was started with
+        threads = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        return [StageResult("run", Status.PASS, metrics=threads), StageResult("check", Status.PASS)]
     if action == "segv":
         ctypes.string_at(0)  # reads address 0: SIGSEGV
         os.kill(os.getpid(), signal.SIGSEGV)

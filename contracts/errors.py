@@ -1,18 +1,19 @@
-"""Classify an exception into a stage outcome: status, error class, normalized message, failing op.
+"""The one exception classifier: an exception -> status, error class, normalized message, failing op.
 
-Normalized messages drop what changes from run to run (addresses, temp paths, object ids) so the
-same failure in two nights compares equal.
+Used wherever an exception becomes a row (a stage in harness.check, a case in a worker, a replay):
+MemoryError / an allocator's out-of-memory error is ``oom``, TimeoutError is ``timeout``, anything
+else ``error``. Normalized messages drop what changes from run to run (addresses, temp paths,
+object ids) so the same failure in two nights compares equal.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import traceback
 from dataclasses import dataclass
 
-import torch
-
-from harness.outcomes import Status
+from contracts.status import Status
 
 _OP_RE = re.compile(r"\baten(?:::|\.)([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?")
 _SUBS = [
@@ -22,7 +23,7 @@ _SUBS = [
     (re.compile(r" at \d+\b"), " at ?"),
     (re.compile(r"\s+"), " "),
 ]
-_OOM_WORDS = ("out of memory", "cannot allocate memory", "oom-kill")
+_OOM_WORDS = ("out of memory", "cannot allocate memory", "can't allocate memory", "oom-kill")
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,23 @@ def normalize(message: str, limit: int = 400) -> str:
     return msg.strip()[:limit]
 
 
+def _op_overload_type() -> type | None:
+    torch = sys.modules.get("torch")  # an OpOverload can only exist once torch is imported
+    return getattr(getattr(torch, "_ops", None), "OpOverload", None) if torch is not None else None
+
+
 def _op_in_traceback(exc: BaseException) -> str:
     """The innermost frame holding an OpOverload (a device's fallback or dispatch code) names it."""
+    overload = _op_overload_type()
+    if overload is None:
+        return ""
     tb, frames = exc.__traceback__, []
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
     for frame in reversed(frames):
         for value in list(frame.f_locals.values()):
-            if isinstance(value, torch._ops.OpOverload):
+            if isinstance(value, overload):
                 return f"{value.namespace}.{value._opname}.{value._overloadname}"
     return ""
 
@@ -70,15 +79,21 @@ def failing_op(exc: BaseException) -> str:
     return _op_in_traceback(exc)
 
 
+def status_of(exc: BaseException) -> Status:
+    """oom for MemoryError and allocator out-of-memory errors, timeout for TimeoutError, else error."""
+    torch = sys.modules.get("torch")
+    torch_oom = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError) or (torch_oom is not None and isinstance(exc, torch_oom)) \
+            or "OutOfMemory" in type(exc).__name__ or any(w in text for w in _OOM_WORDS):
+        return Status.OOM
+    if isinstance(exc, TimeoutError):
+        return Status.TIMEOUT
+    return Status.ERROR
+
+
 def classify(exc: BaseException) -> ErrorInfo:
-    text = str(exc)
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(w in text.lower() for w in _OOM_WORDS):
-        status = Status.OOM
-    elif isinstance(exc, TimeoutError):
-        status = Status.TIMEOUT
-    else:
-        status = Status.ERROR
-    return ErrorInfo(status, type(exc).__name__, normalize(text) or type(exc).__name__, failing_op(exc))
+    return ErrorInfo(status_of(exc), type(exc).__name__, normalize(str(exc)) or type(exc).__name__, failing_op(exc))
 
 
 def short_traceback(exc: BaseException, frames: int = 3) -> str:

@@ -11,44 +11,35 @@ provenance says which). `record_spec` runs in a worker process and never raises.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from harness.specs import ModelSpec
+from contracts.records import ModelSpec
+from contracts.settings import current
 
 #: Sequence lengths recorded per model (batch is the inputs module's, 2); `--seq` adds more shapes.
 SEQ_LENGTHS = (32,)
 
-#: Models at least this large are recorded on fake tensors first (no compute). Smaller ones are
-#: recorded on real tensors: for a tiny shrunk model FakeTensorMode's per-op cost is ~20x the
-#: kernels' (measured on BERT/Llama/T5, hidden 64), and real values give observed constraints.
-FAKE_MIN_PARAMS = int(os.environ.get("HARNESS_RECORD_FAKE_MIN_PARAMS", 20_000_000))
-
-#: FALLBACK, used only while agents.select is unavailable: a hand-picked set of common model
-#: types, built from each type's default config by the same shrink/build/input path.
-FALLBACK_MODEL_TYPES = (
-    "bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "gpt2", "gpt_neox", "opt",
-    "llama", "mistral", "qwen2", "gemma", "phi", "falcon", "t5", "bart", "vit", "whisper", "mixtral",
-)
+#: Models at least this large ($HARNESS_RECORD_FAKE_MIN_PARAMS) are recorded on fake tensors
+#: first (no compute). Smaller ones are recorded on real tensors: for a tiny shrunk model
+#: FakeTensorMode's per-op cost is ~20x the kernels' (measured on BERT/Llama/T5, hidden 64), and
+#: real values give observed constraints.
 
 
 def default_specs() -> tuple[list[ModelSpec], str]:
-    """(specs, source): the representatives, or the marked fallback when selection is missing."""
-    try:
-        from agents.select import default_representatives
-    except ImportError:
-        return [ModelSpec(model_id=f"fallback/{t}", model_type=t, source="catalog") for t in FALLBACK_MODEL_TYPES], "fallback"
+    """(specs, source): the offline catalog's representatives (agents.select)."""
+    from agents.select import default_representatives
+
     return list(default_representatives()), "representatives"
 
 
 def load_specs(path: str | Path) -> list[ModelSpec]:
-    """ModelSpecs from a JSON list, JSONL or YAML file (fields of harness.specs.ModelSpec)."""
+    """ModelSpecs from a JSON list, JSONL or YAML file (fields of contracts.records.ModelSpec)."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     if path.suffix in (".yaml", ".yml"):
@@ -119,7 +110,7 @@ def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: 
     try:
         config = models.resolve_config(spec)
         arch = models.architecture_of(spec)
-        prefer_fake = models.count_parameters_meta(config, arch) >= FAKE_MIN_PARAMS
+        prefer_fake = models.count_parameters_meta(config, arch) >= current().record_fake_min_params
     except Exception as exc:  # noqa: BLE001 - a model that cannot be shrunk is reported
         out.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         out.seconds = time.perf_counter() - t0
@@ -135,7 +126,3 @@ def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: 
                          "fake_error": outcome.fake_error, "error": outcome.error})
     out.seconds = time.perf_counter() - t0
     return out
-
-
-def spec_to_dict(spec: ModelSpec) -> dict[str, Any]:
-    return asdict(spec)

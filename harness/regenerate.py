@@ -18,9 +18,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.specs import ModelSpec
+from contracts.records import ModelSpec
+from harness.workloads import SEQ_LENGTHS, SpecResult, record_spec
 from registry.store import Registry
-from registry.workloads import SEQ_LENGTHS, SpecResult, record_spec
 
 
 def _task(args: tuple) -> SpecResult:

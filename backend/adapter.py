@@ -1,0 +1,84 @@
+"""The harness adapter of the simulated device (the `neuron` entry of `harness.backends`).
+
+It implements contracts.backends.Backend structurally: this package knows nothing of the harness
+and does not import it. Everything the harness needs to know about the device (precision mode,
+fallback mode, lowering table, memory) it asks here; the NEURON_* variables are read by the
+device's own modules, once each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict
+from typing import Any, Iterator
+
+
+class NeuronBackend:
+    device_type = "neuron"
+    reports_fallbacks = True
+    compile_backend = "neuron"  # torch.compile(backend="neuron"), registered by `import backend`
+    simulated = True
+
+    def __init__(self, name: str = "neuron") -> None:
+        import backend  # noqa: F401  (registers the device and the compiler)
+
+        self.name = name
+
+    @property
+    def device(self) -> Any:
+        import torch
+
+        return torch.device(self.device_type)
+
+    def is_available(self) -> bool:
+        from backend import device_module
+
+        return device_module.is_available()
+
+    @contextlib.contextmanager
+    def track_fallbacks(self) -> Iterator[list[dict[str, Any]]]:
+        from backend.fallback import collect_fallbacks
+
+        out: list[dict[str, Any]] = []
+        with collect_fallbacks() as events:
+            yield out
+        out.extend(asdict(e) for e in events)
+
+    def precision_mode(self) -> str:
+        from backend.precision import precision
+
+        return precision()
+
+    def reset_peak_memory(self) -> None:
+        from backend import device_module
+
+        device_module.reset_peak_memory_stats()
+
+    def peak_memory(self) -> int | None:
+        from backend import device_module
+
+        return int(device_module.max_memory_allocated())
+
+    def synchronize(self) -> None:
+        from backend import device_module
+
+        device_module.synchronize()
+
+    def describe(self) -> dict[str, Any]:
+        from backend.fallback import fallback_mode
+        from backend.lowering import current_table
+        from backend.memory import memory_capacity
+        from backend.precision import precision
+
+        info: dict[str, Any] = {
+            "backend": self.name, "device": self.device_type, "available": self.is_available(),
+            "simulated": self.simulated, "reports_fallbacks": self.reports_fallbacks,
+            "compile_backend": self.compile_backend,
+        }
+        try:
+            table = current_table()
+            info["lowering_table"] = {"version": table.version, "source": table.source, "native_ops": len(table.ops)}
+        except Exception as exc:  # noqa: BLE001 - a broken table is reported, not fatal
+            info["lowering_table"] = {"error": f"{type(exc).__name__}: {exc}"}
+        info.update(fallback_mode=fallback_mode(), precision=precision(), memory_capacity_bytes=memory_capacity())
+        return info

@@ -1,0 +1,167 @@
+"""Every HARNESS_* environment variable and harness default, resolved in one place.
+
+    from contracts.settings import current
+    current().registry         # $HARNESS_REGISTRY as a Path, or None
+    current().baseline_dir     # $HARNESS_BASELINE_DIR, else ./baseline
+
+`current()` reads the environment when called (tests and CLIs change it); each property applies
+its rule (default, type, error message) here and nowhere else. A malformed value raises a
+ValueError naming the variable when that setting is used, so a bad LLM timeout never stops a run
+that does not use the LLM.
+
+NEURON_* variables belong to the device: the bundled backend reads them in one place each, and
+the harness asks the backend adapter (contracts.backends: precision_mode(), describe()), never
+the environment.
+
+| variable | setting | default |
+|---|---|---|
+| HARNESS_REGISTRY | registry | None (the bundled registry) |
+| HARNESS_BASELINE_DIR | baseline_dir | ./baseline |
+| HARNESS_CACHE_DIR | cache_dir | the user cache dir (platformdirs) / neuron-coverage-harness |
+| HARNESS_EXPECTATIONS | expectations | None (the bundled expectations of the backend) |
+| HARNESS_BACKEND | backend | neuron (the pytest unit-tier suite) |
+| HARNESS_SHARED_DATA | shared_data | ../shared/data beside the checkout |
+| HARNESS_REPLAY_MAX_NUMEL | replay_max_numel | 262,144 elements per replayed case (registry.scaling) |
+| HARNESS_RECORD_FAKE_MIN_PARAMS | record_fake_min_params | 20,000,000 parameters |
+| OPENAI_BASE_URL, OPENAI_API_KEY, HARNESS_LLM_* | LLMSettings.from_env() | off |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+#: Worker limits when neither the command line nor the tier says (harness.workers, harness.runner).
+DEFAULT_CASE_TIMEOUT = 600.0  # seconds per case (a chunk of cases gets one case's time)
+DEFAULT_MAX_CASES_PER_WORKER = 100  # recycle the worker process after this many cases
+DEFAULT_STARTUP_TIMEOUT = 300.0  # spawn + tier.setup (imports torch, transformers)
+DEFAULT_WORKER_MEMORY = 8 << 30  # RSS watchdog, bytes
+
+
+@dataclass(frozen=True)
+class TierLimits:
+    """A tier's declared defaults (overridden by --timeout / --max-cases-per-worker)."""
+
+    timeout: float = DEFAULT_CASE_TIMEOUT
+    max_cases_per_worker: int = DEFAULT_MAX_CASES_PER_WORKER
+
+
+#: The built-in tiers' defaults: an op takes milliseconds (a chunk of 64 gets 120 s, and a worker
+#: replays 20,000 before a restart costs a torch import); a model case takes seconds to minutes.
+TIER_LIMITS: dict[str, TierLimits] = {
+    "unit": TierLimits(timeout=120.0, max_cases_per_worker=20_000),
+    "representative": TierLimits(timeout=900.0),
+    "full": TierLimits(timeout=300.0),
+}
+
+
+def resolve_limits(tier: Any, timeout: float | None = None, max_cases: int | None = None) -> tuple[float, int]:
+    """(timeout, max_cases_per_worker) of a run: explicit values, else the tier's declared ones
+    (attributes `timeout`, `max_cases_per_worker` of a tier plug-in), else the defaults."""
+    return (float(timeout or getattr(tier, "timeout", None) or DEFAULT_CASE_TIMEOUT),
+            int(max_cases or getattr(tier, "max_cases_per_worker", None) or DEFAULT_MAX_CASES_PER_WORKER))
+
+
+def _number(env: Mapping[str, str], name: str, default: Any, kind: type = float) -> Any:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    raw = env.get(name)
+    return Path(raw) if raw else None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The harness's settings from one environment snapshot (see the module docstring)."""
+
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        return cls(os.environ if env is None else dict(env))  # os.environ itself: read live, no copy
+
+    @property
+    def registry(self) -> Path | None:
+        return _path(self.env, "HARNESS_REGISTRY")
+
+    @property
+    def baseline_dir(self) -> Path:
+        return _path(self.env, "HARNESS_BASELINE_DIR") or Path.cwd() / "baseline"
+
+    @property
+    def cache_dir(self) -> Path:
+        explicit = _path(self.env, "HARNESS_CACHE_DIR")
+        if explicit:
+            return explicit
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("neuron-coverage-harness"))
+
+    @property
+    def expectations(self) -> Path | None:
+        return _path(self.env, "HARNESS_EXPECTATIONS")
+
+    @property
+    def backend(self) -> str:
+        return self.env.get("HARNESS_BACKEND") or "neuron"
+
+    @property
+    def shared_data(self) -> Path:
+        return _path(self.env, "HARNESS_SHARED_DATA") or _ROOT.parent / "shared" / "data"
+
+    @property
+    def replay_max_numel(self) -> int:
+        return _number(self.env, "HARNESS_REPLAY_MAX_NUMEL", 2**18, int)
+
+    @property
+    def record_fake_min_params(self) -> int:
+        return _number(self.env, "HARNESS_RECORD_FAKE_MIN_PARAMS", 20_000_000, int)
+
+    def llm(self) -> "LLMSettings":
+        return LLMSettings.from_env(self.env)
+
+
+def current() -> Settings:
+    """The settings of the environment as it is now."""
+    return Settings.from_env()
+
+
+@dataclass
+class LLMSettings:
+    """The optional LLM layer (agents.llm): off unless a model and an endpoint or key are set."""
+
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    model: str | None = None
+    timeout: float = 30.0
+    max_retries: int = 2
+    max_calls: int = 200
+    max_tokens: int = 200_000
+    max_failures: int = 3  # consecutive transport failures before the run stops calling
+    cache_dir: Path | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.model) and bool(self.base_url or self.api_key)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "LLMSettings":
+        env = os.environ if env is None else env
+        return cls(base_url=env.get("OPENAI_BASE_URL") or None, api_key=env.get("OPENAI_API_KEY") or None,
+                   model=env.get("HARNESS_LLM_MODEL") or None, timeout=_number(env, "HARNESS_LLM_TIMEOUT", 30.0),
+                   max_retries=_number(env, "HARNESS_LLM_MAX_RETRIES", 2, int),
+                   max_calls=_number(env, "HARNESS_LLM_MAX_CALLS", 200, int),
+                   max_tokens=_number(env, "HARNESS_LLM_MAX_TOKENS", 200_000, int),
+                   max_failures=_number(env, "HARNESS_LLM_MAX_FAILURES", 3, int),
+                   cache_dir=_path(env, "HARNESS_CACHE_DIR"))

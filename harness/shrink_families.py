@@ -1,0 +1,133 @@
+"""Shrink rules for architecture families (data/shrink_rules.yaml names their fields): mixture of
+experts, multi-head latent attention (MLA), state-space / recurrent layers, multimodal sub-configs
+and sliding windows. harness.shrink.shrink_dict applies them after the common width rules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from harness.layers import is_int
+
+
+def shrink_experts(d: dict, r: dict, hidden: int) -> None:
+    for f in r["expert_intermediate_fields"]:
+        if is_int(d.get(f)) and d[f] > hidden:
+            d[f] = hidden
+    top_k = next((d[f] for f in r["experts_per_token_fields"] if is_int(d.get(f)) and d[f] > 0), 1)
+    gf = r["expert_group_fields"]
+    groups = d.get(gf["groups"]) if is_int(d.get(gf["groups"])) and d[gf["groups"]] > 1 else None
+    for f in r["expert_count_fields"]:
+        n = d.get(f)
+        if not is_int(n) or n <= 1:
+            continue
+        if groups and n % groups == 0:
+            per_tok_groups = d.get(gf["groups_per_token"]) or groups
+            per_group = max(2, math.ceil(top_k / max(1, per_tok_groups)))
+            target = groups * per_group
+        else:
+            target = max(r["targets"]["experts_min"], 2 * top_k)
+        if n > target:
+            d[f] = target
+
+
+def shrink_mla(d: dict, r: dict, old: dict) -> None:
+    if "kv_lora_rank" not in d and "index_topk" not in d:
+        return
+    for f, v in r["mla"].items():
+        if is_int(d.get(f)) and d[f] > v:
+            d[f] = v
+    for a, b in r["ties"]:
+        if a in old and is_int(old.get(a)):
+            if "+" in b:
+                parts = b.split("+")
+                if all(is_int(old.get(p)) for p in parts) and old[a] == sum(old[p] for p in parts):
+                    d[a] = sum(d[p] for p in parts)
+            elif is_int(old.get(b)) and old[a] == old[b]:
+                d[a] = d[b]
+
+
+def shrink_ssm(d: dict, r: dict, hidden: int) -> None:
+    s = r["ssm"]
+    t = r["targets"]
+    for f in s["state_fields"]:
+        if is_int(d.get(f)) and d[f] > t["state_size"]:
+            d[f] = t["state_size"]
+    for f in s["dt_rank_fields"]:
+        if is_int(d.get(f)) and d[f] > hidden // 4:
+            d[f] = max(1, hidden // 4)
+    for f in s["chunk_fields"]:
+        if is_int(d.get(f)) and d[f] > t["test_sequence_length"]:
+            d[f] = t["test_sequence_length"]
+    expand = next((d[f] for f in s["expand_fields"] if isinstance(d.get(f), (int, float)) and d[f] > 0), 2)
+    inner = int(expand * hidden)
+    hd_f = next((f for f in s["ssm_head_dim_fields"] if is_int(d.get(f))), None)
+    nh_f = next((f for f in s["ssm_head_count_fields"] if is_int(d.get(f))), None)
+    if nh_f:
+        hd = s["ssm_head_dim"]
+        if hd_f:
+            d[hd_f] = min(d[hd_f], hd)
+            hd = d[hd_f]
+        d[nh_f] = max(1, inner // hd)
+        for f in s["group_fields"]:
+            if is_int(d.get(f)) and d[f] > 1:
+                d[f] = math.gcd(d[f], d[nh_f])
+    for f in s["ssm_inner_fields"]:
+        if is_int(d.get(f)) and d[f] > inner:
+            d[f] = inner
+
+
+# --------------------------------------------------------------------------- vision / audio / misc
+def shrink_modalities(d: dict, r: dict) -> None:
+    t = r["targets"]
+    patch = next((d[f] for f in r["patch_size_fields"] if is_int(d.get(f))), None)
+    for f in r["image_size_fields"]:
+        v = d.get(f)
+        target = (patch or 8) * t["image_patches_per_side"]
+        if is_int(v) and v > target:
+            d[f] = target
+        elif isinstance(v, list) and len(v) == 2 and all(is_int(x) for x in v) and max(v) > target:
+            d[f] = [target, target]
+    a = r["audio"]
+    for f in a["source_position_fields"]:
+        if is_int(d.get(f)) and d[f] > t["audio_source_positions"]:
+            d[f] = t["audio_source_positions"]
+    for f in a["conv_channel_list_fields"]:
+        v = d.get(f)
+        if isinstance(v, list) and v and all(is_int(x) for x in v):
+            d[f] = [min(x, t["conv_channels"]) for x in v]
+    for f in a["conv_pos_embedding_fields"]:
+        if is_int(d.get(f)) and d[f] > t["test_sequence_length"]:
+            d[f] = t["test_sequence_length"]
+    for f, v in a["small_fields"].items():
+        if is_int(d.get(f)) and d[f] > v:
+            d[f] = v
+    first = r["stage_width_first"]
+    for f in r["stage_width_list_fields"]:
+        v = d.get(f)
+        if isinstance(v, list) and v and all(is_int(x) and x > 0 for x in v) and v[0] > first:
+            d[f] = [max(1, round(x * first / v[0])) for x in v]
+    for f in r["stage_depth_list_fields"]:
+        v = d.get(f)
+        if isinstance(v, list) and v and all(is_int(x) for x in v):
+            d[f] = [min(x, r["stage_depth_max"]) for x in v]
+    for f in r["stage_head_list_fields"]:
+        v = d.get(f)
+        if isinstance(v, list) and v and all(is_int(x) and x > 0 for x in v):
+            d[f] = [max(1, x // v[0]) for x in v]
+
+
+def shrink_windows(d: dict, r: dict) -> None:
+    seq = r["targets"]["test_sequence_length"]
+    for f in r["window_fields"]:
+        if is_int(d.get(f)) and d[f] >= seq:
+            d[f] = seq // 2
+    mp = r["targets"]["max_position_embeddings"]
+    v = d.get("max_position_embeddings")
+    rope_orig = any(
+        isinstance(d.get(k), dict) and "original_max_position_embeddings" in json.dumps(d[k])
+        for k in ("rope_parameters", "rope_scaling")
+    )
+    if is_int(v) and v > mp and not rope_orig:
+        d["max_position_embeddings"] = mp
