@@ -11,7 +11,8 @@ torch``) registers the device::
 
 Modules: ``device`` (registration), ``device_module`` (``torch.neuron``), ``storage`` (payloads),
 ``memory`` (accounting), ``kernels``/``explicit`` (execution), ``lowering`` (+ the data file
-``lowering_table.yaml``), ``fallback`` (events and mode), ``precision``, ``errors``.
+``lowering_table.yaml``), ``fallback`` (events and mode), ``precision``, ``errors``, ``faults``
+(planted faults for measuring what a harness catches; ``NEURON_FAULTS``, ``fault_suite.yaml``).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ import torch  # noqa: E402
 from backend import lowering  # noqa: E402
 from backend.device import register as _register  # noqa: E402
 from backend.errors import (  # noqa: E402
+    FaultFileError,
     LoweringTableError,
     NeuronError,
     NeuronFallbackError,
+    NeuronFaultError,
     NeuronOutOfMemoryError,
     NeuronUnsupportedError,
 )
@@ -76,14 +79,18 @@ def _register_compiler() -> None:
 
 _register_compiler()
 
+from backend import faults  # noqa: E402  (planted faults: backend.faults.plant/load/clear)
+
+faults.load_from_env()  # NEURON_FAULTS=path; a malformed file raises FaultFileError naming the entry
+
 from backend import adaptive as _adaptive  # noqa: E402
 
 _adaptive.enable_from_env()  # NEURON_ADAPTIVE_EAGER, opt-in; the rule is there
 
 __all__ = [
-    "DEVICE", "FallbackEvent", "LoweringTableError", "NeuronError", "NeuronFallbackError",
-    "NeuronFallbackWarning", "NeuronOutOfMemoryError", "NeuronUnsupportedError",
+    "DEVICE", "FallbackEvent", "FaultFileError", "LoweringTableError", "NeuronError", "NeuronFallbackError",
+    "NeuronFallbackWarning", "NeuronFaultError", "NeuronOutOfMemoryError", "NeuronUnsupportedError",
     "clear_op_tracking", "collect_fallbacks", "executed_ops", "fallback_events", "fallback_mode",
-    "fallback_ops", "is_simulated", "lowering", "memory_capacity", "precision", "record_fallback",
+    "fallback_ops", "faults", "is_simulated", "lowering", "memory_capacity", "precision", "record_fallback",
     "set_fallback_mode", "set_memory_capacity", "set_precision",
 ]

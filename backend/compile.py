@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx
 
+from backend import faults
 from backend.cache import get_cache
 from backend.neff import TensorSpec, UnsupportedGraphError
 from backend.neff.compiler import CompilerFlags, compile_partition, plan
@@ -147,7 +148,7 @@ def compile_graph(gm: torch.fx.GraphModule, kind: str = "forward", table: Loweri
     """Partition an aten graph and compile each partition; returns the runnable outer graph."""
     table = table or _current_table()
     flags = CompilerFlags.current()
-    parted = partition_graph(gm, table)
+    parted = partition_graph(gm, faults.partition_table(table))  # faulted ops stay eager
     for name in parted.partitions:
         _compile_partition(parted.module, name, table, flags)
     parted.module.recompile()
@@ -170,8 +171,8 @@ def _aot_compiler(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], 
             if compile_fallback_mode() != "eager":
                 raise NeuronCompileError(f"neuron compile of the {kind} graph failed: {exc}") from exc
             _record_fallback(kind, exc, gm)
-            return make_boxed_func(gm.forward)
-        return make_boxed_func(compiled.forward)
+            return make_boxed_func(faults.compiled_runner(gm.forward))
+        return make_boxed_func(faults.compiled_runner(compiled.forward))
 
     compiler.__name__ = f"neuron_{kind}_compiler"
     return compiler

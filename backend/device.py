@@ -54,6 +54,12 @@ def _forward_ad_unsupported(*args, **kwargs):
     )
 
 
+#: CompositeExplicitAutograd-only ops the device lowers as one op (the lowering table lists them):
+#: without a kernel they would reach the device decomposed (embedding as index_select), so eager
+#: execution, compiled graphs and planted faults would not see the op a model calls.
+_DEVICE_LEVEL_OPS = ("embedding",)
+
+
 def _direct_ops(skip: set[str]):
     """Ops that get a direct kernel instead of reaching the boxed fallback:
 
@@ -61,14 +67,16 @@ def _direct_ops(skip: set[str]):
       calls); a direct kernel makes it one;
     - ops with both a CPU kernel and a CompositeExplicitAutograd decomposition for other devices
       (``native_layer_norm``, ``native_group_norm``, ``addr``, ...): the device runs the op itself,
-      as a native lowering would, instead of a decomposition that differs numerically from CPU.
+      as a native lowering would, instead of a decomposition that differs numerically from CPU;
+    - ``_DEVICE_LEVEL_OPS``.
     """
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     for full in torch._C._dispatch_get_all_op_names():
         if not full.startswith("aten::"):
             continue
         if not (has(full, "CompositeExplicitAutogradNonFunctional")
-                or (has(full, "CompositeExplicitAutograd") and has(full, "CPU"))):
+                or (has(full, "CompositeExplicitAutograd") and has(full, "CPU"))
+                or full.removeprefix("aten::") in _DEVICE_LEVEL_OPS):
             continue
         name = full.removeprefix("aten::")
         if name in skip or has(full, "PrivateUse1"):

@@ -75,3 +75,22 @@ def _fmt(n: int) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"
+
+
+class NeuronFaultError(NeuronError):
+    """A planted fault of kind ``raise`` (backend.faults): the op failed on the device."""
+
+    def __init__(self, op: str, fault: str, message: str = "") -> None:
+        self.op = op
+        self.fault = fault
+        super().__init__(message or f"neuron: {op} failed on the device (planted fault {fault!r})")
+
+
+class FaultFileError(ValueError):
+    """A fault file or planted fault is malformed; the message names the source and the entry."""
+
+    def __init__(self, source: str, entry: str, problem: str) -> None:
+        self.source = source
+        self.entry = entry
+        self.problem = problem
+        super().__init__(f"malformed fault file {source}: entry {entry!r}: {problem}")

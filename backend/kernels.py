@@ -18,7 +18,7 @@ from importlib import resources
 import torch
 import yaml
 
-from backend import fallback, lowering, precision, storage
+from backend import fallback, faults, lowering, precision, storage
 from backend.errors import NeuronUnsupportedError
 
 _CPU = torch.device("cpu")
@@ -184,6 +184,15 @@ def _sync_written(dev, cpu) -> None:
 
 _support: dict = {}  # (op name, dtypes) -> (ok, reason) for the table in force
 lowering.on_table_change(lambda _table: _support.clear())
+_faulted: frozenset = frozenset()  # overloads with a planted fault (backend.faults); empty: no cost
+
+
+def _set_faulted(names: frozenset) -> None:
+    global _faulted
+    _faulted = names
+
+
+faults.on_change(_set_faulted)
 _executed = fallback._executed
 _cpu_view = storage.cpu_view
 _STRIDED = torch.strided
@@ -239,8 +248,11 @@ def _run(op, *args, _neuron_compute=None, **kwargs):
                 cargs[i] = generator
         elif ckw.get("generator") is None:
             ckw["generator"] = generator
+    call = _neuron_compute or info.call
+    if _faulted and name in _faulted:
+        call = faults.intercept(info, call, cargs, ckw, decision[0])
     try:
-        result = (_neuron_compute or info.call)(*cargs, **ckw)
+        result = call(*cargs, **ckw)
     except NotImplementedError:
         gap_dtype = _HOST_GAPS.get(name.rsplit(".", 1)[0])
         if _neuron_compute is not None or gap_dtype is None:
