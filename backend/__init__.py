@@ -12,7 +12,7 @@ torch``) registers the device::
 Modules: ``device`` (registration), ``device_module`` (``torch.neuron``), ``storage`` (payloads),
 ``memory`` (accounting), ``kernels``/``explicit`` (execution), ``lowering`` (+ the data file
 ``lowering_table.yaml``), ``fallback`` (events and mode), ``precision``, ``errors``, ``faults``
-(planted faults for measuring what a harness catches; ``NEURON_FAULTS``, ``fault_suite.yaml``).
+(planted faults for measuring what a harness catches; ``NEURON_FAULTS``, ``faults/suite.yaml``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 The tiers are those of `harness nightly --quick` (harness/data/nightly.toml: unit tier subset,
 representative tier, full tier subset), each run with `harness run` into WORKDIR. One clean run is
 made (and reused by later invocations with the same --out); then each fault of the suite
-(backend/fault_suite.yaml, or --suite) is planted alone through NEURON_FAULTS in a run of its own,
+(backend/faults/suite.yaml, or --suite) is planted alone through NEURON_FAULTS in a run of its own,
 --jobs of them at a time. A fault is *caught* by a tier when some (case, stage) row that passes in
 the clean run does not pass in the faulted run. A control run (an empty fault file, same timeouts)
 measures rows that flip without any fault; such rows never count as a detection.
@@ -279,7 +279,7 @@ def markdown(summary: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--suite", help="fault file (default: the bundled backend/fault_suite.yaml)")
+    p.add_argument("--suite", help="fault file (default: the bundled backend/faults/suite.yaml)")
     p.add_argument("--faults", help="comma-separated fault names to plant (default: every fault of the suite)")
     p.add_argument("--tiers", help="comma-separated subset of the quick nightly's tiers (default: all)")
     p.add_argument("--jobs", type=int, default=2, help="faulted runs at a time (default 2)")
