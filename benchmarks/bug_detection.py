@@ -44,8 +44,9 @@ TARGET_UNIT_OP_LEVEL = 0.80
 
 # ------------------------------------------------------------------------------------ plans
 
-def tier_plans(tiers: list[str] | None) -> list[dict[str, Any]]:
-    """The quick nightly's tiers (name, limit, timeout), in nightly order, optionally a subset."""
+def tier_plans(tiers: list[str] | None, limits: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """The quick nightly's tiers (name, limit, timeout), in nightly order, optionally a subset
+    (and other case limits, for a quick look)."""
     from harness.nightly import load_config
     from harness.tiers import load_tier, tier_chunk_size
 
@@ -59,7 +60,8 @@ def tier_plans(tiers: list[str] | None) -> list[dict[str, Any]]:
         if tiers and name not in tiers:
             continue
         tier, tcfg = load_tier(name), config.get(name, {})
-        plans.append({"tier": name, "limit": tcfg.get("limit"), "chunk": tier_chunk_size(tier),
+        limit = (limits or {}).get(name, tcfg.get("limit"))
+        plans.append({"tier": name, "limit": limit, "chunk": tier_chunk_size(tier),
                       "timeout": float(tcfg.get("timeout") or getattr(tier, "timeout", None) or 600.0)})
     return plans
 
@@ -74,6 +76,9 @@ def run_tiers(out: Path, plans: list[dict[str, Any]], env: dict[str, str], worke
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
     for plan in plans:
         name = plan["tier"]
+        if "limit" in timing.get(name, {}) and timing[name]["limit"] != plan["limit"]:
+            raise SystemExit(f"bug_detection: {out / name} was run with limit {timing[name].get('limit')}, not "
+                             f"{plan['limit']}: use another --out")
         if timing.get(name, {}).get("rc") == 0:
             continue
         run_dir = out / name
@@ -87,7 +92,7 @@ def run_tiers(out: Path, plans: list[dict[str, Any]], env: dict[str, str], worke
             cmd += ["--limit", str(plan["limit"])]
         start = time.time()
         proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
-        timing[name] = {"start": start, "end": time.time(), "rc": proc.returncode,
+        timing[name] = {"start": start, "end": time.time(), "rc": proc.returncode, "limit": plan["limit"],
                         "stderr": proc.stderr.strip().splitlines()[-3:] if proc.returncode else []}
         timing_path.write_text(json.dumps(timing, indent=1))
     return timing
@@ -190,7 +195,9 @@ def is_op_level(fault: dict[str, Any]) -> bool:
     return fault.get("scope", "both") != "compiled" and fault["kind"] != "fallback"
 
 
-def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str, Any]],
+              quick_nightly: bool = True) -> dict[str, Any]:
+    """The `--json` object; targets only when the plans are the whole quick nightly."""
     by_name = {f["name"]: f for f in faults}
     n = len(records)
     detected = [r for r in records if r["detected"]]
@@ -214,8 +221,9 @@ def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str,
                           "rate": round(len(unit_caught) / len(op_level), 4) if op_level else None},
         "median_first_detection_seconds": times[len(times) // 2] if times else None,
         "tiers": [p["tier"] for p in plans],
+        "limits": {p["tier"]: p["limit"] for p in plans},
     }
-    if {p["tier"] for p in plans} == {"unit", "representative", "full"}:
+    if quick_nightly:
         out["targets"] = {
             "nightly_rate": {"measured": out["detection_rate"], "target": TARGET_NIGHTLY,
                              "met": bool(n) and out["detection_rate"] >= TARGET_NIGHTLY},
@@ -282,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", help="fault file (default: the bundled backend/faults/suite.yaml)")
     p.add_argument("--faults", help="comma-separated fault names to plant (default: every fault of the suite)")
     p.add_argument("--tiers", help="comma-separated subset of the quick nightly's tiers (default: all)")
+    p.add_argument("--limit", action="append", default=[], metavar="TIER=N",
+                   help="run only the first N cases of TIER instead of the quick nightly's limit (repeatable; "
+                        "a different figure than the quick nightly's)")
     p.add_argument("--jobs", type=int, default=2, help="faulted runs at a time (default 2)")
     p.add_argument("--workers", type=int, default=1, help="workers per tier run (default 1)")
     p.add_argument("--out", help="work directory, kept and reused: the clean run and finished faults are "
@@ -309,7 +320,13 @@ def main(argv: list[str] | None = None) -> int:
         for f in faults:
             print(f"{f['name']:40} {f.get('category', ''):9} {f['kind']:10} {f['op']}")
         return 0
-    plans = tier_plans([t.strip() for t in args.tiers.split(",")] if args.tiers else None)
+    limits = {}
+    for item in args.limit:
+        tier, sep, n = item.partition("=")
+        if not sep or not n.isdigit():
+            p.error(f"--limit {item!r}: expected TIER=N, e.g. unit=200")
+        limits[tier.strip()] = int(n)
+    plans = tier_plans([t.strip() for t in args.tiers.split(",")] if args.tiers else None, limits)
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bug-detection-"))
     base.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -341,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                 flaky[t] = {(d["case_id"], d["stage"]) for d in rows}
                 control_rows[t] = [{k: d[k] for k in ("case_id", "stage", "status", "reason")} for d in rows]
         records = [analyse(f, base / "faults" / f["name"], base / "clean", plans, flaky) for f in faults]
-        summary = summarize(records, plans, faults)
+        summary = summarize(records, plans, faults, quick_nightly=not args.tiers and not limits)
         clean_t = json.loads((base / "clean" / "timing.json").read_text())
         summary.update({
             "control": control_rows if not args.no_control else None,

@@ -117,11 +117,25 @@ def _hang(f: Fault) -> None:
         time.sleep(0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic())))
 
 
-def intercept(info: Any, call: Callable[..., Any], args: list, kwargs: dict, native: bool) -> Callable[..., Any]:
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    from backend import storage
+
+    return t if t.is_cpu else storage.cpu_view(t)
+
+
+def intercept(info: Any, call: Callable[..., Any], args: list, kwargs: dict, native: bool,
+              host: Callable[[torch.Tensor], torch.Tensor] = _same) -> Callable[..., Any]:
     """The eager device's hook for a faulted op: record a lost lowering now, and return the
-    computation with the fault's effect (``call`` itself when no fault's predicates match)."""
+    computation with the fault's effect (``call`` itself when no fault's predicates match).
+    ``host`` gives the CPU tensor a value fault writes to (the tensor itself on the eager path)."""
     compiled = _context.compiled > 0
-    matched = [f for f in planting._by_op.get(info.name, ()) if _matches(f, info, args, kwargs, compiled)]
+    inside = _context.inside
+    matched = [f for f in planting._by_op.get(info.name, ())
+               if f.name not in inside and _matches(f, info, args, kwargs, compiled)]
     if not matched:
         return call
     from backend import fallback
@@ -162,7 +176,7 @@ def intercept(info: Any, call: Callable[..., Any], args: list, kwargs: dict, nat
                 value = cargs[i] if positional else ckw.get(f.input)
                 if isinstance(value, torch.Tensor):
                     copy = value.clone()
-                    if _corrupt(f, copy):
+                    if _corrupt(f, host(copy)):
                         _fired(f, info.name, compiled)
                         if positional:
                             cargs[i] = copy
@@ -171,8 +185,34 @@ def intercept(info: Any, call: Callable[..., Any], args: list, kwargs: dict, nat
         result = call(*cargs, **ckw)
         for f in effects:
             if f.kind in VALUE_KINDS and f.input is None:
-                if any([_corrupt(f, t) for t in _outputs(f, result)]):
+                if any([_corrupt(f, host(t)) for t in _outputs(f, result)]):
                     _fired(f, info.name, compiled)
         return result
 
     return faulted_call
+
+
+_COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+
+
+def composite_kernel(op: Any) -> Callable[..., Any]:
+    """A device kernel for a faulted op the device otherwise receives decomposed (see
+    planting.is_composite): the decomposition runs on the device as before, with the op's faults
+    around it, and the ops it decomposes into do not apply those faults again."""
+    from backend import kernels
+
+    info = kernels.op_info(op)
+
+    def decomposed(*args: Any, **kwargs: Any) -> Any:
+        return op.redispatch(_COMPOSITE, *args, **kwargs)
+
+    def faulted_composite(*args: Any, **kwargs: Any) -> Any:
+        call = intercept(info, decomposed, list(args), kwargs, True, _host)
+        previous = _context.inside
+        _context.inside = previous | {f.name for f in planting._by_op.get(info.name, ())}
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _context.inside = previous
+
+    return faulted_composite

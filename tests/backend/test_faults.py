@@ -293,3 +293,18 @@ def test_no_fault_no_hook(monkeypatch):
         assert "aten._softmax.default" in kernels._faulted
         torch.softmax(torch.ones(2, 2, device="neuron"), -1)
     assert len(calls) == 1 and kernels._faulted == frozenset()
+
+
+def test_op_the_device_receives_decomposed_is_faulted_once():
+    """aten.abs.default reaches the device as abs.out (a CompositeExplicitAutograd op): while a fault
+    is planted on it, it gets a device kernel of its own; the registration goes with the fault."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    x = _x(3, 5).to("neuron")
+    ref = x.abs().cpu()
+    assert not has("aten::abs", "PrivateUse1")
+    with faults.planted(name="abs", op="aten.abs.default", kind="perturb", rel=0.01):
+        assert has("aten::abs", "PrivateUse1")
+        out = x.abs().cpu()
+    assert torch.allclose(((out - ref) / ref).abs(), torch.full_like(ref, 0.01), atol=1e-5)  # once, not twice
+    assert faults.hits() == {"abs": 1}
+    assert not has("aten::abs", "PrivateUse1") and torch.equal(x.abs().cpu(), ref)

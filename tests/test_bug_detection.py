@@ -1,0 +1,84 @@
+"""benchmarks/bug_detection.py: what counts as a detection, its timing, and a small real run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bug_detection as bd
+
+ROOT = Path(__file__).resolve().parent.parent
+PLANS = [{"tier": "unit", "limit": 3, "chunk": 64, "timeout": 120.0},
+         {"tier": "full", "limit": 2, "chunk": 1, "timeout": 120.0}]
+
+
+def _journal(run_dir: Path, tier: str, rows: dict[str, list[tuple[str, str]]], at: float) -> None:
+    d = run_dir / tier
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "journal.jsonl", "w") as fh:
+        for n, (case, stages) in enumerate(rows.items()):
+            outcome = {"case_id": case, "tier": tier, "seconds": 1.0,
+                       "stages": [{"stage": s, "status": st, "reason": "" if st == "pass" else "mismatch"}
+                                  for s, st in stages]}
+            fh.write(json.dumps({"tier": tier, "case_id": case, "journaled_at": at + n, "outcome": outcome}) + "\n")
+
+
+def _timing(run_dir: Path, spans: dict[str, tuple[float, float]]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "timing.json").write_text(json.dumps({t: {"start": a, "end": b, "rc": 0} for t, (a, b) in spans.items()}))
+
+
+def test_a_row_that_passes_clean_and_not_faulted_is_a_detection(tmp_path):
+    clean, bad = tmp_path / "clean", tmp_path / "bad"
+    _journal(clean, "unit", {"a": [("op", "pass")], "b": [("op", "pass")], "c": [("op", "fail")]}, 0)
+    _journal(clean, "full", {"m": [("load", "pass"), ("forward", "pass")], "n": [("load", "pass")]}, 0)
+    # faulted: unit b fails (finished 1 s after the unit tier started), c keeps failing (not a detection);
+    # full m forward fails, n flips in the control run too (a flake, never a detection)
+    _journal(bad, "unit", {"a": [("op", "pass")], "b": [("op", "error")], "c": [("op", "error")]}, 100)
+    _journal(bad, "full", {"m": [("load", "pass"), ("forward", "fail")], "n": [("load", "timeout")]}, 150)
+    _timing(bad, {"unit": (100, 140), "full": (140, 200)})
+    fault = {"name": "f", "kind": "perturb", "op": "aten.mm.default", "category": "numerics"}
+    flaky = {"full": {("n", "load")}}
+    record = bd.analyse(fault, bad, clean, PLANS, flaky)
+    assert record["caught_by"] == ["unit", "full"] and record["detected"]
+    assert record["tiers"]["unit"]["first"]["case_id"] == "b" and record["tiers"]["unit"]["rows"] == 1
+    assert record["tiers"]["full"]["rows"] == 1 and record["tiers"]["full"]["first"]["stage"] == "forward"
+    assert record["first_detection_seconds"] == 1.0  # unit case b, 1 s into the nightly
+    assert record["tiers"]["full"]["first_detection_seconds"] == 10.0
+    assert record["fired"] is False  # no NEURON_FAULT_LOG lines
+
+    missed = bd.analyse({**fault, "name": "g"}, clean, clean, PLANS, {})
+    summary = bd.summarize([record, missed], PLANS, [fault, {**fault, "name": "g"}])
+    assert {"faults", "detected", "per_tier", "missed"} <= set(summary)
+    assert summary["detected"] == 1 and summary["missed"] == ["g"]
+    assert summary["per_tier"]["unit"] == {"detected": 1, "rate": 0.5}
+    assert summary["unit_op_level"] == {"faults": 2, "detected": 1, "rate": 0.5}
+
+
+def test_compile_only_and_fallback_faults_are_not_op_level():
+    assert not bd.is_op_level({"kind": "perturb", "scope": "compiled"})
+    assert not bd.is_op_level({"kind": "fallback"})
+    assert bd.is_op_level({"kind": "hang"})
+
+
+@pytest.mark.slow
+def test_small_real_run_catches_a_fault_on_the_first_unit_cases(tmp_path):
+    """The first unit cases of the bundled registry replay aten._grouped_mm: a fault on it is caught."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(json.dumps({"faults": [
+        {"name": "grouped-mm-nan", "op": "aten._grouped_mm.default", "kind": "nan"},
+        {"name": "cumsum-nan", "op": "aten.cumsum.default", "kind": "nan"}]}))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bug_detection.py"), "--suite", str(suite),
+                           "--tiers", "unit", "--limit", "unit=20", "--out", str(tmp_path / "w"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    by_name = {r["name"]: r for r in out["faults"]}
+    assert by_name["grouped-mm-nan"]["caught_by"] == ["unit"] and by_name["grouped-mm-nan"]["fired"]
+    assert by_name["cumsum-nan"]["caught_by"] == [] and out["missed"] == ["cumsum-nan"]
+    assert out["never_fired"] == ["cumsum-nan"] and "targets" not in out  # a subset: no target verdict
+    assert out["control"] == {"unit": []}
