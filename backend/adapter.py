@@ -81,4 +81,7 @@ class NeuronBackend:
         except Exception as exc:  # noqa: BLE001 - a broken table is reported, not fatal
             info["lowering_table"] = {"error": f"{type(exc).__name__}: {exc}"}
         info.update(fallback_mode=fallback_mode(), precision=precision(), memory_capacity_bytes=memory_capacity())
+        from backend import faults
+
+        info["planted_faults"] = [f.name for f in faults.active()]  # NEURON_FAULTS: results are not real
         return info

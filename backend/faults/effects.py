@@ -13,6 +13,7 @@ import signal as _signal
 import sys
 import time
 import zlib
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -192,16 +193,76 @@ def intercept(info: Any, call: Callable[..., Any], args: list, kwargs: dict, nat
     return faulted_call
 
 
+# Ops with only a CompositeExplicitAutograd kernel reach the device decomposed (aten._grouped_mm as
+# mm.out, aten.sort.default as sort.stable): the device never sees them. While a fault is planted on
+# one, a device kernel of its own runs the same decomposition on the device with the fault around it;
+# the kernel's Library is destroyed with the last such fault, which drops the registration.
+_composite_cache: dict[str, bool] = {}
+_library: Any = None
+_registered: frozenset[str] = frozenset()
+
+
+def _schema_name(name: str) -> str:
+    _, packet, overload = name.split(".")
+    return f"aten::{packet}" + ("" if overload == "default" else f".{overload}")
+
+
+def is_composite(name: str) -> bool:
+    """Does the device receive this overload only decomposed (before any fault kernel of ours)?"""
+    hit = _composite_cache.get(name)
+    if hit is None:
+        full, has = _schema_name(name), torch._C._dispatch_has_kernel_for_dispatch_key
+        try:
+            hit = has(full, "CompositeExplicitAutograd") and not any(
+                has(full, k) for k in ("CPU", "PrivateUse1", "CompositeExplicitAutogradNonFunctional"))
+        except RuntimeError:  # a TorchScript-only overload (sort.int): not a dispatcher op at all
+            hit = False
+        _composite_cache[name] = hit
+    return hit
+
+
+def _register_composites(names: frozenset[str]) -> None:
+    global _library, _registered
+    wanted = frozenset(n for n in names if is_composite(n))
+    if wanted == _registered:
+        return
+    if _library is not None:
+        _library._destroy()
+        _library = None
+    if wanted:
+        lib = torch.library.Library("aten", "IMPL")
+        done = set()
+        for name in sorted(wanted):
+            _, packet, overload = name.split(".")
+            try:
+                lib.impl(_schema_name(name).removeprefix("aten::"),
+                         composite_kernel(getattr(getattr(torch.ops.aten, packet), overload)), "PrivateUse1")
+                done.add(name)
+            except RuntimeError:  # an overload the dispatcher cannot take a kernel for: never a device op
+                _composite_cache[name] = False
+        _library = lib
+        wanted = frozenset(done)
+    _registered = wanted
+
+
 _COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+
+
+@dataclass(frozen=True)
+class _OpArgs:
+    """What `intercept` reads of an op (the eager device passes its OpInfo, which has both)."""
+
+    name: str
+    arg_index: dict[str, int]
 
 
 def composite_kernel(op: Any) -> Callable[..., Any]:
     """A device kernel for a faulted op the device otherwise receives decomposed (see
-    planting.is_composite): the decomposition runs on the device as before, with the op's faults
+    is_composite): the decomposition runs on the device as before, with the op's faults
     around it, and the ops it decomposes into do not apply those faults again."""
-    from backend import kernels
-
-    info = kernels.op_info(op)
+    schema = op._schema
+    info = _OpArgs(f"aten.{schema.name.removeprefix('aten::')}.{schema.overload_name or 'default'}",
+                   {a.name: i for i, a in enumerate(schema.arguments)})
 
     def decomposed(*args: Any, **kwargs: Any) -> Any:
         return op.redispatch(_COMPOSITE, *args, **kwargs)
@@ -216,3 +277,6 @@ def composite_kernel(op: Any) -> Callable[..., Any]:
             _context.inside = previous
 
     return faulted_composite
+
+
+planting.on_change(_register_composites)

@@ -52,65 +52,10 @@ def _install(faults: tuple[Fault, ...]) -> None:
     with _lock:
         _faults, _by_op = faults, {k: tuple(v) for k, v in by_op.items()}
     names = frozenset(_by_op)
-    _register_composites(names)
     for fn in list(_listeners):
         fn(names)
     if changed and "torch._dynamo" in sys.modules:
         torch._dynamo.reset()  # compiled code was partitioned for the old faults: recompile
-
-
-# Ops with only a CompositeExplicitAutograd kernel reach the device decomposed (aten._grouped_mm as
-# mm.out, aten.sort.default as sort.stable): the device never sees them. While a fault is planted on
-# one, a device kernel of its own runs the same decomposition on the device with the fault around it;
-# the kernel's Library is destroyed with the last such fault, which drops the registration.
-_composite_cache: dict[str, bool] = {}
-_library: Any = None
-_registered: frozenset[str] = frozenset()
-
-
-def _schema_name(name: str) -> str:
-    _, packet, overload = name.split(".")
-    return f"aten::{packet}" + ("" if overload == "default" else f".{overload}")
-
-
-def is_composite(name: str) -> bool:
-    """Does the device receive this overload only decomposed (before any fault kernel of ours)?"""
-    hit = _composite_cache.get(name)
-    if hit is None:
-        full, has = _schema_name(name), torch._C._dispatch_has_kernel_for_dispatch_key
-        try:
-            hit = has(full, "CompositeExplicitAutograd") and not any(
-                has(full, k) for k in ("CPU", "PrivateUse1", "CompositeExplicitAutogradNonFunctional"))
-        except RuntimeError:  # a TorchScript-only overload (sort.int): not a dispatcher op at all
-            hit = False
-        _composite_cache[name] = hit
-    return hit
-
-
-def _register_composites(names: frozenset[str]) -> None:
-    global _library, _registered
-    wanted = frozenset(n for n in names if is_composite(n))
-    if wanted == _registered:
-        return
-    from backend.faults.effects import composite_kernel
-
-    if _library is not None:
-        _library._destroy()
-        _library = None
-    if wanted:
-        lib = torch.library.Library("aten", "IMPL")
-        done = set()
-        for name in sorted(wanted):
-            _, packet, overload = name.split(".")
-            try:
-                lib.impl(_schema_name(name).removeprefix("aten::"),
-                         composite_kernel(getattr(getattr(torch.ops.aten, packet), overload)), "PrivateUse1")
-                done.add(name)
-            except RuntimeError:  # an overload the dispatcher cannot take a kernel for: never a device op
-                _composite_cache[name] = False
-        _library = lib
-        wanted = frozenset(done)
-    _registered = wanted
 
 
 def _coerce(fault: Fault | dict | None, fields: dict[str, Any]) -> Fault:

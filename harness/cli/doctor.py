@@ -96,6 +96,10 @@ def _print_text(report: dict[str, Any]) -> None:
     if b.get("memory_capacity_bytes") is not None:
         cap = b["memory_capacity_bytes"]
         print(f"  {'memory capacity':<16} {cap} bytes ({cap / (1 << 30):.2f} GiB)")
+    if b.get("planted_faults"):
+        names = b["planted_faults"]
+        print(f"  {'planted faults':<16} {len(names)} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
+              "the device is wrong on purpose (NEURON_FAULTS)")
 
 
 def run(args: argparse.Namespace) -> int:

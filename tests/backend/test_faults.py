@@ -100,7 +100,7 @@ def test_substitute_runs_the_op_with_other_arguments():
 
 
 def test_raise_names_the_op_and_the_harness_reads_it():
-    from harness.errors import classify
+    from contracts.errors import classify
 
     with faults.planted(name="boom", op="aten.mm.default", kind="raise"):
         with pytest.raises(NeuronFaultError, match="aten.mm.default") as info:

@@ -6,8 +6,8 @@ imports the device, which loads them.
 
 from __future__ import annotations
 
-from harness.outcomes import StageResult, Status
-from harness.specs import Case
+from contracts.records import Case, StageResult
+from contracts.status import Status
 
 OPS = {
     "sort": lambda torch: torch.arange(6.0, device="neuron").flip(0).sort(),
