@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from contracts.status import NEEDS_REASON, Status, headline_status
+from contracts.status import NEEDS_REASON, Blame, Status, headline_status
 
 
 # ------------------------------------------------------------------------------------- inputs
@@ -86,11 +86,15 @@ class StageResult:
     failing_op: str = ""  # aten op that raised, where known
     seconds: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
+    blame: str = ""  # whose failure a stage that did not pass is: a contracts.status.Blame value ("" = not judged)
+    blame_evidence: dict[str, Any] = field(default_factory=dict)  # what the blame was decided from
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
         if self.status in NEEDS_REASON and not self.reason:
             raise ValueError(f"stage {self.stage!r}: status {self.status.value} needs a reason")
+        if self.blame:
+            self.blame = Blame(self.blame).value
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

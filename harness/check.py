@@ -266,8 +266,11 @@ def _run_stage(run: _Run, name: str) -> StageResult:
 
 
 def check_model(spec: ModelSpec, backend: str = "neuron", stages: Sequence[str] | None = None,
-                seed: int = 0) -> ModelCheck:
-    """Run the stages of one model on one backend. Never raises for a model problem."""
+                seed: int = 0, judge: Callable[[_Run, list[str]], None] | None = None) -> ModelCheck:
+    """Run the stages of one model on one backend. Never raises for a model problem.
+
+    `judge(run, stages)` runs after the stages with the run's objects (the blame of each stage
+    that did not pass: harness.blame_probe.judge_run, what `check_with_blame` passes)."""
     wanted = _wanted(stages)
     result = ModelCheck(model_id=spec.model_id, backend=backend, model_type=spec.model_type,
                         architecture=spec.architecture)
@@ -295,4 +298,18 @@ def check_model(spec: ModelSpec, backend: str = "neuron", stages: Sequence[str] 
         result.stages[name] = _run_stage(run, name)
     _summarize_fallbacks(run)
     result.peak_memory_bytes = adapter.peak_memory()
+    if judge is not None:
+        _judge(judge, run, wanted)
     return result
+
+
+def _judge(judge: Callable[[_Run, list[str]], None], run: _Run, wanted: list[str]) -> None:
+    """A judge that raises must not lose the check: its stages stay unjudged, with the reason."""
+    try:
+        judge(run, wanted)
+    except Exception as exc:  # noqa: BLE001
+        info = classify(exc)
+        for r in run.result.stages.values():
+            if r.status != Status.PASS and not r.blame:
+                r.blame, r.blame_evidence = "harness", {"rule": "judge_error",
+                                                         "why": f"{info.error_class}: {info.message}"[:300]}

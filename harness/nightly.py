@@ -97,7 +97,8 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
                               "backend": opts.backend, "tiers": tiers,
                               "tier_errors": sorted(n for n, t in tiers.items() if "error" in t)}
     result.update(_report(out, opts))
-    failed = bool(result["tier_errors"]) or bool(result.get("new_failures"))
+    gated = result.get("gated_failures")
+    failed = bool(result["tier_errors"]) or bool(result.get("new_failures") if gated is None else gated)
     result["exit_code"] = 1 if failed else 0
     return result
 
@@ -111,4 +112,6 @@ def _report(out: Path, opts: NightlyOptions) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - results are on disk even if the report fails
         return {"report_html": None, "report_error": f"{type(exc).__name__}: {exc}", "new_failures": None}
     return {"report_html": rep["report_html"], "junit": rep["junit"], "baseline": rep["baseline"],
-            "new_failures": rep["new_failures"], "failure_groups": rep.get("failure_groups")}
+            "new_failures": rep["new_failures"], "failure_groups": rep.get("failure_groups"),
+            "gated_failures": rep.get("gated_failures"), "new_failures_by_blame": rep.get("new_failures_by_blame"),
+            "backend_failures": rep.get("backend_failures")}

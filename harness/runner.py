@@ -29,10 +29,13 @@ from typing import Any
 from contracts.records import Case, CaseOutcome
 from contracts.settings import resolve_limits
 from harness.journal import Journal
+from harness.reference import blamed, reference_outcomes, reference_pass
 from harness.tiers import TierInputs, load_tier, tier_chunk_size
 from harness.workers import WorkerLimits
 
 RUN_FILE = "run.json"
+#: Blames a coverage figure's attributable denominator leaves out (not the harness', not the device's).
+EXCLUDED_BLAMES = ("upstream", "environment")
 
 
 class RunDirMismatch(ValueError):
@@ -117,14 +120,16 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------- rows
 
-def outcome_rows(record: dict[str, Any], run_id: str) -> list[dict[str, Any]]:
+def outcome_rows(record: dict[str, Any], run_id: str, backend: str | None = None,
+                 references: dict[tuple[str, str], CaseOutcome] | None = None) -> list[dict[str, Any]]:
     """A journal record -> results rows (reports.schema.RESULTS), one per stage.
 
     Case-level fallback totals go on the `on_device` row (the last row when the tier has none)
     unless a stage reports its own, so summing fallback_count over rows counts each call once.
-    Fallback events ride on the first row (reports.tables attributes them to the case).
+    Fallback events ride on the first row (reports.tables attributes them to the case). Every
+    row that does not pass gets its `blame` (harness.blame; `references`: the reference pass).
     """
-    out = CaseOutcome.from_dict(record["outcome"])
+    out = blamed(record, backend, references or {})
     info = out.info or {}
     names = [s["stage"] for s in out.stages]
     totals_on = "on_device" if "on_device" in names else (names[-1] if names else None)
@@ -140,7 +145,7 @@ def outcome_rows(record: dict[str, Any], run_id: str) -> list[dict[str, Any]]:
             "message": st.get("message"), "failing_op": st.get("failing_op"), "seconds": st.get("seconds"),
             "model_id": model_id, "model_ids": list(out.model_ids), "weight": out.weight,
             "peak_memory_bytes": out.peak_memory_bytes, "traits": info.get("traits"), "metrics": metrics,
-            "extra": extra,
+            "extra": extra, "blame": st.get("blame") or None, "blame_evidence": st.get("blame_evidence") or None,
         }
         if "fallback_count" in metrics or "fallback_ops" in metrics:
             row["fallback_count"] = metrics.pop("fallback_count", None)
@@ -161,7 +166,8 @@ def write_tables(run_dir: Path, journal: Journal, meta: dict[str, Any]) -> dict[
     """All journaled cases of the run dir -> its Parquet tables (rewritten whole, atomically)."""
     from reports.tables import write_run_tables
 
-    rows = [r for rec in journal.records() for r in outcome_rows(rec, meta["run_id"])]
+    refs = reference_outcomes(run_dir)
+    rows = [r for rec in journal.records() for r in outcome_rows(rec, meta["run_id"], meta.get("backend"), refs)]
     tiers = sorted({rec["tier"] for rec in journal.records()} | set(meta.get("tiers", {})))
     run_meta = {k: v for k, v in meta.items() if k != "tiers"}
     run_meta.update({"tiers": tiers, "finished_at": _now(), "tier_runs": meta.get("tiers", {})})
@@ -182,31 +188,56 @@ def _lowering_version(journal: Journal) -> str | None:
 
 # -------------------------------------------------------------------------------------- summary
 
-def summarize(records: list[dict[str, Any]], tier: str) -> dict[str, Any]:
-    """Counts with their denominators: cases by headline status, rows by stage, models, downloads."""
+def summarize(records: list[dict[str, Any]], tier: str, backend: str | None = None,
+              references: dict[tuple[str, str], CaseOutcome] | None = None) -> dict[str, Any]:
+    """Counts with their denominators: cases by headline status, rows by stage, models, downloads;
+    every stage's non-passes split by blame (cases, models, downloads)."""
     counts: Counter[str] = Counter()
     by_stage: dict[str, Counter[str]] = defaultdict(Counter)
-    cov: dict[str, dict[str, float]] = defaultdict(lambda: {"models_pass": 0, "weight_pass": 0.0})
+    by_blame: dict[str, Counter[str]] = defaultdict(Counter)
+    cov: dict[str, dict[str, Any]] = defaultdict(lambda: {"models_pass": 0, "weight_pass": 0.0,
+                                                          "models_by_blame": Counter(), "weight_by_blame": Counter()})
     models = weight = 0.0
     for rec in records:
-        out = CaseOutcome.from_dict(rec["outcome"])
+        out = blamed(rec, backend, references or {})
         counts[out.status] += 1
         models += len(out.model_ids)
         weight += out.weight
         for st in out.stages:
+            c = cov[st["stage"]]
             by_stage[st["stage"]][st["status"]] += 1
             if st["status"] == "pass":
-                cov[st["stage"]]["models_pass"] += len(out.model_ids)
-                cov[st["stage"]]["weight_pass"] += out.weight
+                c["models_pass"] += len(out.model_ids)
+                c["weight_pass"] += out.weight
+            else:
+                key = st.get("blame") or "none"
+                by_blame[st["stage"]][key] += 1
+                c["models_by_blame"][key] += len(out.model_ids)
+                c["weight_by_blame"][key] += out.weight
     coverage = {}
     for stage in by_stage:
         c = cov[stage]
         coverage[stage] = {"models_pass": int(c["models_pass"]), "models_total": int(models),
                            "weight_pass": c["weight_pass"], "weight_total": weight,
-                           "weighted_share": (c["weight_pass"] / weight) if weight else None}
+                           "weighted_share": (c["weight_pass"] / weight) if weight else None,
+                           **blame_shares(c, models, weight)}
     return {"tier": tier, "cases": len(records), "counts": dict(sorted(counts.items())),
             "by_stage": {s: dict(sorted(c.items())) for s, c in by_stage.items()},
+            "by_stage_blame": {s: dict(sorted(c.items())) for s, c in by_blame.items()},
             "models": int(models), "weight": weight, "coverage": coverage}
+
+
+def blame_shares(c: dict[str, Any], models: float, weight: float) -> dict[str, Any]:
+    """A stage's non-passes by blame ("none": not a failure of anyone, e.g. not applicable) and
+    the pass share over the models not blamed on upstream or the environment (their denominator)."""
+    excluded_models = sum(c["models_by_blame"].get(b, 0) for b in EXCLUDED_BLAMES)
+    excluded_weight = sum(c["weight_by_blame"].get(b, 0.0) for b in EXCLUDED_BLAMES)
+    attributable_models, attributable_weight = models - excluded_models, weight - excluded_weight
+    return {"models_by_blame": dict(sorted(c["models_by_blame"].items())),
+            "weight_by_blame": dict(sorted(c["weight_by_blame"].items())),
+            "models_attributable": int(attributable_models), "weight_attributable": attributable_weight,
+            "attributable_share": (c["models_pass"] / attributable_models) if attributable_models else None,
+            "attributable_weighted_share": (c["weight_pass"] / attributable_weight) if attributable_weight else None}
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -309,11 +340,13 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
                           + seconds, "executor": opts.executor, "workers": opts.workers,
                           "inputs": {"registry": opts.registry, "models": opts.models, "limit": opts.limit}})
         _write_json(run_dir / RUN_FILE, meta)
+        tier_meta.update(reference_pass(tier, opts, journal, cases, run_dir))
+        _write_json(run_dir / RUN_FILE, meta)
         paths = write_tables(run_dir, journal, meta)
         records = [r for r in journal.records(tier.name) if r["case_id"] in wanted]
     finally:
         journal.close()
-    summary = summarize(records, tier.name)
+    summary = summarize(records, tier.name, opts.backend, reference_outcomes(run_dir, tier.name))
     summary.update({"run_id": meta["run_id"], "run_dir": str(run_dir), "backend": opts.backend,
                     "shard": meta.get("shard"), "executor": opts.executor, "workers": opts.workers,
                     "resumed": len(cases) - len(todo), "ran": len(todo), "seconds": round(seconds, 3),

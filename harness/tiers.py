@@ -120,10 +120,10 @@ def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOu
         rows = [StageResult(s, Status.NOT_ATTEMPTED, reason=reason) for s in stages]
         out = from_result(case, rows, stages)
     else:
-        from harness.check import check_model
+        from harness.blame_probe import check_with_blame
 
         spec = case.spec()
-        out = from_result(case, check_model(spec, backend, stages), stages)
+        out = from_result(case, check_with_blame(spec, backend, stages), stages)
         out.info.setdefault("traits", traits_of(spec))
     out.info.update(case.payload.get("info") or {})
     return out

@@ -14,10 +14,12 @@ from typing import Any
 
 
 def build_report(rundir: str | Path, baseline: str | Path | None = None, use_baseline: bool = True,
-                 history: int = 10, out: str | Path | None = None) -> dict[str, Any]:
+                 history: int = 10, out: str | Path | None = None, gate: str = "backend") -> dict[str, Any]:
     """Write the HTML report and JUnit files; return what was written (the --json object)."""
     from reports import baseline as baselines
     from reports.compare import compare_runs
+    from reports.gate import counts as blame_counts
+    from reports.gate import gated
     from reports.coverage import summarize
     from reports.html import write_report
     from reports.junit import write_junit
@@ -28,7 +30,7 @@ def build_report(rundir: str | Path, baseline: str | Path | None = None, use_bas
     if use_baseline:
         where = baselines.baseline_dir(baseline)
         if baselines.exists(where):
-            comparison = compare_runs(rundir, where)
+            comparison = compare_runs(rundir, where, gate=gate)
         else:
             note = f"No baseline at {where}: make one with `harness baseline update {rundir}`."
     results = read_results(rundir)
@@ -40,6 +42,9 @@ def build_report(rundir: str | Path, baseline: str | Path | None = None, use_bas
         "report_html": str(html), "junit": {t: str(p) for t, p in junit.items()}, "run_ids": cov.run_ids,
         "baseline": comparison.baseline if comparison else None,
         "new_failures": comparison.counts["FAIL"] if comparison else None,
+        "gate": gate, "gated_failures": len(gated(comparison, gate)) if comparison else None,
+        "new_failures_by_blame": blame_counts(comparison) if comparison else None,
+        "backend_failures": cov.backend_failures_total,
         "failure_groups": groups.get("file"),
         "levels": [{"tier": lv.tier, "level": lv.level, "models": lv.models, "models_reached": lv.models_reached,
                     "cases": lv.cases, "cases_reached": lv.cases_reached, "weight": lv.weight,

@@ -99,6 +99,7 @@ class CaseVerdict:
     baseline_status: str | None  # in the baseline (None: new case)
     detail: str = ""
     model_ids: list[str] = field(default_factory=list)
+    blame: str | None = None  # the run's row blame (the baseline's for MISSING): reports.gate decides on it
 
 
 @dataclass
@@ -119,6 +120,7 @@ class Comparison:
     baseline: str
     verdicts: list[CaseVerdict]
     metrics: list[MetricDelta]
+    gate: str = "backend"  # reports.gate.GATES: which regressions make the exit code 1
 
     @property
     def counts(self) -> dict[str, int]:
@@ -132,7 +134,10 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.counts[Verdict.FAIL.value] else 0
+        """1 when a regression gates (reports.gate: the backend's by default, every one with gate "all")."""
+        from reports.gate import gated
+
+        return 1 if gated(self, self.gate) else 0
 
     @property
     def update_command(self) -> str:
@@ -148,8 +153,14 @@ class Comparison:
             "missing": rows(Verdict.MISSING), "flaky": rows(Verdict.FLAKY), "xfail": rows(Verdict.XFAIL),
             "metrics": {"worse": [asdict(m) for m in self.metrics if m.direction == "worse"],
                         "better": [asdict(m) for m in self.metrics if m.direction == "better"]},
-            "update_command": self.update_command,
+            "update_command": self.update_command, **_gate_summary(self),
         }
+
+
+def _gate_summary(comparison: "Comparison") -> dict[str, Any]:
+    from reports.gate import summary
+
+    return summary(comparison, comparison.gate)
 
 
 # ---------------------------------------------------------------------------------------- compare
@@ -224,7 +235,8 @@ def _ids(value: Any) -> list[str]:
 
 def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str = "run",
                    baseline_name: str = "baseline", expectations: list[Rule] | None = None,
-                   flaky: list[Rule] | None = None, time_threshold: float | None = None) -> Comparison:
+                   flaky: list[Rule] | None = None, time_threshold: float | None = None,
+                   gate: str = "backend") -> Comparison:
     """Compare two results tables (reports.schema.RESULTS); pure computation.
 
     Verdicts without a matching rule depend only on the (status, baseline status) pair, so they are
@@ -233,9 +245,10 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
     expectations = load_expectations() if expectations is None else expectations
     flaky = load_flaky() if flaky is None else flaky
     metrics = [m for m in metric_rules() if m in run.columns and m in baseline.columns]
-    cols = KEY + ["status", "model_ids"] + metrics
+    cols = KEY + ["status", "model_ids", "blame"] + metrics
 
     def side(df: pd.DataFrame) -> pd.DataFrame:  # object keys: pandas cannot merge empty Arrow-backed keys
+        df = df if "blame" in df else df.assign(blame=None)
         return df[cols].drop_duplicates(KEY, keep="last").astype({k: object for k in KEY})
 
     merged = pd.merge(side(run), side(baseline), on=KEY, how="outer", suffixes=("_run", "_base"), indicator=True)
@@ -245,6 +258,7 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
     base = [None if w == "left_only" else s for w, s in zip(where, merged["status_base"].tolist())]
     ruled = _rule_rows(merged, expectations + flaky)
     ids_run, ids_base = merged["model_ids_run"].tolist(), merged["model_ids_base"].tolist()
+    blames = _row_blames(merged)
     by_pair: dict[tuple[Any, Any], tuple[Verdict, str]] = {}
     verdicts = []
     for i, key in enumerate(zip(merged["tier"].tolist(), merged["case_id"].tolist(), merged["stage"].tolist())):
@@ -259,8 +273,16 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
             verdict, detail = by_pair[(st, bs)]
         if verdict is not Verdict.PASS and ids is None:  # model ids only where someone will read them
             ids = _ids(ids_run[i] if st is not None else ids_base[i])
-        verdicts.append(CaseVerdict(*key, verdict, st, bs, detail, ids or []))
-    return Comparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold))
+        verdicts.append(CaseVerdict(*key, verdict, st, bs, detail, ids or [], blames[i]))
+    return Comparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold), gate=gate)
+
+
+def _row_blames(merged: pd.DataFrame) -> list[str | None]:
+    """Each merged row's blame: the run's, else (a MISSING row) the baseline's."""
+    run, base = merged["blame_run"].tolist(), merged["blame_base"].tolist()
+    clean = [None if (b is None or b != b or b == "") else str(b) for b in run]
+    return [r if r is not None else (None if (b is None or b != b or b == "") else str(b))
+            for r, b in zip(clean, base)]
 
 
 def compare_runs(run_dir: str | Path, baseline_dir: str | Path, **kwargs: Any) -> Comparison:

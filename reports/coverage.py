@@ -27,7 +27,14 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from contracts.status import MODEL_STAGES, STATUS_VALUES, UNFINISHED_VALUES
+from contracts.status import MODEL_STAGES, STATUS_VALUES, UNFINISHED_VALUES, Blame
+
+#: Keys of the blame splits: the Blame values, then "none" (a non-pass nobody is blamed for: not
+#: applicable, cannot report, or a run written before blame existed).
+BLAME_KEYS: tuple[str, ...] = tuple(b.value for b in Blame) + ("none",)
+#: Blames an attributable denominator leaves out: failures that are neither the device's nor the
+#: harness' to fix (transformers' own, a package missing here).
+EXCLUDED_BLAMES: tuple[str, ...] = (Blame.UPSTREAM.value, Blame.ENVIRONMENT.value)
 
 
 def fmt_rate(n: float, d: float, weighted: bool = False) -> str:
@@ -64,6 +71,9 @@ class StageCoverage:
     models_by_status: dict[str, int]
     skipped_reasons: dict[str, int]
     not_attempted_reasons: dict[str, int]
+    by_blame: dict[str, int] = field(default_factory=dict)  # non-passing cases per blame (BLAME_KEYS)
+    models_by_blame: dict[str, int] = field(default_factory=dict)
+    weight_by_blame: dict[str, float] = field(default_factory=dict)
 
     @property
     def passed(self) -> int:
@@ -87,12 +97,33 @@ class LevelCoverage:
     weight_reached: float
     not_reached: dict[str, int]  # models per status that stopped the level
     blockers: list[dict[str, Any]] = field(default_factory=list)  # stage/status/reason with models
+    not_reached_by_blame: dict[str, int] = field(default_factory=dict)  # models per blame (BLAME_KEYS)
+    cases_not_reached_by_blame: dict[str, int] = field(default_factory=dict)
+    weight_not_reached_by_blame: dict[str, float] = field(default_factory=dict)
 
     def fmt_models(self) -> str:
         return fmt_rate(self.models_reached, self.models) if self.models else fmt_rate(self.cases_reached, self.cases)
 
     def fmt_weight(self) -> str:
         return fmt_rate(self.weight_reached, self.weight, weighted=True)
+
+    @property
+    def models_attributable(self) -> int:
+        """Denominator without the models blamed on upstream or the environment."""
+        base = self.models if self.models else self.cases
+        by = self.not_reached_by_blame if self.models else self.cases_not_reached_by_blame
+        return base - sum(by.get(b, 0) for b in EXCLUDED_BLAMES)
+
+    @property
+    def weight_attributable(self) -> float:
+        return self.weight - sum(self.weight_not_reached_by_blame.get(b, 0.0) for b in EXCLUDED_BLAMES)
+
+    def fmt_attributable(self) -> str:
+        """Reached over the models not blamed on upstream/environment: the harness' and the device's share."""
+        return fmt_rate(self.models_reached if self.models else self.cases_reached, self.models_attributable)
+
+    def fmt_weight_attributable(self) -> str:
+        return fmt_rate(self.weight_reached, self.weight_attributable, weighted=True)
 
 
 @dataclass
@@ -112,6 +143,9 @@ class Coverage:
     levels: list[LevelCoverage]
     traits: list[TraitCoverage]
     top_fallback_ops: list[dict[str, Any]]
+    backend_failures: list[dict[str, Any]] = field(default_factory=list)  # what the report leads with
+    backend_failures_total: int = 0
+    failures_by_blame: list[dict[str, Any]] = field(default_factory=list)  # (tier, stage, blame): cases, models
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,10 +162,23 @@ def _case_frame(results: pd.DataFrame) -> pd.DataFrame:
     return cases
 
 
+def blame_column(results: pd.DataFrame) -> pd.Series:
+    """Each row's blame as a plain string: "" for passing rows, "none" for a non-pass nobody is blamed for."""
+    blame = results["blame"] if "blame" in results else pd.Series([None] * len(results), index=results.index)
+    blame = blame.astype(object).where(blame.notna(), "none").astype(str).replace("", "none")
+    return blame.where(results["status"] != "pass", "")
+
+
+def _by_blame(g: pd.DataFrame, column: str | None = None) -> dict[str, Any]:
+    bad = g[g["_blame"] != ""]
+    values = bad.groupby("_blame")[column].sum() if column else bad["_blame"].value_counts()
+    return {b: (float(values.get(b, 0)) if column == "weight" else int(values.get(b, 0))) for b in BLAME_KEYS}
+
+
 def stage_coverage(results: pd.DataFrame) -> list[StageCoverage]:
     out = []
     df = results.assign(n_models=results["n_models"].fillna(0).astype(int),
-                        weight=results["weight"].fillna(0.0).astype(float))
+                        weight=results["weight"].fillna(0.0).astype(float), _blame=blame_column(results))
     for (tier, stage), g in df.groupby(["tier", "stage"], sort=True):
         counts = g["status"].value_counts()
         models = g.groupby("status")["n_models"].sum()
@@ -143,35 +190,37 @@ def stage_coverage(results: pd.DataFrame) -> list[StageCoverage]:
             by_status={s: int(counts.get(s, 0)) for s in STATUS_VALUES},
             models_by_status={s: int(models.get(s, 0)) for s in STATUS_VALUES},
             skipped_reasons=dict(reasons["skipped"].most_common()),
-            not_attempted_reasons=dict(reasons["not_attempted"].most_common())))
+            not_attempted_reasons=dict(reasons["not_attempted"].most_common()),
+            by_blame=_by_blame(g), models_by_blame=_by_blame(g, "n_models"), weight_by_blame=_by_blame(g, "weight")))
     order = {s: i for i, s in enumerate(MODEL_STAGES)}
     return sorted(out, key=lambda s: (s.tier, order.get(s.stage, 99), s.stage))
 
 
 # ---------------------------------------------------------------------------------------- levels
 
-def _from_fallbacks(counts: list[float], ops: set[str]) -> tuple[str, str]:
-    """A stage the tier did not record, judged from the case's fallback counts."""
+def _from_fallbacks(counts: list[float], ops: set[str]) -> tuple[str, str, str]:
+    """A stage the tier did not record, judged from the case's fallback counts (a fallback is the
+    device's: blame backend)."""
     known = [c for c in counts if c == c]  # NaN: the backend could not report
     if not known:
-        return "not_attempted", "stage not recorded and no fallback count reported"
+        return "not_attempted", "stage not recorded and no fallback count reported", "none"
     if sum(known) > 0:
-        return "fail", "fallback: " + (", ".join(sorted(ops)) if ops else "unknown op")
-    return "pass", ""
+        return "fail", "fallback: " + (", ".join(sorted(ops)) if ops else "unknown op"), Blame.BACKEND.value
+    return "pass", "", ""
 
 
-def _level_status(stages: dict[str, tuple[str, str]], level: Level, fallbacks: tuple[list[float], set[str]],
-                  tier_stages: set[str]) -> tuple[str, str, str]:
-    """(status, stage, reason) of one case at one level: 'pass' or the first stage that stopped it."""
+def _level_status(stages: dict[str, tuple[str, str, str]], level: Level, fallbacks: tuple[list[float], set[str]],
+                  tier_stages: set[str]) -> tuple[str, str, str, str]:
+    """(status, stage, reason, blame) of one case at one level: 'pass' or the first stage that stopped it."""
     for stage in level.stages:
         if stage == level.from_fallbacks and stage not in tier_stages:
-            status, reason = _from_fallbacks(*fallbacks)
+            status, reason, blame = _from_fallbacks(*fallbacks)
         else:
-            status, reason = stages.get(stage, ("not_attempted", "stage not recorded"))
+            status, reason, blame = stages.get(stage, ("not_attempted", "stage not recorded", "none"))
         if status == "pass" or (status == "skipped" and stage in level.skipped_ok):
             continue
-        return status, stage, reason
-    return "pass", "", ""
+        return status, stage, reason, blame
+    return "pass", "", "", ""
 
 
 def case_levels(results: pd.DataFrame) -> pd.DataFrame:
@@ -188,13 +237,13 @@ def case_levels(results: pd.DataFrame) -> pd.DataFrame:
         & (df["error_class"] != "")
     reason = df["reason"].where(~unfinished, df["error_class"]).fillna(df["error_class"]).fillna("")
     reason = reason.str.slice(0, 160)
-    per_case: dict[tuple[str, str], dict[str, tuple[str, str]]] = defaultdict(dict)
     fallbacks: dict[tuple[str, str], tuple[list[float], set[str]]] = defaultdict(lambda: ([], set()))
     cols = (df["tier"].tolist(), df["case_id"].tolist(), df["stage"].tolist(), df["status"].tolist(),
             reason.tolist(), df["fallback_count"].astype("float64").tolist(),
-            df["fallback_ops"].tolist())  # bulk conversion: iterating Arrow-backed Series is ~10x slower
-    for tier, case, stage, status, why, n_fallbacks, ops in zip(*cols):
-        per_case[(tier, case)][stage] = (status, why)
+            df["fallback_ops"].tolist(), blame_column(df).tolist())  # bulk: iterating Arrow Series is ~10x slower
+    per_case: dict[tuple[str, str], dict[str, tuple[str, str, str]]] = defaultdict(dict)
+    for tier, case, stage, status, why, n_fallbacks, ops, blame in zip(*cols):
+        per_case[(tier, case)][stage] = (status, why, blame)
         counts, names = fallbacks[(tier, case)]
         counts.append(n_fallbacks)
         if ops is not None and not isinstance(ops, float):
@@ -205,8 +254,9 @@ def case_levels(results: pd.DataFrame) -> pd.DataFrame:
     for key, stages in per_case.items():
         row = {"tier": key[0], "case_id": key[1]}
         for lv in levels():
-            status, stage, why = _level_status(stages, lv, fallbacks[key], tier_stages[key[0]])
+            status, stage, why, blame = _level_status(stages, lv, fallbacks[key], tier_stages[key[0]])
             row[lv.name], row[f"{lv.name}_stage"], row[f"{lv.name}_reason"] = status, stage, why
+            row[f"{lv.name}_blame"] = blame
         rows.append(row)
     return pd.DataFrame(rows).merge(cases.reset_index(), on=["tier", "case_id"])
 
@@ -219,17 +269,22 @@ def level_coverage(per_case: pd.DataFrame, top_blockers: int = 5) -> list[LevelC
         for lv in levels():
             ok = g[lv.name] == "pass"
             bad = g[~ok]
-            blockers = (bad.groupby([f"{lv.name}_stage", lv.name, f"{lv.name}_reason"])
+            blockers = (bad.groupby([f"{lv.name}_stage", lv.name, f"{lv.name}_reason", f"{lv.name}_blame"])
                         .agg(cases=("case_id", "size"), models=("n_models", "sum"))
                         .sort_values(["models", "cases"], ascending=False).head(top_blockers).reset_index())
+            blamed = bad.groupby(f"{lv.name}_blame").agg(cases=("case_id", "size"), models=("n_models", "sum"),
+                                                         weight=("weight", "sum"))
             out.append(LevelCoverage(
                 tier=str(tier), level=lv.name, title=lv.title, cases=len(g), models=int(g["n_models"].sum()),
                 weight=float(g["weight"].sum()), cases_reached=int(ok.sum()),
                 models_reached=int(g.loc[ok, "n_models"].sum()), weight_reached=float(g.loc[ok, "weight"].sum()),
                 not_reached={s: int(bad.loc[bad[lv.name] == s, "n_models"].sum())
                              for s in STATUS_VALUES if s != "pass" and (bad[lv.name] == s).any()},
-                blockers=[{"stage": r[0], "status": r[1], "reason": r[2], "cases": int(r[3]), "models": int(r[4])}
-                          for r in blockers.itertuples(index=False)]))
+                blockers=[{"stage": r[0], "status": r[1], "reason": r[2], "blame": r[3], "cases": int(r[4]),
+                           "models": int(r[5])} for r in blockers.itertuples(index=False)],
+                not_reached_by_blame={b: int(blamed["models"].get(b, 0)) for b in BLAME_KEYS},
+                cases_not_reached_by_blame={b: int(blamed["cases"].get(b, 0)) for b in BLAME_KEYS},
+                weight_not_reached_by_blame={b: float(blamed["weight"].get(b, 0.0)) for b in BLAME_KEYS}))
     return out
 
 
@@ -288,12 +343,49 @@ def top_fallback_ops(per_op: pd.DataFrame, limit: int = 20) -> list[dict[str, An
     return out
 
 
+_FAILURE_COLUMNS = ("tier", "case_id", "stage", "status", "reason", "error_class", "failing_op", "n_models",
+                    "blame_evidence")
+
+
+def backend_failures(results: pd.DataFrame, limit: int = 200) -> tuple[list[dict[str, Any]], int]:
+    """Failing rows blamed on the backend, most models first: what a backend engineer acts on."""
+    if results.empty:
+        return [], 0
+    bad = results[(blame_column(results) == Blame.BACKEND.value) & (results["status"] != "not_attempted")]
+    bad = bad.assign(n_models=bad["n_models"].fillna(0).astype(int))
+    bad = bad.sort_values(["n_models", "tier", "case_id"], ascending=[False, True, True])
+    cols = [c for c in _FAILURE_COLUMNS if c in bad]
+    rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+            for r in bad[cols].head(limit).to_dict("records")]
+    return rows, len(bad)
+
+
+def failures_by_blame(results: pd.DataFrame) -> list[dict[str, Any]]:
+    """Non-passing rows per (tier, stage, blame), with cases and models: every split of the report."""
+    if results.empty:
+        return []
+    df = results.assign(_blame=blame_column(results), n_models=results["n_models"].fillna(0).astype(int))
+    df = df[df["_blame"] != ""]
+    g = df.groupby(["tier", "stage", "_blame"]).agg(cases=("case_id", "size"), models=("n_models", "sum"))
+    order = {b: i for i, b in enumerate(BLAME_KEYS)}
+    out = [{"tier": t, "stage": s, "blame": b, "cases": int(r.cases), "models": int(r.models)}
+           for (t, s, b), r in g.iterrows()]
+    return sorted(out, key=lambda r: (r["tier"], stage_rank(r["stage"]), order.get(r["blame"], 99)))
+
+
+def stage_rank(stage: str) -> int:
+    return MODEL_STAGES.index(stage) if stage in MODEL_STAGES else 99
+
+
 def summarize(results: pd.DataFrame, per_op: pd.DataFrame | None = None) -> Coverage:
     per_case = case_levels(results)
+    failures, total = backend_failures(results)
     return Coverage(run_ids=sorted(results["run_id"].dropna().unique().tolist()),
                     stages=stage_coverage(results), levels=level_coverage(per_case),
                     traits=trait_coverage(per_case),
-                    top_fallback_ops=top_fallback_ops(per_op if per_op is not None else pd.DataFrame()))
+                    top_fallback_ops=top_fallback_ops(per_op if per_op is not None else pd.DataFrame()),
+                    backend_failures=failures, backend_failures_total=total,
+                    failures_by_blame=failures_by_blame(results))
 
 
 def summarize_run(run_dir) -> Coverage:

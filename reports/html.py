@@ -25,7 +25,7 @@ from markupsafe import Markup
 from contracts.status import STATUS_VALUES, Verdict
 from reports import plots
 from reports.compare import Comparison
-from reports.coverage import Coverage, fmt_rate, levels, summarize
+from reports.coverage import BLAME_KEYS, Coverage, fmt_rate, levels, summarize
 from reports.history import load_history
 from reports.tables import read_table
 
@@ -76,6 +76,9 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
     svgs = {"history": plots.history_svg(points), "levels": plots.levels_svg(cov.levels),
             "fallbacks": plots.fallback_svg(cov.top_fallback_ops)}
     new_failures = comparison.of(Verdict.FAIL) if comparison else []
+    blame_rows: dict[tuple[str, str], dict[str, int]] = {}
+    for r in cov.failures_by_blame:
+        blame_rows.setdefault((r["tier"], r["stage"]), {})[r["blame"]] = r["cases"]
     return {
         "title": f"Coverage report: {', '.join(cov.run_ids) or run_dir.name}",
         "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -85,7 +88,7 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
         "comparison": comparison, "baseline_note": baseline_note,
         "new_failures": new_failures[:MAX_ROWS], "new_failures_left_off": max(0, len(new_failures) - MAX_ROWS),
         "improved": comparison.of(Verdict.IMPROVED)[:MAX_ROWS] if comparison else [],
-        "levels": levels(),
+        "levels": levels(), "blame_keys": list(BLAME_KEYS), "blame_rows": blame_rows,
         "failure_groups": failure_groups, "failure_group_rows": (failure_groups or {}).get("groups", [])[:MAX_ROWS],
         "failure_groups_left_off": max(0, len((failure_groups or {}).get("groups", [])) - MAX_ROWS),
     }

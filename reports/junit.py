@@ -2,7 +2,8 @@
 
 pass -> a plain testcase; fail -> <failure>; error / timeout / oom / crash -> <error> (its type
 is the status, the message the reason or exception); skipped / not_attempted -> <skipped> with
-the reason. Written as ``junit-<tier>.xml`` into the run directory. The XML is streamed as text
+the reason. A row that does not pass carries its blame: a `blame` property of the testcase and a
+"[blame: backend]" prefix of the message; backend-blamed failures come first in each suite. Written as ``junit-<tier>.xml`` into the run directory. The XML is streamed as text
 (escaped with xml.sax.saxutils), so a tier of 250,000 rows stays a few seconds and little memory.
 """
 
@@ -32,13 +33,22 @@ def _attr(value: object) -> str:
     return quoteattr(_clean(value), {"\n": "&#10;", "\r": "&#13;", "\t": "&#9;"})
 
 
+_BLAME_ORDER = {"backend": 0, "": 1, "none": 1, "harness": 2, "upstream": 3, "environment": 4}
+
+
+def _blame_props(blame: str) -> str:
+    return f'<properties><property name="blame" value={_attr(blame)} /></properties>' if blame else ""
+
+
 def _suite(tier: str, stage: str, g: pd.DataFrame) -> tuple[dict[str, float], list[str]]:
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
     lines = []
-    g = g.sort_values("case_id")
-    cols = [g[c].tolist() for c in ("case_id", "status", "seconds", "reason", "error_class", "message")]
+    blames = (g["blame"] if "blame" in g else pd.Series([None] * len(g), index=g.index)).fillna("").astype(str)
+    g = g.assign(_blame=blames, _rank=blames.map(lambda b: _BLAME_ORDER.get(b, 1)))
+    g = g.sort_values(["_rank", "case_id"])  # backend-blamed failures lead, the harness' own debt after
+    cols = [g[c].tolist() for c in ("case_id", "status", "seconds", "reason", "error_class", "message", "_blame")]
     cls = _attr(f"{tier}.{stage}")
-    for case_id, status, seconds, reason, error_class, message in zip(*cols):
+    for case_id, status, seconds, reason, error_class, message, blame in zip(*cols):
         seconds = float(seconds) if seconds is not None and seconds == seconds else 0.0
         counts["time"] += seconds
         counts["tests"] += 1
@@ -47,6 +57,8 @@ def _suite(tier: str, stage: str, g: pd.DataFrame) -> tuple[dict[str, float], li
             lines.append(head + " />")
             continue
         why = _clean(reason) or _clean(error_class)
+        if blame:
+            why = f"[blame: {blame}] {why}".strip()
         text = escape("\n".join(x for x in (_clean(error_class), _clean(message)) if x))
         if status == "fail":
             counts["failures"] += 1
@@ -57,7 +69,7 @@ def _suite(tier: str, stage: str, g: pd.DataFrame) -> tuple[dict[str, float], li
         else:  # skipped, not_attempted
             counts["skipped"] += 1
             body = f'<skipped message={_attr(f"{status}: {why}")} />'
-        lines.append(f"{head}>{body}</testcase>")
+        lines.append(f"{head}>{_blame_props(blame)}{body}</testcase>")
     return counts, lines
 
 

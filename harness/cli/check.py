@@ -82,17 +82,21 @@ def resolve_target(target: str, *, architecture: str = "", store: str | None = N
 
 
 def render_table(result) -> str:
-    rows = [("stage", "status", "seconds", "detail")]
+    rows = [("stage", "status", "blame", "seconds", "detail")]
     for name, r in result.stages.items():
         detail = r.reason or ""
         if r.failing_op:
             detail += f" [op {r.failing_op}]"
-        rows.append((name, r.status.value, f"{r.seconds:.2f}", detail[:110]))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        rows.append((name, r.status.value, r.blame or "-", f"{r.seconds:.2f}", detail[:110]))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [f"{result.model_id} on {result.backend}: {result.architecture or '?'} "
              f"({result.parameters:,} parameters)"]
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])
+    why = [(name, r.blame_evidence.get("why", "")) for name, r in result.stages.items()
+           if r.blame and r.blame_evidence.get("why")]
+    for name, text in why:
+        lines.append(f"blame {name}: {result.stages[name].blame}, {text}")
     lines.append(f"fallbacks: {result.fallback_count} ({', '.join(result.fallback_ops) or 'none'}); "
                  f"graphs: {result.graphs}; recompiles: {result.recompiles}; "
                  f"peak device memory: {result.peak_memory_bytes if result.peak_memory_bytes is not None else 'n/a'}")
@@ -100,7 +104,7 @@ def render_table(result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.check import check_model
+    from harness.blame_probe import check_with_blame
 
     try:
         spec = resolve_target(args.model, architecture=args.architecture, store=args.store, snapshot=args.snapshot)
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"harness check: {exc}", file=sys.stderr)
         return 2
-    result = check_model(spec, backend=args.backend, stages=args.stages, seed=args.seed)
+    result = check_with_blame(spec, backend=args.backend, stages=args.stages, seed=args.seed)
     if args.json:
         print(json.dumps(result.to_dict(), default=str))
     else:

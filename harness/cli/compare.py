@@ -15,7 +15,10 @@ EPILOG = """examples:
 
 verdicts: PASS, FAIL (new failure), XFAIL (known: reports/data/expectations.yaml or failing in the
 baseline too), IMPROVED, MISSING (in the baseline, not in the run), FLAKY (reports/data/flaky.yaml).
-exit codes: 0 no new failure, 1 new failures (or, with --strict, MISSING/IMPROVED), 2 bad input.
+gate: by default only new failures blamed on the backend (or not judged) fail the comparison; new
+failures blamed on the harness are listed as its own debt, upstream/environment ones listed too.
+--gate all fails on every new failure.
+exit codes: 0 nothing gates, 1 a gated new failure (or, with --strict, MISSING/IMPROVED), 2 bad input.
 """
 
 
@@ -30,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-threshold", type=float, metavar="REL",
                         help="relative stage-time change to report (default from reports/data/metrics.yaml)")
     parser.add_argument("--strict", action="store_true", help="also fail on MISSING and IMPROVED cases")
+    parser.add_argument("--gate", choices=("backend", "all"), default="backend",
+                        help="which new failures fail the comparison: backend (default: blamed on the backend "
+                             "or not judged) or all (also the harness', upstream and environment ones)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -38,8 +44,8 @@ def _print_text(result) -> None:
 
     counts = result.counts
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
-    for verdict, title in ((Verdict.FAIL, "new failures"), (Verdict.IMPROVED, "improved"),
-                           (Verdict.MISSING, "missing"), (Verdict.FLAKY, "flaky")):
+    _print_gate(result)
+    for verdict, title in ((Verdict.IMPROVED, "improved"), (Verdict.MISSING, "missing"), (Verdict.FLAKY, "flaky")):
         rows = result.of(verdict)
         if rows:
             print(f"\n{title} ({len(rows)}):")
@@ -56,6 +62,26 @@ def _print_text(result) -> None:
         print(f"\nif the changes are intended, update the baseline: {result.update_command}")
 
 
+def _print_gate(result) -> None:
+    """New failures, gated ones first (the backend's), then the harness' own debt and the rest."""
+    from reports import gate
+
+    shown = gate.gated(result, result.gate)
+    groups = [(f"new failures that gate (--gate {result.gate})", shown)]
+    ids = {id(v) for v in shown}
+    for blame, title in (("harness", "new failures blamed on the harness (its own debt, not gated)"),
+                         ("upstream", "new failures blamed on upstream (transformers itself, not gated)"),
+                         ("environment", "new failures blamed on the environment (not gated)")):
+        groups.append((title, [v for v in gate.by_blame(result)[blame] if id(v) not in ids]))
+    for title, rows in groups:
+        if rows:
+            print(f"\n{title} ({len(rows)}):")
+            for v in rows[:50]:
+                print(f"  FAIL     {v.tier}/{v.case_id} [{v.stage}] [blame: {v.blame or 'none'}] {v.detail}")
+            if len(rows) > 50:
+                print(f"  ... {len(rows) - 50} more (--json for all)")
+
+
 def run(args: argparse.Namespace) -> int:
     from reports import baseline as baselines
     from reports.compare import compare_runs, load_expectations, load_flaky
@@ -63,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     base = baselines.baseline_dir(args.baseline)
     try:
         result = compare_runs(args.run, base, expectations=load_expectations(args.expectations),
-                              flaky=load_flaky(args.flaky), time_threshold=args.time_threshold)
+                              flaky=load_flaky(args.flaky), time_threshold=args.time_threshold,
+                              gate=args.gate)
     except (FileNotFoundError, ValueError) as exc:
         print(f"harness compare: {exc}", file=sys.stderr)
         return 2

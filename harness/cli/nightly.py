@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
         for name, summary in result["tiers"].items():
             print(f"{name}: could not run: {summary['error']}" if "error" in summary else format_summary(summary))
         if result.get("new_failures") is not None:
-            print(f"new failures vs baseline {result['baseline']}: {result['new_failures']}")
+            print(f"new failures vs baseline {result['baseline']}: {result['new_failures']} "
+                  f"({result.get('gated_failures')} gate: blamed on the backend or not judged; by blame "
+                  f"{result.get('new_failures_by_blame')})")
         if result.get("report_html"):
             print(f"HTML report: {result['report_html']}")
         else:

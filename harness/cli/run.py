@@ -117,5 +117,7 @@ def format_summary(s: dict) -> str:
         cov = s["coverage"].get(stage, {})
         share = cov.get("weighted_share")
         w = f", download-weighted pass {share:.1%}" if share is not None else ""
-        lines.append(f"  {stage:10} " + " ".join(f"{k}={v}" for k, v in c.items()) + w)
+        blame = s.get("by_stage_blame", {}).get(stage)
+        b = (" | not passed by blame: " + " ".join(f"{k}={v}" for k, v in blame.items())) if blame else ""
+        lines.append(f"  {stage:10} " + " ".join(f"{k}={v}" for k, v in c.items()) + w + b)
     return "\n".join(lines)

@@ -51,6 +51,10 @@ def test_summary_counts_models_and_downloads():
                         "worker_crash:SIGSEGV", "SIGSEGV")
     s = summarize([{"outcome": a.to_dict()}, {"outcome": b.to_dict()}], "full")
     assert s["counts"] == {"crash": 1, "pass": 1} and s["models"] == 3
-    assert s["coverage"]["load"] == {"models_pass": 2, "models_total": 3, "weight_pass": 90.0,
-                                     "weight_total": 100.0, "weighted_share": 0.9}
+    load = s["coverage"]["load"]
+    assert {k: load[k] for k in ("models_pass", "models_total", "weight_pass", "weight_total", "weighted_share")} \
+        == {"models_pass": 2, "models_total": 3, "weight_pass": 90.0, "weight_total": 100.0, "weighted_share": 0.9}
+    # the crash on the reference backend (no backend given) is the harness' own: split out, with denominators
+    assert load["models_by_blame"] == {"harness": 1} and s["by_stage_blame"]["load"] == {"harness": 1}
+    assert load["models_attributable"] == 3 and load["attributable_share"] == 2 / 3
     assert CaseOutcome.from_dict(b.to_dict()).status == "crash"

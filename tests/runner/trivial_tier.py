@@ -2,7 +2,7 @@
 
 Each case's payload names an action the worker performs: pass, fail, raise, memerror, timeouterror,
 segv, hang, oom (allocate until the memory watchdog kills the worker), exit, sleep:SECONDS, env (report
-the worker's thread variables as metrics). The case list is a
+the worker's thread variables as metrics), device:ACTION (ACTION on a device, pass on the cpu reference). The case list is a
 JSON file given as `--models FILE` ([{"id": ..., "action": ...}, ...]); without it, DEFAULT_CASES.
 It imports nothing heavy so worker processes start in a fraction of a second.
 """
@@ -21,7 +21,9 @@ from contracts.status import Status
 DEFAULT_CASES = [{"id": f"ok-{i}", "action": "pass"} for i in range(6)]
 
 
-def _act(action: str) -> list[StageResult]:
+def _act(action: str, backend: str = "cpu") -> list[StageResult]:
+    if action.startswith("device:"):  # a device-only failure: ACTION on any backend but the cpu reference
+        return _act("pass" if backend == "cpu" else action.split(":", 1)[1], backend)
     if action == "pass":
         return [StageResult("run", Status.PASS, seconds=0.001), StageResult("check", Status.PASS)]
     if action == "fail":
@@ -67,7 +69,7 @@ class TrivialTier:
                      weight=float(s.get("downloads", 1))) for s in specs]
 
     def execute(self, case: Case, backend: str) -> list[StageResult]:
-        return _act(case.payload["action"])
+        return _act(case.payload["action"], backend)
 
 
 class ChunkedTier(TrivialTier):
@@ -77,7 +79,7 @@ class ChunkedTier(TrivialTier):
     chunk_size = 4
 
     def execute_many(self, cases: list[Case], backend: str) -> list[list[StageResult]]:
-        return [_act(c.payload["action"]) for c in cases]
+        return [_act(c.payload["action"], backend) for c in cases]
 
 
 TIER = TrivialTier()

@@ -1,0 +1,352 @@
+"""Blame the stages of one model check: re-run what failed on the reference, probe transformers.
+
+`check_model(spec, backend, judge=judge_run)` calls `judge_run(run, wanted)` after its stages.
+For every stage that failed:
+
+* on a device backend, the stage is re-run on the reference backend (cpu) in the same process
+  with the same shrunk config, the same inputs and the same seed (the very CPU model and input
+  tensors the device copy was made from, when load got that far). The reference passes: the
+  row is `backend`. It fails too: its failure is judged as below.
+* on the reference (the run itself, or the re-run): `environment` when the error names an
+  optional package that is not importable here; `upstream` when transformers itself fails
+  whatever the harness chose: the spec's unshrunk config (for a catalog pair: the type's default)
+  does not build its class, or the unshrunk model fails the same way under FakeTensorMode with
+  inputs made by the model's own processor; else `harness`.
+
+Each verdict keeps its evidence (`StageResult.blame_evidence`): the reference's status and
+error, the probes' outcomes. The rules are data (harness/data/blame_rules.yaml); docs/blame.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import hashlib
+import importlib.util
+import json
+import re
+import signal
+import threading
+from typing import Any, Iterator
+
+import torch
+
+from contracts.backends import get_backend
+from contracts.errors import classify
+from contracts.records import ModelCheck, ModelSpec, StageResult
+from contracts.status import FAILING, MODEL_STAGES, Blame, Status
+from harness import blame as rules_mod
+from harness.check import PREREQUISITES, _Run, _run_stage, check_model
+from harness.models import config_for, model_class
+from harness.quiet import quiet_transformers
+
+_NUMBER = re.compile(r"\d+")
+
+
+# ------------------------------------------------------------------------------- entry points
+
+def check_with_blame(spec: ModelSpec, backend: str = "neuron", stages: list[str] | None = None,
+                     seed: int = 0) -> ModelCheck:
+    """check_model with every stage that does not pass blamed (what tiers and `harness check` run)."""
+    return check_model(spec, backend, stages, seed, judge=judge_run)
+
+
+def judge_run(run: _Run, wanted: list[str]) -> None:
+    """Blame every failing stage of `run.result` (check_model's judge hook), then the rest."""
+    result = run.result
+    failing = [s for s in wanted if s in result.stages and result.stages[s].status in FAILING]
+    on_reference = rules_mod.is_reference(run.adapter.name)
+    reference: dict[str, StageResult] = {}
+    if failing and not on_reference:
+        reference = reference_stages(run, failing)
+    for name in failing:
+        row = result.stages[name]
+        if on_reference:
+            row.blame, row.blame_evidence = judge_reference_failure(run.spec, name, row, run.seed)
+            row.blame_evidence = {"reference_backend": run.adapter.name, "on_reference": True, **row.blame_evidence}
+            continue
+        ref = reference.get(name)
+        ref_dict = ref.to_dict() if ref is not None else None
+        if ref is not None and ref.status in FAILING:
+            ref.blame, ref.blame_evidence = judge_reference_failure(run.spec, name, ref, run.seed)
+            ref_dict = ref.to_dict()
+        blame, evidence = rules_mod.by_reference(name, ref_dict, rules_mod.reference_backend())
+        if ref is not None and ref.status == Status.PASS:
+            evidence["same_model_and_inputs"] = bool(ref.metrics.get("reused_model_and_inputs", True))
+        row.blame, row.blame_evidence = blame, evidence
+    dicts = [result.stages[s].to_dict() for s in MODEL_STAGES if s in result.stages]
+    rules_mod.complete_stages(dicts, tier="", backend=run.adapter.name)
+    for d in dicts:
+        r = result.stages[d["stage"]]
+        r.blame, r.blame_evidence = d["blame"], d["blame_evidence"]
+
+
+# ------------------------------------------------------------------------- the reference re-run
+
+def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
+    """The failing stages (and their prerequisites) of `run` on the reference backend.
+
+    When the device run got as far as building the CPU model and its inputs, the reference uses
+    those very objects (a copy of the CPU model, the same input tensors); else it loads afresh
+    from the same spec and seed (the shrinker and the inputs are deterministic)."""
+    adapter = get_backend(rules_mod.reference_backend())
+    ref = _Run(spec=run.spec, adapter=adapter, seed=run.seed,
+               result=ModelCheck(model_id=run.spec.model_id, backend=adapter.name, model_type=run.spec.model_type,
+                                 architecture=run.result.architecture))
+    needed: set[str] = set()
+    stack = list(failing)
+    while stack:
+        s = stack.pop()
+        if s not in needed:
+            needed.add(s)
+            stack.extend(PREREQUISITES[s])
+    out: dict[str, StageResult] = {}
+    for name in [s for s in MODEL_STAGES if s in needed]:
+        blocked = [p for p in PREREQUISITES[name] if p in out and out[p].status != Status.PASS]
+        if blocked:
+            out[name] = StageResult(name, Status.NOT_ATTEMPTED, reason=f"{blocked[0]} {out[blocked[0]].status.value}")
+        elif name == "load" and run.inputs is not None and run.cpu_model is not None:
+            ref.config, ref.cpu_model, ref.inputs, ref.cpu_kwargs = run.config, run.cpu_model, run.inputs, run.cpu_kwargs
+            ref.model, ref.kwargs = copy.deepcopy(run.cpu_model), run.cpu_kwargs
+            out[name] = StageResult("load", Status.PASS, metrics={"reused_model_and_inputs": True})
+        else:
+            with _no_grad_leak():
+                out[name] = _run_stage(ref, name)
+    return out
+
+
+@contextlib.contextmanager
+def _no_grad_leak() -> Iterator[None]:
+    """The re-run must not change what the worker does next (grad mode, default dtype)."""
+    grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(grad)
+        torch.set_default_dtype(dtype)
+
+
+# ------------------------------------------------------------------- judging a reference failure
+
+def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed: int = 0) -> tuple[str, dict[str, Any]]:
+    """environment / upstream / harness for a stage that failed on the reference backend."""
+    evidence: dict[str, Any] = {}
+    package = missing_package(f"{row.reason} {row.message}")
+    if package:
+        return Blame.ENVIRONMENT.value, {"rule": "missing_package", "package": package}
+    if row.status not in (Status.ERROR, Status.FAIL) or stage not in ("load", "forward", "backward"):
+        return Blame.HARNESS.value, {"rule": "default", "why": f"{row.status.value} on the reference in {stage}"}
+    arch = spec.architecture or run_architecture(spec)
+    build = probe_default_build(spec, arch)
+    evidence["default_build"] = build
+    if build.get("status") != "pass":
+        package = missing_package(build.get("message", ""))
+        if package:
+            return Blame.ENVIRONMENT.value, {"rule": "missing_package", "package": package, **evidence}
+        if stage == "load":
+            evidence["why"] = "the unshrunk config does not build its class in transformers"
+            return Blame.UPSTREAM.value, {"rule": "upstream.default_build", **evidence}
+        # the shrunk model built: what failed after that is not explained by the default's defect
+        evidence["why"] = (f"the unshrunk config does not build its class, so {stage} cannot be probed; the "
+                           "harness' shrunk model did build")
+        return Blame.HARNESS.value, {"rule": "default", **evidence}
+    fake = probe_fake(spec, arch, stage, seed)
+    evidence["fake_run"] = fake
+    if fake.get("status") != "pass" and same_way(row, fake):
+        evidence["why"] = f"the unshrunk model fails {stage} the same way under FakeTensorMode"
+        return Blame.UPSTREAM.value, {"rule": "upstream.fake_run", **evidence}
+    if fake.get("status") == "not_run":
+        evidence["why"] = f"no independent probe: {fake.get('why', '')}"
+    elif fake.get("status") == "pass":
+        evidence["why"] = f"the unshrunk model passes {stage} under FakeTensorMode"
+    else:
+        evidence["why"] = f"the unshrunk model does not fail {stage} the same way under FakeTensorMode"
+    return Blame.HARNESS.value, {"rule": "default", **evidence}
+
+
+def run_architecture(spec: ModelSpec) -> str:
+    from harness.models import architecture_of
+
+    try:
+        return architecture_of(spec)
+    except Exception:  # noqa: BLE001 - no class: the build probe reports it
+        return ""
+
+
+def missing_package(text: str) -> str:
+    """The optional package an error message says is missing, when it is indeed not importable."""
+    r = rules_mod.rules()
+    names = r.get("package_import_names") or {}
+    for pattern in r["missing_package_patterns"]:
+        for m in re.finditer(pattern, text or ""):
+            name = m.group(1).strip("`'\".,")
+            module = names.get(name, name).split(".")[0]
+            if module and module.isidentifier() and not _importable(module):
+                return module
+    return ""
+
+
+@functools.cache
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _masked(text: str) -> str:
+    settings = rules_mod.rules()["probe"]["same_way"]
+    text = (text or "").strip()
+    if settings.get("mask_numbers", True):
+        text = _NUMBER.sub("#", text)
+    return text[: int(settings.get("compare_chars", 200))]
+
+
+def same_way(row: StageResult, probe: dict[str, Any]) -> bool:
+    """Does the probe fail as the reference did (same exception type and message, numbers masked)?"""
+    if row.status == Status.FAIL:
+        return probe.get("status") == "fail" and _masked(row.reason) == _masked(probe.get("reason", ""))
+    return (probe.get("status") == "error" and probe.get("error_class") == row.error_class
+            and _masked(row.message) == _masked(probe.get("message", "")))
+
+
+# ---------------------------------------------------------------------------------- the probes
+
+def _raw_config(spec: ModelSpec):
+    """The spec's config as transformers builds it: unshrunk, none of the harness' changes."""
+    from harness.shrink import config_class
+
+    fields = {k: v for k, v in (spec.config or {}).items() if k != "model_type"}
+    return config_class(spec.model_type)(**fields)
+
+
+def _key(spec: ModelSpec, arch: str) -> str:
+    blob = json.dumps([spec.model_type, arch, spec.config], sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()
+
+
+def _error(step: str, exc: BaseException) -> dict[str, Any]:
+    info = classify(exc)
+    return {"status": "error", "step": step, "error_class": info.error_class, "message": info.message}
+
+
+_BUILD_CACHE: dict[str, dict[str, Any]] = {}
+
+
+def probe_default_build(spec: ModelSpec, arch: str) -> dict[str, Any]:
+    """Does the unshrunk config build its class (on the meta device: no memory)?"""
+    key = _key(spec, arch)
+    if key not in _BUILD_CACHE:
+        _BUILD_CACHE[key] = _build_probe(spec, arch)
+    return dict(_BUILD_CACHE[key])
+
+
+def _build_probe(spec: ModelSpec, arch: str) -> dict[str, Any]:
+    step = "config"
+    try:
+        with quiet_transformers(), _deadline():
+            config = _raw_config(spec)
+            step = "class"
+            cls = model_class(arch)
+            step = "build"
+            with torch.device("meta"):
+                cls(config_for(cls, config))
+    except Exception as exc:  # noqa: BLE001 - the probe's finding
+        return _error(step, exc)
+    return {"status": "pass", "config": "unshrunk"}
+
+
+def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[str, Any]:
+    """Build the unshrunk model, make its inputs (its own processor) and run up to `stage`
+    (load: inputs; forward; backward: train-mode forward and loss.backward) under FakeTensorMode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from harness.inputs import make_inputs
+    from harness.numerics import float_tensors
+
+    step = "config"
+    try:
+        with quiet_transformers(), _deadline(), _no_grad_leak():
+            config = _raw_config(spec)
+            cls = model_class(arch)
+            step = "build"
+            with torch.device("meta"):
+                model = cls(config_for(cls, config))
+            model.eval()
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                model = model.to_empty(device="cpu")
+                step = "inputs"
+                torch.manual_seed(seed)
+                batch = make_inputs(model, config, arch, seed=seed)
+                harness_made = not_independent(batch)
+                if harness_made:
+                    return {"status": "not_run", "step": step, "harness_inputs": harness_made,
+                            "why": "inputs made by the harness' recipes or synthesizer, not the model's processor"}
+                if stage == "load":
+                    return {"status": "pass", "step": step}
+                step = "forward"
+                if stage == "backward":
+                    model.train()
+                out = model(**batch.kwargs)
+                if not float_tensors(out):
+                    return {"status": "fail", "step": step, "reason": "the model returned no floating-point output"}
+                if stage == "forward":
+                    return {"status": "pass", "step": step}
+                step = "backward"
+                loss = getattr(out, "loss", None)
+                if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
+                    parts = [t.float().pow(2).mean() for t in float_tensors(out) if t.requires_grad]
+                    if not parts:
+                        return {"status": "skipped", "step": step, "reason": "no output depends on a trainable parameter"}
+                    loss = torch.stack(parts).sum()
+                loss.float().sum().backward()
+                if not any(p.grad is not None for p in model.parameters() if p.requires_grad):
+                    return {"status": "fail", "step": step, "reason": "no parameter received a gradient"}
+                return {"status": "pass", "step": step}
+    except Exception as exc:  # noqa: BLE001 - the probe's finding
+        return _error(step, exc)
+
+
+def not_independent(batch: Any) -> list[str]:
+    """Inputs of a batch that neither the model's own processor nor a tokenizer-shaped generator
+    made (hand recipes, synthesized pixels or audio): a probe fed those is not independent of the
+    harness' choices. Labels are the head's loss contract and always the harness'."""
+    settings = rules_mod.rules()["probe"]
+    tokenizer_like = set(settings.get("tokenizer_inputs") or ())
+    sources = getattr(batch, "sources", None) or {}
+    labels = set(getattr(batch, "labels", None) or ())
+    out = []
+    for name, value in batch.kwargs.items():
+        if name in labels or not isinstance(value, torch.Tensor):
+            continue
+        source = str(sources.get(name, ""))
+        if source.startswith("processor") or name in tokenizer_like:
+            continue
+        out.append(f"{name}={source or 'synthetic'}")
+    return sorted(out)
+
+
+class ProbeTimeout(TimeoutError):
+    """A probe took longer than blame_rules.yaml's probe.timeout: inconclusive."""
+
+
+@contextlib.contextmanager
+def _deadline() -> Iterator[None]:
+    """Bound a probe's time with SIGALRM where we can (the main thread), else run unbounded."""
+    seconds = float(rules_mod.rules()["probe"].get("timeout") or 0)
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread() \
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0:  # off thread, or an outer alarm bounds us
+        yield
+        return
+
+    def on_alarm(signum, frame):  # noqa: ARG001
+        raise ProbeTimeout(f"probe exceeded {seconds:.0f}s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,0 +1,136 @@
+"""Blame on real architectures: the device re-run on cpu, the upstream probes, a missing package."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+import yaml
+
+from contracts.records import ModelSpec
+from contracts.status import Status
+from harness.blame_probe import check_with_blame, missing_package, same_way
+from harness.cli.check import render_table
+
+BERT = ModelSpec("catalog/bert", "bert", "BertModel")
+STAGES = ["load", "forward", "backward"]
+
+
+@pytest.fixture
+def gelu_fails_on_the_device(tmp_path):
+    """A planted device-only failure: gelu has no lowering and a fallback raises (NEURON_FALLBACK_MODE=error)."""
+    from importlib import resources
+
+    import backend
+    from backend import fallback, lowering
+
+    table = yaml.safe_load(resources.files("backend").joinpath("lowering_table.yaml").read_text())
+    for op in ("aten.gelu", "aten.gelu_backward"):
+        table["ops"].pop(op, None)
+    path = tmp_path / "table.yaml"
+    path.write_text(yaml.safe_dump(table))
+    lowering.set_table(str(path))
+    old = fallback.set_fallback_mode("error")
+    try:
+        yield
+    finally:
+        fallback.set_fallback_mode(old)
+        lowering.set_table(None)
+        assert backend  # the device stays registered
+
+
+def test_a_device_only_failure_is_the_backends(gelu_fails_on_the_device):
+    result = check_with_blame(BERT, "neuron", STAGES)
+    fwd = result.stages["forward"]
+    assert fwd.status is Status.ERROR and "gelu" in (fwd.failing_op + fwd.message)
+    assert fwd.blame == "backend"
+    ev = fwd.blame_evidence
+    assert ev["reference_backend"] == "cpu" and ev["reference"]["status"] == "pass"
+    assert ev["same_model_and_inputs"] is True  # the very CPU model and tensors the device copy came from
+    assert result.stages["backward"].blame == "backend"  # not attempted because of the device's failure
+    assert result.stages["load"].blame == ""
+    table = render_table(result)
+    assert "blame" in table.splitlines()[1] and "backend" in table and "the reference passes" in table
+
+
+def test_a_broken_input_recipe_is_the_harness(monkeypatch):
+    """Inputs the harness got wrong fail on cpu too; the unshrunk model with its own inputs passes the
+    stage under FakeTensorMode, so nobody but the harness is to blame."""
+    import harness.check as check
+    from harness.inputs import make_inputs
+
+    def broken(model, config, architecture, seed=0, **kw):
+        batch = make_inputs(model, config, architecture, seed=seed, **kw)
+        batch.kwargs["input_ids"] = batch.kwargs["input_ids"][:, :, None]  # a recipe with a wrong layout
+        return batch
+
+    monkeypatch.setattr(check, "make_inputs", broken)
+    result = check_with_blame(BERT, "neuron", STAGES)
+    fwd = result.stages["forward"]
+    assert fwd.status is Status.ERROR and fwd.blame == "harness"
+    ev = fwd.blame_evidence
+    assert ev["reference"]["status"] == "error" and ev["reference_evidence"]["fake_run"]["status"] == "pass"
+    assert ev["reference_evidence"]["default_build"]["status"] == "pass"
+
+
+def test_a_type_whose_default_config_does_not_build_is_upstream():
+    """chameleon's own default config does not build its class in transformers (no vocabulary_map)."""
+    result = check_with_blame(ModelSpec("catalog/chameleon", "chameleon", ""), "neuron", STAGES)
+    load = result.stages["load"]
+    assert load.status is Status.ERROR and load.blame == "upstream"
+    ref_ev = load.blame_evidence["reference_evidence"]
+    assert ref_ev["rule"] == "upstream.default_build" and ref_ev["default_build"]["status"] == "error"
+    assert {result.stages[s].blame for s in ("forward", "backward")} == {"upstream"}
+
+
+def test_a_failure_transformers_itself_makes_the_same_way_is_upstream(monkeypatch):
+    """A bug planted in the transformers class fails the shrunk model on cpu and the unshrunk default
+    under FakeTensorMode (different sizes, the same message once numbers are masked)."""
+    from transformers.models.bert import modeling_bert
+
+    def forward(self, input_ids=None, **kwargs):
+        raise ValueError(f"planted upstream bug: hidden size {self.config.hidden_size} is not supported")
+
+    monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
+    result = check_with_blame(BERT, "cpu", STAGES)
+    fwd = result.stages["forward"]
+    assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.fake_run"
+    assert fwd.blame_evidence["fake_run"]["error_class"] == "ValueError"
+    assert fwd.blame_evidence["on_reference"] is True
+
+
+@pytest.mark.skipif(importlib.util.find_spec("natten") is not None, reason="natten is installed here")
+def test_a_missing_optional_package_is_the_environment():
+    """dinat needs natten, which is not a dependency."""
+    result = check_with_blame(ModelSpec("catalog/dinat", "dinat", ""), "cpu", STAGES)
+    load = result.stages["load"]
+    assert load.status is Status.ERROR and load.blame == "environment"
+    assert load.blame_evidence["package"] == "natten"
+
+
+def test_missing_package_only_when_it_is_really_missing():
+    assert missing_package("No module named 'surely_not_installed_pkg'") == "surely_not_installed_pkg"
+    assert missing_package("X requires the natten_fake library but it was not found in your environment") \
+        == "natten_fake"
+    assert missing_package("No module named 'torch'") == ""  # installed: an import bug, not the environment
+    assert missing_package("cannot import name 'Foo' from 'transformers'") == ""
+
+
+def test_same_way_masks_sizes_but_not_the_failure():
+    from contracts.records import StageResult
+
+    row = StageResult("forward", "error", reason="r", error_class="RuntimeError",
+                      message="The size of tensor a (16) must match the size of tensor b (32) at dimension 1")
+    probe = {"status": "error", "error_class": "RuntimeError",
+             "message": "The size of tensor a (768) must match the size of tensor b (1024) at dimension 1"}
+    assert same_way(row, probe)
+    assert not same_way(row, {**probe, "error_class": "ValueError"})
+    assert not same_way(row, {**probe, "message": "mat1 and mat2 shapes cannot be multiplied (2x16 and 32x8)"})
+    assert not same_way(row, {"status": "pass"})
+
+
+def test_a_passing_model_has_no_blame():
+    result = check_with_blame(BERT, "cpu", STAGES)
+    assert all(r.status is Status.PASS and r.blame == "" and r.blame_evidence == {} for r in result.stages.values())
+    assert torch.is_grad_enabled()

@@ -1,0 +1,109 @@
+"""The row-level blame rules (harness.blame): no model is run here."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.records import CaseOutcome, StageResult
+from harness import blame
+
+
+def _outcome(tier, *rows, died=False):
+    stages = [StageResult(*r[:2], reason=r[2] if len(r) > 2 else ("r" if r[1] in ("skipped", "not_attempted")
+                                                                   else "")).to_dict() for r in rows]
+    return CaseOutcome("c", tier, stages, worker={"died": "worker_crash:SIGSEGV"} if died else {})
+
+
+def _blames(outcome):
+    return {s["stage"]: s["blame"] for s in outcome.stages}
+
+
+def test_the_rules_file_names_the_reference_and_valid_blames():
+    assert blame.reference_backend() == "cpu" and blame.is_reference("cpu") and not blame.is_reference("neuron")
+    assert blame.device_only("on_device") and not blame.device_only("forward")
+
+
+@pytest.mark.parametrize("row, on_neuron, on_cpu", [
+    (("op", "fail", "mismatch: max abs err 0.5"), "backend", "harness"),
+    (("op", "error", "op raised on the backend"), "backend", "harness"),
+    (("op", "skipped", "cpu reference raised RuntimeError: bad shape"), "harness", "harness"),
+    (("op", "skipped", "unreplayable: argument of type Generator cannot be rebuilt"), "harness", "harness"),
+    (("op", "error", "harness error while replaying"), "harness", "harness"),
+    (("op", "pass"), "", ""),
+])
+def test_unit_tier_blames_by_its_builtin_cpu_reference(row, on_neuron, on_cpu):
+    """A unit case replays on the CPU first: a device failure after that is the backend's, a case the
+    CPU itself rejects is the harness' (it recorded or rebuilt the case wrong); on cpu, backend is impossible."""
+    assert _blames(blame.complete_outcome(_outcome("unit", row), "neuron"))["op"] == on_neuron
+    assert _blames(blame.complete_outcome(_outcome("unit", row), "cpu"))["op"] == on_cpu
+
+
+@pytest.mark.parametrize("reason, expected", [
+    ("pytorch-applicability", ""), ("backend-unsupported", "backend"), ("no-native-lowering", "backend"),
+    ("reference-error", "harness"),
+])
+def test_upstream_tier_skips_are_blamed_by_their_reason(reason, expected):
+    out = blame.complete_outcome(_outcome("upstream", ("forward", "skipped", reason)), "neuron")
+    assert _blames(out)["forward"] == expected
+    failing = blame.complete_outcome(_outcome("upstream", ("forward", "fail", "mismatch")), "neuron")
+    assert _blames(failing)["forward"] == "backend"
+
+
+def test_not_attempted_rows_carry_the_blame_of_the_stage_that_stopped_them():
+    rows = [StageResult("load", "pass").to_dict(),
+            StageResult("forward", "error", reason="RuntimeError: x", blame="upstream",
+                        blame_evidence={"rule": "upstream.fake_run"}).to_dict(),
+            StageResult("backward", "not_attempted", reason="forward error").to_dict(),
+            StageResult("numerics", "not_attempted", reason="forward error").to_dict(),
+            StageResult("on_device", "not_attempted", reason="backend cpu cannot report CPU fallbacks").to_dict()]
+    blame.complete_stages(rows, tier="full", backend="cpu")
+    assert [r["blame"] for r in rows] == ["", "upstream", "upstream", "upstream", ""]
+    assert rows[2]["blame_evidence"] == {"rule": "blocked", "blocked_by": "forward"}
+
+
+def test_neutral_skips_are_nobodys_failure():
+    out = blame.complete_outcome(_outcome("full", ("load", "pass"), ("forward", "pass"),
+                                          ("backward", "skipped", "no output depends on a trainable parameter")),
+                                 "neuron")
+    assert _blames(out) == {"load": "", "forward": "", "backward": ""}
+
+
+def test_a_dead_worker_on_the_reference_is_the_harness_unless_killed_from_outside():
+    crash = blame.complete_outcome(_outcome("full", ("load", "crash", "worker_crash:SIGSEGV"), died=True), "cpu")
+    assert _blames(crash)["load"] == "harness"
+    killed = blame.complete_outcome(_outcome("full", ("load", "oom", "worker_killed:SIGKILL"), died=True), "cpu")
+    assert _blames(killed)["load"] == "environment"
+
+
+def test_a_device_row_is_blamed_by_the_same_case_on_the_reference():
+    device = _outcome("full", ("load", "crash", "worker_crash:SIGSEGV"), ("forward", "crash", "worker_crash:SIGSEGV"),
+                      died=True)
+    reference = _outcome("full", ("load", "pass"), ("forward", "error", "TypeError: missing past_values"))
+    reference.stages[1].update(blame="harness", blame_evidence={"rule": "default"})
+    out = blame.complete_outcome(device, "neuron", reference=reference)
+    assert _blames(out) == {"load": "backend", "forward": "harness"}
+    assert out.stages[0]["blame_evidence"]["reference"]["status"] == "pass"
+    assert out.stages[1]["blame_evidence"]["reference_evidence"] == {"rule": "default"}
+    # without the reference re-run the row is still judged, and says why
+    alone = blame.complete_outcome(_outcome("full", ("load", "crash", "worker_crash:SIGSEGV"), died=True), "neuron")
+    assert _blames(alone)["load"] == "harness" and "not available" in alone.stages[0]["blame_evidence"]["note"]
+
+
+def test_on_device_failures_are_always_the_devices():
+    assert blame.by_reference("on_device", {"status": "not_attempted", "reason": "cannot report"}, "cpu")[0] == "backend"
+
+
+def test_which_outcomes_need_the_runners_reference_pass():
+    assert blame.needs_reference(_outcome("full", ("load", "crash", "w"), died=True), "neuron")
+    assert not blame.needs_reference(_outcome("full", ("load", "crash", "w"), died=True), "cpu")
+    assert not blame.needs_reference(_outcome("unit", ("op", "fail", "mismatch")), "neuron")  # built-in reference
+    assert blame.needs_reference(_outcome("trivial", ("check", "fail", "mismatch")), "neuron")  # a plug-in tier
+    judged = _outcome("full", ("forward", "error", "x"))
+    judged.stages[0]["blame"] = "backend"
+    assert not blame.needs_reference(judged, "neuron")
+
+
+def test_a_stage_result_rejects_an_unknown_blame():
+    with pytest.raises(ValueError):
+        StageResult("load", "error", blame="somebody")
+    assert StageResult("load", "error", blame="upstream").to_dict()["blame"] == "upstream"
