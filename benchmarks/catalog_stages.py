@@ -4,12 +4,18 @@
     python benchmarks/catalog_stages.py --pairs --workers 2   # every type x class pair
     python benchmarks/catalog_stages.py --shrink-only --json  # the shrinker's coverage only
     python benchmarks/catalog_stages.py --compile --types bert,llama
+    python benchmarks/catalog_stages.py --pairs --backend cpu --json    # the blame figure (issue 10)
+    python benchmarks/catalog_stages.py --configs ../shared/data/hub/full_configs.jsonl --backend cpu
 
 Each model runs in a worker process (reused between models, replaced after a timeout or a crash:
 a crash is a row with status `crash`, never a lost one). Prints counts per stage and status for
 each backend, the wall time per backend and their ratio; `--json` prints one object with keys
-`shrink`, `backends` ({backend: {unit: {stage: {status: n}}, seconds, models}}), `ratios`.
-`--rows PATH` writes every result as JSON lines (the failure report).
+`shrink`, `backends` ({backend: {stages: {stage: {status: n}}, blame: {stage: {blame: n}},
+attributable: {stage: {passed, denominator, share}}, seconds, models}}), `ratios`, `load`
+(the machine's load average, start and end). Every stage that does not pass is blamed
+(harness.blame_probe: backend, upstream, environment, harness); `attributable` is the pass share
+over the models not blamed on upstream or the environment. `--rows PATH` writes every result as
+JSON lines (the failure report).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import collections
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 from multiprocessing.connection import wait
@@ -54,7 +61,7 @@ def _worker(conn, backend: str, stages: list[str]) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from harness.check import check_model
+    from harness.blame_probe import check_with_blame
     from contracts.records import ModelSpec
 
     if backend not in ("cpu", "cuda"):
@@ -64,7 +71,7 @@ def _worker(conn, backend: str, stages: list[str]) -> None:
         if task is None:
             return
         spec = ModelSpec(task["model_id"], task["model_type"], task["architecture"], task["config"])
-        result = check_model(spec, backend=backend, stages=stages)
+        result = check_with_blame(spec, backend=backend, stages=stages)
         conn.send(result.to_dict())
 
 
@@ -154,11 +161,41 @@ class Pool:
 
 
 # --------------------------------------------------------------------------- summaries
-def _failed_row(stages: list[str]):
+def _failed_row(stages: list[str], backend: str):
+    """A model whose worker died or timed out: every stage gets the status, blamed like the runner
+    does without a reference re-run (harness.blame: on cpu a crash/timeout is the harness')."""
     def make(task: dict, status: str, reason: str) -> dict:
+        from harness import blame
+
+        rows = [{"stage": s, "status": status, "reason": reason} for s in stages]
+        blame.complete_stages(rows, tier="benchmark", backend=backend, died=True,
+                              reference_note="the benchmark's pool does not re-run dead workers on cpu")
         return {"model_id": task["model_id"], "model_type": task["model_type"], "architecture": task["architecture"],
-                "stages": {s: {"status": status, "reason": reason} for s in stages}, "fallback_ops": []}
+                "stages": {r["stage"]: r for r in rows}, "fallback_ops": []}
     return make
+
+
+def blame_counts(rows: list[dict]) -> dict:
+    """stage -> {blame: models} over the stages that did not pass ("none": nobody's, e.g. not applicable)."""
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for row in rows:
+        for stage, r in row["stages"].items():
+            if r["status"] != "pass":
+                counts[stage][r.get("blame") or "none"] += 1
+    return {s: dict(c) for s, c in counts.items()}
+
+
+def attributable(rows: list[dict]) -> dict:
+    """stage -> passed / models not blamed on upstream or the environment (the share the harness
+    and the device answer for)."""
+    out = {}
+    for stage in {s for row in rows for s in row["stages"]}:
+        passed = sum(1 for row in rows if row["stages"].get(stage, {}).get("status") == "pass")
+        excluded = sum(1 for row in rows if row["stages"].get(stage, {}).get("blame") in ("upstream", "environment"))
+        denominator = len(rows) - excluded
+        out[stage] = {"passed": passed, "denominator": denominator,
+                      "share": round(passed / denominator, 4) if denominator else None}
+    return out
 
 
 def stage_counts(rows: list[dict], weight_key: str | None = None, tasks: dict | None = None) -> dict:
@@ -174,6 +211,7 @@ def run_backend(backend: str, tasks: list[dict], stages: list[str], workers: int
     t0 = time.monotonic()
     pool = Pool(_worker, (backend, stages), workers, timeout)
     done = [0]
+    on_fail = _failed_row(stages, backend)
 
     def progress(n):
         if n % 25 == 0 or n == len(tasks):
@@ -181,7 +219,7 @@ def run_backend(backend: str, tasks: list[dict], stages: list[str], workers: int
             done[0] = n
 
     try:
-        rows = pool.map(tasks, _failed_row(stages), progress)
+        rows = pool.map(tasks, on_fail, progress)
     finally:
         pool.close()
     return rows, time.monotonic() - t0
@@ -237,7 +275,11 @@ def full_config_tasks(path: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backends", default="neuron,cpu")
+    p.add_argument("--backends", default="neuron,cpu", help="comma-separated backends, run one after the other")
+    p.add_argument("--backend", dest="backends", help="one backend (same as --backends B)")
+    p.add_argument("--stages", help="comma-separated stages (default: load,forward,backward,numerics,on_device)")
+    p.add_argument("--configs", type=Path, help="run the stages over these full Hub configs (JSONL: id, config) "
+                   "of types the installed transformers knows, instead of the catalog")
     p.add_argument("--pairs", action="store_true", help="every type x class pair, not one model per type")
     p.add_argument("--heads-only", action="store_true", help="with --pairs: skip each type's first class")
     p.add_argument("--compile", action="store_true", help="also run the (slow) compile stage")
@@ -252,12 +294,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     types = set(args.types.split(",")) if args.types else None
-    tasks = catalog_specs(args.pairs, types, args.limit, args.heads_only)
-    out: dict[str, Any] = {"models": len(tasks), "unit": "pairs" if args.pairs else "types"}
+    if args.configs:
+        tasks = [dict(t, heads=1, base=True) for t in full_config_tasks(args.configs)]
+        tasks = [t for t in tasks if not types or t["model_type"] in types][: args.limit or None]
+        unit = "full_configs"
+    else:
+        tasks = catalog_specs(args.pairs, types, args.limit, args.heads_only)
+        unit = "pairs" if args.pairs else "types"
+    out: dict[str, Any] = {"models": len(tasks), "unit": unit, "load": {"start": os.getloadavg()}}
     shrink_tasks = [t for t in tasks if t["base"]] if not args.pairs else tasks
-    out["shrink"] = {} if args.heads_only else {
+    out["shrink"] = {} if args.heads_only or args.configs else {
         "catalog_base_types" if not args.pairs else "catalog_pairs": run_shrink(shrink_tasks, args.workers, args.timeout)}
-    if args.full_configs.is_file() and not args.pairs:
+    if args.full_configs.is_file() and not args.pairs and not args.configs:
         out["shrink"]["full_configs"] = run_shrink(full_config_tasks(args.full_configs), args.workers, args.timeout)
     if not args.json:
         for name, s in out["shrink"].items():
@@ -266,11 +314,14 @@ def main(argv: list[str] | None = None) -> int:
     rows_out = []
     if not args.shrink_only:
         stages = EAGER_STAGES[:3] + (["compile"] if args.compile else []) + EAGER_STAGES[3:]
+        if args.stages:
+            stages = [s for s in args.stages.split(",") if s]
         out["backends"] = {}
         for backend in args.backends.split(","):
             rows, seconds = run_backend(backend, tasks, stages, args.workers, args.timeout)
             rows_out += [dict(r, backend=backend) for r in rows]
-            entry = {"seconds": round(seconds, 1), "models": len(rows), "stages": stage_counts(rows)}
+            entry = {"seconds": round(seconds, 1), "models": len(rows), "stages": stage_counts(rows),
+                     "blame": blame_counts(rows), "attributable": attributable(rows)}
             if args.pairs:
                 entry["heads_weighted"] = stage_counts(rows, "heads", {t["model_id"]: t for t in tasks})
             out["backends"][backend] = entry
@@ -278,13 +329,21 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n{backend}: {len(rows)} models in {seconds:.0f}s ({seconds / max(1, len(rows)):.2f}s/model)")
                 for stage in stages:
                     counts = entry["stages"].get(stage, {})
-                    print(f"  {stage:10s} " + "  ".join(f"{k}={v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+                    blames = entry["blame"].get(stage, {})
+                    share = entry["attributable"].get(stage, {})
+                    print(f"  {stage:10s} " + "  ".join(f"{k}={v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+                          + "  | not passed by blame: " + (" ".join(f"{k}={v}" for k, v in sorted(blames.items())) or "-")
+                          + (f"  | pass {share['passed']}/{share['denominator']} not upstream/environment"
+                             f" ({100 * share['share']:.1f}%)" if share.get("share") is not None else ""))
         secs = {b: e["seconds"] for b, e in out["backends"].items()}
         if "neuron" in secs and "cpu" in secs and secs["cpu"]:
             out["ratios"] = {"neuron_over_cpu_seconds": round(secs["neuron"] / secs["cpu"], 2)}
             if not args.json:
                 print(f"\nneuron/cpu wall time: {out['ratios']['neuron_over_cpu_seconds']}x "
                       "(shared 2-core machine: noisy)")
+    out["load"]["end"] = os.getloadavg()
+    if not args.json:
+        print(f"load average: start {out['load']['start']}, end {out['load']['end']}")
     if args.rows:
         with args.rows.open("w") as f:
             for name, s in out["shrink"].items():

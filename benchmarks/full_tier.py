@@ -54,8 +54,50 @@ def measure(population: str, workers: int, out: Path, backend: str, timeout: flo
                              "download_weighted_share": None if c["weighted_share"] is None
                              else round(c["weighted_share"], 4)}
                      for stage, c in summary["coverage"].items()},
+        "usable": usable_figures(out),
+        "load_average": os.getloadavg(),
         "run_dir": str(out),
     }
+
+
+def usable_figures(run_dir: Path) -> dict:
+    """Over the models with a usable config (the cases that were run, not the population's
+    not-attempted records): the share of downloads (and models) whose forward and backward pass
+    (backward may be skipped as not applicable), and every other one by the blame of the first stage
+    that stopped it (issue 10's figure)."""
+    from collections import defaultdict
+
+    from reports.tables import read_results
+
+    df = read_results(run_dir)
+    df = df[~df["case_id"].str.startswith("not_attempted/")]
+    totals = {"models": 0, "weight": 0.0}
+    passed = {"models": 0, "weight": 0.0}
+    by_blame: dict[str, dict[str, float]] = defaultdict(lambda: {"models": 0, "weight": 0.0, "cases": 0})
+    for _, g in df.groupby("case_id", sort=False):
+        st = {r.stage: r for r in g.itertuples()}
+        n, w = int(g["n_models"].iloc[0] or 0), float(g["weight"].iloc[0] or 0.0)
+        totals["models"] += n
+        totals["weight"] += w
+        ok = all(s in st and (st[s].status == "pass" or (s == "backward" and st[s].status == "skipped"))
+                 for s in ("load", "forward", "backward"))
+        if ok:
+            passed["models"] += n
+            passed["weight"] += w
+            continue
+        first = next(st[s] for s in ("load", "forward", "backward") if s in st and st[s].status != "pass")
+        blame = first.blame if isinstance(first.blame, str) and first.blame else "none"
+        by_blame[blame]["models"] += n
+        by_blame[blame]["weight"] += w
+        by_blame[blame]["cases"] += 1
+    excluded = sum(by_blame[b]["weight"] for b in ("upstream", "environment") if b in by_blame)
+    return {"models": totals["models"], "downloads": totals["weight"], "computes_models": passed["models"],
+            "computes_downloads": passed["weight"],
+            "computes_download_share": round(passed["weight"] / totals["weight"], 4) if totals["weight"] else None,
+            "computes_download_share_not_upstream_environment":
+                round(passed["weight"] / (totals["weight"] - excluded), 4) if totals["weight"] - excluded else None,
+            "not_computing_by_blame": {b: {k: (round(v, 1) if k == "weight" else int(v)) for k, v in d.items()}
+                                       for b, d in sorted(by_blame.items())}}
 
 
 def list_only(population: str, workers: int) -> dict:
@@ -106,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         for stage, c in res["coverage"].items():
             print(f"  {stage:9} {c['models_pass']}/{c['models_total']} models pass "
                   f"({c['models_share']:.1%}); download-weighted {c['download_weighted_share']}")
+        u = res["usable"]
+        print(f"  usable configs: forward+backward pass for {u['computes_models']}/{u['models']} models, "
+              f"{u['computes_download_share']:.1%} of their downloads "
+              f"({u['computes_download_share_not_upstream_environment']:.1%} without upstream/environment); "
+              f"the rest by blame: {u['not_computing_by_blame']}; load average {res['load_average']}")
     return 0
 
 

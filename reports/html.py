@@ -75,7 +75,8 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
     traits = sorted(cov.traits, key=lambda t: (t.tier, t.trait, -t.models, t.value))
     svgs = {"history": plots.history_svg(points), "levels": plots.levels_svg(cov.levels),
             "fallbacks": plots.fallback_svg(cov.top_fallback_ops)}
-    new_failures = comparison.of(Verdict.FAIL) if comparison else []
+    new_failures = sorted(comparison.of(Verdict.FAIL), key=lambda v: (v.blame or "") not in ("", "backend")) \
+        if comparison else []  # the backend's (and unjudged) regressions first
     blame_rows: dict[tuple[str, str], dict[str, int]] = {}
     for r in cov.failures_by_blame:
         blame_rows.setdefault((r["tier"], r["stage"]), {})[r["blame"]] = r["cases"]
@@ -89,6 +90,8 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
         "new_failures": new_failures[:MAX_ROWS], "new_failures_left_off": max(0, len(new_failures) - MAX_ROWS),
         "improved": comparison.of(Verdict.IMPROVED)[:MAX_ROWS] if comparison else [],
         "levels": levels(), "blame_keys": list(BLAME_KEYS), "blame_rows": blame_rows,
+        "gating_blames": ("", "backend") if (comparison is None or comparison.gate == "backend")
+        else tuple(BLAME_KEYS) + ("",),
         "failure_groups": failure_groups, "failure_group_rows": (failure_groups or {}).get("groups", [])[:MAX_ROWS],
         "failure_groups_left_off": max(0, len((failure_groups or {}).get("groups", [])) - MAX_ROWS),
     }

@@ -6,7 +6,6 @@ import importlib.util
 
 import pytest
 import torch
-import yaml
 
 from contracts.records import ModelSpec
 from contracts.status import Status
@@ -18,30 +17,17 @@ STAGES = ["load", "forward", "backward"]
 
 
 @pytest.fixture
-def gelu_fails_on_the_device(tmp_path):
-    """A planted device-only failure: gelu has no lowering and a fallback raises (NEURON_FALLBACK_MODE=error)."""
-    from importlib import resources
+def planted():
+    """Faults planted in the simulated device (backend.faults), removed after the test."""
+    from backend import faults
 
-    import backend
-    from backend import fallback, lowering
-
-    table = yaml.safe_load(resources.files("backend").joinpath("lowering_table.yaml").read_text())
-    for op in ("aten.gelu", "aten.gelu_backward"):
-        table["ops"].pop(op, None)
-    path = tmp_path / "table.yaml"
-    path.write_text(yaml.safe_dump(table))
-    lowering.set_table(str(path))
-    old = fallback.set_fallback_mode("error")
-    try:
-        yield
-    finally:
-        fallback.set_fallback_mode(old)
-        lowering.set_table(None)
-        assert backend  # the device stays registered
+    yield faults.planted
+    faults.clear()
 
 
-def test_a_device_only_failure_is_the_backends(gelu_fails_on_the_device):
-    result = check_with_blame(BERT, "neuron", STAGES)
+def test_a_device_only_failure_is_the_backends(planted):
+    with planted(op="aten.gelu", kind="raise"):
+        result = check_with_blame(BERT, "neuron", STAGES)
     fwd = result.stages["forward"]
     assert fwd.status is Status.ERROR and "gelu" in (fwd.failing_op + fwd.message)
     assert fwd.blame == "backend"
@@ -52,6 +38,14 @@ def test_a_device_only_failure_is_the_backends(gelu_fails_on_the_device):
     assert result.stages["load"].blame == ""
     table = render_table(result)
     assert "blame" in table.splitlines()[1] and "backend" in table and "the reference passes" in table
+
+
+def test_a_wrong_answer_of_the_device_is_the_backends(planted):
+    with planted(op="aten.gelu", kind="nan"):
+        result = check_with_blame(BERT, "neuron", ["load", "forward", "numerics"])
+    num = result.stages["numerics"]
+    assert num.status is Status.FAIL and num.blame == "backend"
+    assert num.blame_evidence["reference"]["status"] == "pass"
 
 
 def test_a_broken_input_recipe_is_the_harness(monkeypatch):

@@ -52,7 +52,7 @@ def test_levels_count_models_and_downloads(cov):
     assert (device.models_reached, device.weight_reached, device.weight) == (3, 600.0, 1000.0)
     assert device.not_reached == {"fail": 2, "timeout": 1}
     assert device.blockers[0] == {"stage": "on_device", "status": "fail", "reason": "fallback: aten::foo",
-                                  "cases": 1, "models": 2}
+                                  "blame": "none", "cases": 1, "models": 2}
     assert device.fmt_models() == "3/6 (50.0%)" and device.fmt_weight() == "600/1,000 (60.0%)"
 
 
@@ -70,8 +70,8 @@ def test_missing_stage_row_is_not_attempted_not_pass(make_run):
     cov = summarize(read_results(make_run(rows=rows)))
     device = _level(cov, "representative", "on_device")
     assert device.models_reached == 0
-    assert {"stage": "on_device", "status": "not_attempted", "reason": "stage not recorded", "cases": 1,
-            "models": 1} in device.blockers
+    assert {"stage": "on_device", "status": "not_attempted", "reason": "stage not recorded", "blame": "none",
+            "cases": 1, "models": 1} in device.blockers
 
 
 def test_trait_coverage(cov):
@@ -124,4 +124,5 @@ def test_errors_group_by_exception_type(make_run):
                 r.update(status="error", error_class="RuntimeError", reason=f"RuntimeError: shape {i} mismatch")
     cov = summarize_run(make_run(edit=edit))
     blockers = _level(cov, "full", "computes").blockers
-    assert blockers[0] == {"stage": "forward", "status": "error", "reason": "RuntimeError", "cases": 2, "models": 5}
+    assert blockers[0] == {"stage": "forward", "status": "error", "reason": "RuntimeError", "blame": "none", "cases": 2,
+                           "models": 5}

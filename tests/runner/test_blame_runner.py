@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from harness.runner import RunOptions, run_tier
 from harness.workers import WorkerLimits
@@ -52,3 +53,19 @@ def test_on_the_reference_backend_nothing_is_re_run_and_backend_is_impossible(tm
     assert blames[("both-segv", "run")] == ("crash", "harness")
     assert blames[("both-fail", "check")] == ("fail", "harness")
     assert not (tmp_path / "run" / "reference").exists()
+
+
+@pytest.mark.slow
+def test_a_model_that_crashes_the_device_worker_is_the_backends(tmp_path, monkeypatch):
+    """A planted device crash (SIGSEGV in gelu) kills the worker; the runner re-runs the case on cpu,
+    where it passes: every row of the case is the backend's."""
+    faults = tmp_path / "faults.yaml"
+    faults.write_text("version: 1\nfaults:\n  - {name: gelu-crash, op: aten.gelu, kind: crash}\n")
+    monkeypatch.setenv("NEURON_FAULTS", str(faults))  # the workers inherit it; the cpu reference ignores it
+    run_tier(RunOptions(tier="runner.model_tier:TIER", out=tmp_path / "run", backend="neuron", workers=1,
+                        limits=WorkerLimits(timeout=300), progress=False))
+    blames, df = _blames(tmp_path / "run")
+    assert blames[("catalog/bert", "load")] == ("crash", "backend")
+    assert blames[("catalog/bert", "forward")] == ("crash", "backend")
+    ev = json.loads(df[df.stage == "forward"].blame_evidence.iloc[0])
+    assert ev["reference"]["status"] == "pass"
