@@ -32,6 +32,7 @@ from harness.inputs import make_inputs
 from harness.models import architecture_of, build_model, parameter_count, resolve_config
 from harness.numerics import compare_outputs, float_tensors
 from harness.quiet import quiet_transformers
+from harness.train_mode import buffers_snapshot, restore_buffers
 
 #: stage -> the stages that must have passed before it can run
 PREREQUISITES: dict[str, tuple[str, ...]] = {
@@ -115,9 +116,11 @@ def _load(run: _Run) -> dict[str, Any]:
     return {
         "shrink_level": getattr(run.config, "_shrink_level", ""),
         "shrink_budget_changes": getattr(run.config, "_shrink_budget_changes", []),
+        "train_mode_changes": getattr(run.config, "_shrink_train_mode_changes", []),
         "input_names": sorted(run.cpu_kwargs),
         "labels": run.inputs.labels,
         "input_notes": run.inputs.notes,
+        "input_sources": dict(sorted(run.inputs.sources.items())),
     }
 
 
@@ -134,24 +137,35 @@ def _forward(run: _Run) -> dict[str, Any]:
     return {"outputs": len(tensors)}
 
 
-def _loss(run: _Run) -> tuple[torch.Tensor, str]:
-    loss = getattr(run.output, "loss", None)
-    if isinstance(run.output, dict) and loss is None:
-        loss = run.output.get("loss")
+def _loss(output: Any) -> tuple[torch.Tensor, str]:
+    loss = getattr(output, "loss", None)
+    if isinstance(output, dict) and loss is None:
+        loss = output.get("loss")
     if isinstance(loss, torch.Tensor) and loss.requires_grad:
         return loss.float().sum(), "labels"
-    parts = [t.float().pow(2).mean() for t in float_tensors(run.output) if t.requires_grad]
+    parts = [t.float().pow(2).mean() for t in float_tensors(output) if t.requires_grad]
     if not parts:
         raise StageSkipped("no output depends on a trainable parameter")
     return torch.stack(parts).sum(), "surrogate"
 
 
 def _backward(run: _Run) -> dict[str, Any]:
-    loss, source = _loss(run)
-    _tracked(run, loss.backward)
+    """The forward again in train mode (dropout is 0: the same values as in eval mode), then
+    backward; buffers a train-mode forward updates (BatchNorm running stats) are restored."""
+    saved = buffers_snapshot(run.model)
+    run.model.train()
+    try:
+        torch.manual_seed(run.seed)
+        with quiet_transformers():
+            output = _tracked(run, lambda: run.model(**run.kwargs))
+        loss, source = _loss(output)
+        _tracked(run, loss.backward)
+    finally:
+        run.model.eval()
+        restore_buffers(run.model, saved)
     params = [p for p in run.model.parameters() if p.requires_grad]
     with_grad = [p for p in params if p.grad is not None]
-    metrics = {"loss_source": source, "loss": float(loss.detach().to("cpu")),
+    metrics = {"loss_source": source, "loss": float(loss.detach().to("cpu")), "mode": "train",
                "params_with_grad": len(with_grad), "trainable_params": len(params)}
     if not with_grad:
         raise StageFailed("no parameter received a gradient", metrics)

@@ -1,6 +1,7 @@
 """From a ModelSpec to a tiny model with random weights: never a download, never remote code.
 
-`resolve_config(spec)` completes a partial config with the type's defaults and shrinks it;
+`resolve_config(spec)` completes a partial config with the type's defaults, shrinks it and makes it
+ready for a deterministic training step (dropout 0, a pad token id: harness/train_mode.py);
 `build_model(config, architecture, seed)` instantiates the transformers class named by the spec
 (only classes shipped in the installed transformers; a name it does not know is an error, never a
 fetch of custom code).
@@ -19,6 +20,7 @@ import torch
 
 from harness.quiet import quiet_transformers
 from harness.shrink import shrink_config
+from harness.train_mode import prepare_config, zero_dropout_modules
 
 
 class UnknownArchitecture(LookupError):
@@ -101,15 +103,19 @@ def resolve_config(spec, *, validate_architecture: bool = True):
         except UnknownArchitecture:
             arch = None
     validate = (lambda cfg: count_parameters_meta(cfg, arch)) if arch else None
-    return shrink_config(config, spec.model_type, validate=validate)
+    shrunk = shrink_config(config, spec.model_type, validate=validate)
+    shrunk._shrink_train_mode_changes = prepare_config(shrunk)
+    return shrunk
 
 
 def build_model(config, architecture: str, seed: int = 0, device: str | torch.device = "cpu") -> torch.nn.Module:
-    """Random-weight model of `architecture` from `config`, seeded, in eval mode (no dropout)."""
+    """Random-weight model of `architecture` from `config`, seeded, in eval mode, every dropout
+    probability 0 (so a train-mode step is deterministic too)."""
     cls = model_class(architecture)
     torch.manual_seed(seed)
     with quiet_transformers():
         model = cls(config_for(cls, config))
+    zero_dropout_modules(model)
     model.eval()
     return model.to(device) if str(device) != "cpu" else model
 

@@ -69,8 +69,11 @@ def test_token_ids_avoid_special_and_placeholder_ids():
     per_image = sum(t.reshape(-1, t.shape[-1]).shape[0] for t in n_features) // 2
     assert int((ids == image).sum(dim=1)[0]) == per_image
     text = ids[:, per_image:]
+    real = batch.kwargs["attention_mask"][:, per_image:].bool()
     specials = special_token_ids(cfg)
-    assert not any(int(t) in specials for t in text.flatten())
+    assert not any(int(t) in specials for t in text[real])
+    # padded positions carry the pad id, as a tokenizer's right padding does
+    assert (text[~real] == cfg.get_text_config().pad_token_id).all() and (~real).any()
     out = model(**batch.kwargs)
     assert out.loss is not None and torch.isfinite(out.loss)
 

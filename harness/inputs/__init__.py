@@ -1,0 +1,134 @@
+"""Valid, deterministic inputs for a tiny model, in the layout it gets in production.
+
+The forward signature says which inputs exist; the model type's own image processor / feature
+extractor (built from its defaults, sized to the shrunk config, fed seeded synthetic images,
+frames or waveforms) makes the pixel and audio inputs; hand recipes (data:
+``harness/data/input_recipes.yaml``) make what no processor makes (time series, task prompts,
+SAM prompts); the generic synthesizer makes token ids (no tokenizer files exist offline: ids
+avoid every special/placeholder id, the second sample is right-padded with the pad id), masks and
+whatever else is left. Multimodal prompts carry exactly as many placeholders as the model's own
+``get_image_features`` / ``get_video_features`` return. The class name says which labels the
+head's loss needs. ``ModelInputs.sources`` records who produced each input.
+
+    >>> batch = make_inputs(model, config, "BertForMaskedLM", seed=0)
+    >>> model(**batch.kwargs).loss
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get
+from harness.inputs.labels import add_labels, label_kind
+from harness.inputs.media import add_audio, add_images, add_videos, image_shape
+from harness.inputs.placeholders import add_placeholders
+from harness.inputs.recipes import recipe_input, recipes
+from harness.inputs.expr import defined
+from harness.shrink import rules as shrink_rules
+
+__all__ = ["BATCH", "CHOICES", "ModelInputs", "make_inputs", "special_token_ids", "image_shape"]
+
+
+def special_token_ids(config) -> set[int]:
+    ids: set[int] = set()
+    suffixes = tuple(shrink_rules()["token_id_suffixes"]) + ("pad_token_id", "bos_token_id", "eos_token_id")
+
+    def walk(d: dict) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict):
+                walk(v)
+            elif isinstance(k, str) and k.endswith(suffixes):
+                if isinstance(v, int) and not isinstance(v, bool):
+                    ids.add(v)
+                elif isinstance(v, list):
+                    ids.update(x for x in v if isinstance(x, int))
+
+    walk(config.to_dict())
+    return ids
+
+
+def _text(out: ModelInputs, m: Maker, config, sig: set[str], architecture: str) -> None:
+    if "input_ids" not in sig:
+        return
+    kw = out.kwargs
+    shape = (BATCH, CHOICES, m.seq) if label_kind(architecture) == "choice" else (BATCH, m.seq)
+    ids = m.ids(*shape)
+    mask = m.mask(*shape)
+    eos = get(m.text, "eos_token_id", default=get(config, "eos_token_id"))
+    eos = eos[0] if isinstance(eos, list) and eos else eos
+    if getattr(config, "is_encoder_decoder", False) and isinstance(eos, int) and 0 <= eos < m.vocab:
+        # a seq2seq tokenizer ends every sample with eos (BART-style classification pools it)
+        last = mask.sum(-1, keepdim=True) - 1
+        ids = ids.scatter(-1, last, eos)
+    kw["input_ids"] = m.pad_ids(ids, mask) if "attention_mask" in sig else ids
+    out.sources["input_ids"] = "synthetic"
+    if "attention_mask" in sig:
+        kw["attention_mask"] = mask
+        out.sources["attention_mask"] = "synthetic"
+    if "token_type_ids" in sig:
+        kw["token_type_ids"] = torch.zeros(*shape, dtype=torch.long)
+        out.sources["token_type_ids"] = "synthetic"
+
+
+def _aliases(out: ModelInputs, sig: set[str], scope: ConfigScope) -> None:
+    for rule in recipes()["aliases"]:
+        if not set(rule["needs"]) <= sig or not defined(rule["when"], scope):
+            continue
+        for target, source in rule["map"].items():
+            if target in sig and target not in out.kwargs and source in out.kwargs:
+                out.kwargs[target] = out.kwargs.pop(source)
+                out.sources[target] = out.sources.pop(source, "synthetic")
+
+
+def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: ConfigScope) -> list[str]:
+    labels = []
+    for name in sorted(sig - set(out.kwargs)):
+        made = recipe_input(name, model_type, m, scope)
+        if made is None:
+            continue
+        tensor, key, is_label = made
+        out.kwargs[name] = tensor
+        out.sources[name] = f"recipe:{key}"
+        if is_label:
+            labels.append(name)
+    return labels
+
+
+def _decoder(out: ModelInputs, m: Maker, config, sig: set[str], architecture: str) -> None:
+    kw = out.kwargs
+    if "decoder_input_ids" not in sig:
+        return
+    classification = label_kind(architecture) in ("sequence", "qa")
+    if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw and not classification or (
+        "input_features" in kw or "input_values" in kw or "pixel_values" in kw and "input_ids" not in kw
+    ):
+        kw["decoder_input_ids"] = m.ids(BATCH, m.seq // 2)
+        out.sources["decoder_input_ids"] = "synthetic"
+
+
+def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None = None) -> ModelInputs:
+    """Inputs for `model.forward`, deterministic for a seed. Never raises for a missing recipe:
+    what it cannot build is left out and noted (the forward stage then reports the model's error)."""
+    seq = seq or shrink_rules()["targets"]["test_sequence_length"]
+    params = forward_parameters(model)
+    sig = set(params) - {"self", "kwargs", "args"}
+    model_type = str(getattr(config, "model_type", "") or "")
+    m = Maker(config, seed, seq, special_token_ids(config))
+    scope = ConfigScope(config, batch=BATCH, seq=seq, vocab=m.vocab, arch=architecture)
+    out = ModelInputs(kwargs={})
+    _text(out, m, config, sig, architecture)
+    add_images(out, m, config, scope, sig | ({"pixel_values"} if {"hidden_states", "grid_thw"} <= sig else set()), model_type)
+    add_videos(out, m, config, scope, sig, model_type)
+    add_audio(out, m, config, scope, sig, model_type)
+    _aliases(out, sig, scope)
+    add_placeholders(out, model, config, sig, recipes()["placeholders"])
+    _decoder(out, m, config, sig, architecture)
+    recipe_labels = _recipes(out, m, sig, model_type, scope)
+    if "use_cache" in sig:
+        out.kwargs["use_cache"] = False
+    if "return_dict" in sig:
+        out.kwargs["return_dict"] = True
+    out.labels = add_labels(m, architecture, config, out.kwargs, sig) + recipe_labels
+    for name in out.labels:
+        out.sources.setdefault(name, "synthetic")
+    return out

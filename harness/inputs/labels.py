@@ -1,0 +1,98 @@
+"""Labels for the head's own loss, by the kind of head (the suffix table in input_recipes.yaml).
+
+Detection heads get per-image ``class_labels`` and normalized (cx, cy, w, h) ``boxes`` (plus
+``masks`` for panoptic DETR), universal segmentation heads lists of ``mask_labels`` and
+``class_labels``, semantic segmentation a class map, as their image processors produce them for
+training, so the matcher and the head's real loss run instead of a surrogate.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.inputs.base import BATCH, CHOICES, Maker
+from harness.inputs.recipes import recipes
+
+
+def label_kind(architecture: str) -> str | None:
+    for entry in recipes()["labels"]:
+        suffixes = entry["suffix"] if isinstance(entry["suffix"], list) else [entry["suffix"]]
+        if architecture.endswith(tuple(suffixes)):
+            return entry["kind"]
+    return None
+
+
+def _pixels_hw(kw: dict) -> tuple[int, int]:
+    pv = kw.get("pixel_values")
+    if isinstance(pv, torch.Tensor) and pv.dim() >= 4:
+        return int(pv.shape[-2]), int(pv.shape[-1])
+    return 32, 32
+
+
+def _boxes(m: Maker, n: int) -> torch.Tensor:
+    centre = m.rand(n, 2) * 0.5 + 0.25
+    size = m.rand(n, 2) * 0.3 + 0.1
+    return torch.cat([centre, size], dim=1)
+
+
+def _num_classes(config) -> int:
+    return int(getattr(config, "num_labels", 2) or 2)
+
+
+def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str]:
+    """Adds label kwargs for the head; returns their names (empty: no labels, surrogate loss)."""
+    b, num_labels = BATCH, _num_classes(config)
+    kind = label_kind(arch)
+    per_image = int(recipes()["objects_per_image"])
+    if kind == "qa" and "start_positions" in sig:
+        kw["start_positions"] = m.labels_of(m.seq, b)
+        kw["end_positions"] = m.labels_of(m.seq, b)
+        return ["start_positions", "end_positions"]
+    if kind == "universal" and {"mask_labels", "class_labels"} <= sig:
+        h, w = _pixels_hw(kw)
+        kw["mask_labels"] = [(m.rand(per_image, h, w) > 0.5).float() for _ in range(b)]
+        kw["class_labels"] = [m.labels_of(num_labels, per_image) for _ in range(b)]
+        return ["mask_labels", "class_labels"]
+    if "labels" not in sig:
+        return []
+    if kind == "sequence":
+        kw["labels"] = m.labels_of(num_labels, b)
+    elif kind == "choice":
+        kw["labels"] = m.labels_of(CHOICES, b)
+    elif kind == "tokens":
+        length = kw["input_ids"].shape[-1] if "input_ids" in kw else m.seq
+        kw["labels"] = m.labels_of(num_labels, b, length)
+    elif kind == "ctc":
+        kw["labels"] = torch.randint(1, max(2, m.vocab), (b, 4), generator=m.gen)
+    elif kind in ("detection", "detection_masks"):
+        h, w = _pixels_hw(kw)
+        targets = []
+        for _ in range(b):
+            t = {"class_labels": m.labels_of(num_labels, per_image), "boxes": _boxes(m, per_image)}
+            if kind == "detection_masks":
+                t["masks"] = (m.rand(per_image, h, w) > 0.5).float()
+            targets.append(t)
+        kw["labels"] = targets
+    elif kind == "semantic":
+        h, w = _pixels_hw(kw)
+        kw["labels"] = m.labels_of(num_labels, b, h, w)
+    elif kind == "depth":
+        h, w = _pixels_hw(kw)
+        kw["labels"] = m.rand(b, h, w) + 0.5
+    elif "decoder_input_ids" in kw:
+        kw["labels"] = m.ids(*kw["decoder_input_ids"].shape)
+    elif kind == "lm" and "input_ids" in kw:
+        labels = kw["input_ids"].clone()
+        if "attention_mask" in kw and kw["attention_mask"].shape == labels.shape:
+            labels[kw["attention_mask"] == 0] = -100
+        labels[labels >= m.vocab] = -100
+        for special in m.special:
+            labels[labels == special] = -100
+        kw["labels"] = labels
+        if arch.endswith("ForPreTraining") and "next_sentence_label" in sig:
+            kw["next_sentence_label"] = m.labels_of(2, b)
+            return ["labels", "next_sentence_label"]
+    else:
+        return []
+    return ["labels"]
+

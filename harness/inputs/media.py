@@ -1,0 +1,167 @@
+"""Images, videos and audio for a model: from its own processor when it has one, else synthetic.
+
+Each builder fills `ModelInputs.kwargs` and records the source of every tensor it adds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness.inputs.base import BATCH, ConfigScope, Maker, ModelInputs, get, subconfig
+from harness.inputs.expr import defined
+from harness.inputs.processors import processor_inputs
+from harness.inputs.recipes import recipes
+
+VISION_LEVELS = ("vision_config", "backbone_config", "encoder_config", "encoder", "vision_encoder_config")
+
+
+def image_shape(config) -> tuple[int, int, int]:
+    vision = subconfig(config, *VISION_LEVELS) or config
+    size = get(vision, "image_size", "img_size", default=get(config, "image_size", default=32))
+    if isinstance(size, (list, tuple)):
+        h, w = int(size[0]), int(size[-1])
+    elif isinstance(size, dict):
+        h, w = int(size.get("height", 32)), int(size.get("width", 32))
+    else:
+        h = w = int(size)
+    channels = int(get(vision, "num_channels", "in_channels", "in_chans", default=get(config, "num_channels", default=3)))
+    return channels, h, w
+
+
+def _has_fixed_size(config) -> bool:
+    vision = subconfig(config, *VISION_LEVELS) or config
+    return get(vision, "image_size", "img_size") is not None
+
+
+def frame_count(config) -> int | None:
+    v = recipes()["video"]
+    vision = subconfig(config, *VISION_LEVELS)
+    for level in ([vision] if vision is not None else []) + [config]:
+        n = get(level, *v["frame_fields"])
+        if isinstance(n, int) and n > 0:
+            return n
+    return None
+
+
+def _take(out: ModelInputs, tensors: dict[str, torch.Tensor], sig: set[str], source: str,
+          rename: dict[str, str] | None = None) -> list[str]:
+    taken = []
+    for key, value in tensors.items():
+        name = (rename or {}).get(key, key)
+        if name in sig and name not in out.kwargs:
+            out.kwargs[name] = value
+            out.sources[name] = source
+            taken.append(name)
+    return taken
+
+
+def _grid_patches(m: Maker, config, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """qwen-vl layout: flattened patches plus a (t, h, w) grid per sample."""
+    c, _, _ = image_shape(config)
+    vision = subconfig(config, "vision_config") or config
+    p = int(get(vision, "patch_size", default=14))
+    tp = int(get(vision, "temporal_patch_size", default=2))
+    merge = int(get(vision, "spatial_merge_size", default=2))
+    gh = gw = 2 * merge
+    t = max(1, frames // tp) if frames > 1 else 1
+    grid = torch.tensor([[t, gh, gw]] * BATCH)
+    return m.randn(BATCH * t * gh * gw, c * tp * p * p), grid
+
+
+def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
+    if "pixel_values" not in sig or "pixel_values" in out.kwargs:
+        return
+    c, h, w = image_shape(config)
+    rules = recipes()
+    frames = frame_count(config) if defined(rules["video"]["pixel_values_is_video_when"], scope) else None
+    kind = "video" if frames else "image"
+    proc = processor_inputs(kind, model_type, scope, m, rules["processors"], c, h, w, frames)
+    if proc is not None and proc.tensors:
+        pv = proc.tensors.get("pixel_values")
+        dynamic = "image_grid_thw" in proc.tensors or "image_sizes" in proc.tensors
+        if pv is not None and pv.dim() in (4, 5) and _has_fixed_size(config) and not dynamic and tuple(pv.shape[-2:]) != (h, w):
+            out.notes.append(f"{proc.name} gave {tuple(pv.shape[-2:])}, the model takes {(h, w)}: synthetic pixels")
+        elif pv is not None and ("image_grid_thw" not in proc.tensors or "image_grid_thw" in sig or "grid_thw" in sig):
+            _take(out, proc.tensors, sig, f"processor:{proc.name}")
+            return
+    elif proc is not None and proc.error:
+        out.notes.append(f"{proc.name} failed: {proc.error}")
+    if "image_grid_thw" in sig or "grid_thw" in sig:
+        out.kwargs["pixel_values"], out.kwargs["image_grid_thw"] = _grid_patches(m, config, 1)
+        out.sources["pixel_values"] = out.sources["image_grid_thw"] = "synthetic"
+    elif frames:
+        out.kwargs["pixel_values"] = m.randn(BATCH, frames, c, h, w)
+        out.sources["pixel_values"] = "synthetic"
+    else:
+        out.kwargs["pixel_values"] = m.randn(BATCH, c, h, w)
+        out.sources["pixel_values"] = "synthetic"
+    if "pixel_mask" in sig:
+        out.kwargs["pixel_mask"] = torch.ones(BATCH, h, w, dtype=torch.long)
+        out.sources["pixel_mask"] = "synthetic"
+
+
+def add_videos(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
+    """`pixel_values_videos` (video LLMs, video towers): video processors need torchvision, so the
+    type's image processor makes the frames when it takes videos, else seeded floats."""
+    name = next((n for n in recipes()["video"]["inputs"] if n in sig), None)
+    if name is None or name in out.kwargs:
+        return
+    frames = frame_count(config) or recipes()["video"]["default_frames"]
+    if "video_grid_thw" in sig:
+        out.kwargs[name], out.kwargs["video_grid_thw"] = _grid_patches(m, config, frames)
+        out.sources[name] = out.sources["video_grid_thw"] = "synthetic"
+        return
+    c, h, w = image_shape(config)
+    proc = processor_inputs("video", model_type, scope, m, recipes()["processors"], c, h, w, frames)
+    if proc is not None and "pixel_values" in proc.tensors and proc.tensors["pixel_values"].dim() == 5:
+        pv = proc.tensors["pixel_values"]
+        if not _has_fixed_size(config) or tuple(pv.shape[-2:]) == (h, w):
+            out.kwargs[name] = pv
+            out.sources[name] = f"processor:{proc.name}"
+            return
+    out.kwargs[name] = m.randn(BATCH, frames, c, h, w)
+    out.sources[name] = "synthetic"
+
+
+def _audio_samples(config) -> int:
+    strides = get(config, "conv_stride", default=None)
+    kernels = get(config, "conv_kernel", default=None)
+    if isinstance(strides, (list, tuple)) and isinstance(kernels, (list, tuple)):
+        return int(math.prod(strides) * 16 + sum(kernels) * math.prod(strides[:1]))
+    return 4000
+
+
+AUDIO_MASK_NAMES = ("feature_attention_mask", "input_features_mask", "audio_attention_mask", "padding_mask")
+
+
+def add_audio(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
+    wants = [n for n in ("input_features", "input_values") if n in sig and n not in out.kwargs]
+    if not wants:
+        return
+    proc = processor_inputs("audio", model_type, scope, m, recipes()["processors"])
+    if proc is not None and proc.tensors and any(k in proc.tensors for k in wants):
+        rename = {}
+        if "attention_mask" in proc.tensors and ("input_ids" in out.kwargs or "attention_mask" not in sig):
+            target = next((n for n in AUDIO_MASK_NAMES if n in sig), None)
+            rename["attention_mask"] = target or "__unused__"
+        _take(out, proc.tensors, sig, f"processor:{proc.name}", rename)
+        return
+    if proc is not None and proc.error:
+        out.notes.append(f"{proc.name} failed: {proc.error}")
+    if "input_values" in wants:
+        out.kwargs["input_values"] = m.randn(BATCH, _audio_samples(config))
+        out.sources["input_values"] = "synthetic"
+        if "attention_mask" in sig and "input_ids" not in sig:
+            out.kwargs["attention_mask"] = torch.ones_like(out.kwargs["input_values"], dtype=torch.long)
+            out.sources["attention_mask"] = "synthetic"
+    if "input_features" in wants:
+        mel = get(config, "num_mel_bins", "feature_size", "input_feat_per_channel", default=80)
+        src = get(config, "max_source_positions", default=None)
+        if src:  # whisper layout: (batch, mel, 2 * source positions)
+            out.kwargs["input_features"] = m.randn(BATCH, int(mel), 2 * int(src))
+        else:  # (batch, frames, features)
+            chans = int(get(config, "input_channels", default=1))
+            out.kwargs["input_features"] = m.randn(BATCH, 64, int(mel) * chans)
+        out.sources["input_features"] = "synthetic"

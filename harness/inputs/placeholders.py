@@ -1,0 +1,74 @@
+"""Multimodal prompts: exactly as many image/video placeholder tokens as the model has features.
+
+The count is asked from the model's own ``get_image_features`` / ``get_video_features`` with the
+pixel inputs it will get, so a processor's tiling (llava-next patches, qwen-vl grids) and the
+projector's merging are accounted for without knowing them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.inputs.base import BATCH, ModelInputs, get
+
+
+def _feature_method(model, names: list[str]):
+    for owner in (model, getattr(model, "model", None)):
+        for n in names:
+            fn = getattr(owner, n, None) if owner is not None else None
+            if fn is not None:
+                return fn
+    return None
+
+
+def _count(out) -> int | None:
+    if hasattr(out, "pooler_output") and out.pooler_output is not None:
+        out = out.pooler_output
+    elif hasattr(out, "last_hidden_state"):
+        out = out.last_hidden_state
+    if isinstance(out, (list, tuple)):
+        tensors = [o for o in out if isinstance(o, torch.Tensor)]
+        return sum(int(o.reshape(-1, o.shape[-1]).shape[0]) for o in tensors) // BATCH if tensors else None
+    if isinstance(out, torch.Tensor):
+        return int(out.reshape(-1, out.shape[-1]).shape[0]) // BATCH
+    return None
+
+
+def feature_count(model, kwargs: dict, rule: dict) -> int | None:
+    fn = _feature_method(model, rule["feature_methods"])
+    if fn is None:
+        return None
+    extra = {k: kwargs[k] for k in rule["pass_through"] if k in kwargs}
+    with torch.no_grad():
+        return _count(fn(**{rule["pixel_input"]: kwargs[rule["pixel_input"]]}, **extra))
+
+
+def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict) -> None:
+    """Prefix every prompt with the placeholders of each modality present (images, then videos)."""
+    kw = out.kwargs
+    for kind, rule in rules.items():
+        token = get(config, *rule["token_fields"])
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        token = token if token is not None else get(text, *rule["token_fields"])
+        if token is None or rule["pixel_input"] not in kw or "input_ids" not in kw:
+            continue
+        try:
+            n = feature_count(model, kw, rule)
+        except Exception as exc:  # noqa: BLE001 - the forward stage will show the real error
+            out.notes.append(f"{kind} feature count unknown: {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        if not n:
+            continue
+        ids = torch.cat([torch.full((BATCH, n), int(token)), kw["input_ids"]], dim=1)
+        kw["input_ids"] = ids
+        for mask in ("attention_mask",):
+            if mask in kw and kw[mask].dim() == 2:
+                kw[mask] = torch.cat([torch.ones(BATCH, n, dtype=kw[mask].dtype), kw[mask]], 1)
+        if "token_type_ids" in kw:
+            kw["token_type_ids"] = torch.zeros_like(ids)
+        if "mm_token_type_ids" in sig:  # 1 marks image positions, 2 video positions (qwen-vl)
+            prev = kw.get("mm_token_type_ids")
+            prev = torch.cat([torch.zeros(BATCH, n, dtype=torch.long), prev], 1) if prev is not None else torch.zeros_like(ids)
+            kw["mm_token_type_ids"] = torch.where(ids == int(token), 1 if kind == "image" else 2, prev)
+        out.sources["input_ids"] = out.sources.get("input_ids", "synthetic") + f"+{kind}_placeholders"
+        out.notes.append(f"{n} {kind} placeholder tokens")

@@ -1,0 +1,193 @@
+"""Inputs from the model's own image processor / feature extractor, built from its defaults.
+
+transformers says, per model type, which image processor and feature extractor the model is used
+with in production (``IMAGE_PROCESSOR_MAPPING_NAMES``, ``FEATURE_EXTRACTOR_MAPPING_NAMES``). The
+class is built from its defaults (never from the Hub), sized to the shrunk config (image size,
+patch/merge sizes, mel bins; the rules are data: ``processors`` in input_recipes.yaml), fed seeded
+synthetic raw data (images, video frames, a waveform), and its output tensors are the inputs.
+Processors need torchvision for their fast variants, which is not installed: the PIL variants
+are used. Tokenizers need files, so a processor that needs one is not built; its image or audio
+part is. A processor that cannot be built or fails on the data returns None with a reason, and
+the caller falls back to a recipe or the generic synthesizer.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.inputs.base import BATCH, ConfigScope, Maker
+from harness.inputs.expr import evaluate
+
+
+@dataclass
+class ProcessorOutput:
+    name: str  # class name, recorded as the source of every tensor it gave
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    error: str = ""
+
+
+def _class_names(mapping_entry: Any) -> list[str]:
+    """Candidate class names of one mapping entry, PIL/slow variant first (no torchvision here)."""
+    if mapping_entry is None:
+        return []
+    if isinstance(mapping_entry, str):
+        return [mapping_entry]
+    if isinstance(mapping_entry, dict):
+        return [n for key in ("pil", "slow", "torchvision", "fast") for n in [mapping_entry.get(key)] if n]
+    return [n for n in mapping_entry if n]
+
+
+def _resolve(names: list[str]):
+    import transformers
+
+    for name in names:
+        try:
+            cls = getattr(transformers, name)
+        except (AttributeError, ImportError):
+            continue
+        if isinstance(cls, type):
+            return cls
+    return None
+
+
+def image_processor_class(model_type: str, overrides: dict):
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+
+    names = _class_names(overrides.get(model_type)) or _class_names(IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type))
+    return _resolve(names)
+
+
+def feature_extractor_class(model_type: str, overrides: dict):
+    from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES
+
+    names = _class_names(overrides.get(model_type)) or _class_names(FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type))
+    return _resolve(names)
+
+
+def _formula_values(formulas: dict[str, Any], scope: ConfigScope) -> dict[str, Any]:
+    out = {}
+    for attr, formula in (formulas or {}).items():
+        try:
+            out[attr] = evaluate(formula, scope)
+        except (NameError, TypeError, KeyError, IndexError, ValueError, ZeroDivisionError):
+            continue
+    return out
+
+
+def _init_kwargs(cls, values: dict[str, Any]) -> dict[str, Any]:
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return {}
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    return {k: v for k, v in values.items() if k in params or (takes_kwargs and False)}
+
+
+def _size_dict(size: Any, height: int, width: int, keys: list[str]) -> Any:
+    """The processor's size dict with every edge length set to the model's image size."""
+    if size is None:
+        return None
+    if hasattr(size, "__dataclass_fields__") or hasattr(size, "__dict__") and not isinstance(size, dict):
+        for key in keys:
+            if getattr(size, key, None) is not None:
+                setattr(size, key, height if key in ("height", "shortest_edge") else width if key == "width" else max(height, width))
+        return size
+    if isinstance(size, dict):
+        return {k: (height if k in ("height", "shortest_edge") else width if k == "width" else max(height, width))
+                if k in keys and v is not None else v for k, v in size.items()}
+    if isinstance(size, int):
+        return height
+    return size
+
+
+def build_image_processor(cls, scope: ConfigScope, height: int, width: int, rules: dict):
+    """The processor from its defaults, then sized: edges -> the model's image size (unless the
+    processor sizes images by area: dynamic resolution), patch/merge sizes from the config."""
+    r = rules["image"]
+    values = _formula_values(r["attributes"], scope)
+    values.update(_formula_values(r.get("by_class", {}).get(cls.__name__, {}), scope))
+    proc = cls(**_init_kwargs(cls, values))
+    for attr, v in values.items():
+        if hasattr(proc, attr):
+            setattr(proc, attr, v)
+    dynamic = any(getattr(proc, a, None) is not None for a in r["dynamic_resolution_attributes"])
+    if not dynamic:
+        for attr in r["size_attributes"]:
+            if getattr(proc, attr, None) is not None:
+                setattr(proc, attr, _size_dict(getattr(proc, attr), height, width, r["size_keys"]))
+    for attr in r["disable"]:
+        if getattr(proc, attr, None):
+            setattr(proc, attr, False)
+    return proc
+
+
+def run_image_processor(proc, maker: Maker, channels: int, height: int, width: int,
+                        frames: int | None = None, extra: dict | None = None) -> dict[str, torch.Tensor]:
+    """Seeded uint8 images (or videos of `frames` frames), channels last, as a camera gives them."""
+    if frames:
+        data = [[maker.numpy_uint8(height, width, channels) for _ in range(frames)] for _ in range(BATCH)]
+    else:
+        data = [maker.numpy_uint8(height, width, channels) for _ in range(BATCH)]
+    kwargs = {"return_tensors": "pt", **(extra or {})}
+    if channels == 1:
+        kwargs.setdefault("input_data_format", "channels_last")
+    out = proc(data, **kwargs)
+    return {k: v for k, v in dict(out).items() if isinstance(v, torch.Tensor)}
+
+
+def build_feature_extractor(cls, scope: ConfigScope, rules: dict):
+    r = rules["audio"]
+    values = _formula_values(r["init"], scope)
+    values.update(_formula_values(r.get("by_class", {}).get(cls.__name__, {}).get("init", {}), scope))
+    fe = cls(**_init_kwargs(cls, values))
+    for attr, v in _formula_values(r.get("by_class", {}).get(cls.__name__, {}).get("set", {}), scope).items():
+        setattr(fe, attr, v)
+    return fe
+
+
+def run_feature_extractor(fe, maker: Maker, scope: ConfigScope, rules: dict) -> dict[str, torch.Tensor]:
+    """A seeded waveform per sample (the second one shorter: padding is exercised)."""
+    r = rules["audio"]
+    named = {k: v for k, v in scope.named.items() if k != "config"}
+    local = ConfigScope(scope.config, **named, fe=fe, sampling_rate=getattr(fe, "sampling_rate", 16000))
+    formula = r.get("by_class", {}).get(type(fe).__name__, {}).get("samples", r["samples"])
+    samples = int(evaluate(formula, local))
+    channels = int(getattr(fe, "feature_size", 1) or 1) if type(fe).__name__ in r["multichannel_waveform"] else 1
+    waves = []
+    for i in range(BATCH):
+        n = samples if i == 0 else max(1, int(samples * r["second_sample_fraction"]))
+        w = maker.numpy_float(n) if channels == 1 else maker.numpy_float(channels, n)
+        waves.append(w)
+    kwargs = dict(r.get("call", {}))
+    call_params = inspect.signature(fe.__call__).parameters
+    kwargs = {k: v for k, v in kwargs.items() if k in call_params or any(p.kind == p.VAR_KEYWORD for p in call_params.values())}
+    if "sampling_rate" in call_params:
+        kwargs["sampling_rate"] = getattr(fe, "sampling_rate", 16000)
+    out = fe(waves, return_tensors="pt", **kwargs)
+    return {k: v for k, v in dict(out).items() if isinstance(v, torch.Tensor)}
+
+
+def processor_inputs(kind: str, model_type: str, scope: ConfigScope, maker: Maker, rules: dict,
+                     channels: int = 3, height: int = 32, width: int = 32, frames: int | None = None) -> ProcessorOutput | None:
+    """Run the model type's own processor of `kind` (image | video | audio); None when it has none."""
+    overrides = rules.get("classes", {}).get(kind if kind != "video" else "image", {})
+    if overrides.get(model_type, "") is None:  # the recipes say: this type's processor does not fit
+        return None
+    cls = feature_extractor_class(model_type, overrides) if kind == "audio" else image_processor_class(model_type, overrides)
+    if cls is None:
+        return None
+    try:
+        if kind == "audio":
+            proc = build_feature_extractor(cls, scope, rules)
+            tensors = run_feature_extractor(proc, maker, scope, rules)
+        else:
+            proc = build_image_processor(cls, scope, height, width, rules)
+            extra = _formula_values(rules["image"].get("call_by_class", {}).get(cls.__name__, {}), scope)
+            tensors = run_image_processor(proc, maker, channels, height, width, frames, extra)
+    except Exception as exc:  # noqa: BLE001 - a processor that does not work here: fall back
+        return ProcessorOutput(cls.__name__, error=f"{type(exc).__name__}: {str(exc)[:160]}")
+    return ProcessorOutput(cls.__name__, tensors)

@@ -1,0 +1,77 @@
+"""Hand recipes for inputs no processor makes (time series, task prompts, SAM-style prompts...).
+
+A recipe is data (``inputs`` / ``by_model_type`` in input_recipes.yaml): a shape formula over the
+config, a fill kind and optionally whether it is a label. This module only knows the fill kinds.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import torch
+import yaml
+
+from harness.inputs.base import ConfigScope, Maker
+from harness.inputs.expr import RecipeError, defined, evaluate
+
+
+@lru_cache(maxsize=1)
+def recipes() -> dict[str, Any]:
+    return yaml.safe_load(resources.files("harness").joinpath("data/input_recipes.yaml").read_text())
+
+
+def _applies(variant: dict, scope: ConfigScope) -> bool:
+    if "when" in variant:
+        return defined(variant["when"], scope)
+    return True
+
+
+def _fill(variant: dict, shape: list[int], maker: Maker, scope: ConfigScope) -> torch.Tensor:
+    kind = variant.get("fill", "randn")
+    high = int(evaluate(variant["high"], scope)) if "high" in variant else None
+    if kind == "randn":
+        return maker.randn(*shape)
+    if kind == "rand":
+        t = maker.rand(*shape)
+        return t * float(evaluate(variant["scale"], scope)) if "scale" in variant else t
+    if kind == "positive":
+        return maker.rand(*shape) + 0.5
+    if kind == "ids":
+        return maker.ids(*shape, high=high)
+    if kind == "int":
+        return maker.labels_of(max(1, high or 2), *shape)
+    if kind == "ones":
+        return torch.ones(*shape, dtype=torch.long)
+    if kind == "zeros":
+        return torch.zeros(*shape, dtype=torch.long)
+    if kind == "bool_mask":
+        return maker.rand(*shape) < float(variant.get("ratio", 0.5))
+    if kind == "box":  # (x0, y0, x1, y1) with x0 < x1, y0 < y1, inside the image
+        scale = float(evaluate(variant.get("scale", 1), scope))
+        corners = maker.rand(*shape[:-1], 2, 2).sort(dim=-2).values * scale
+        return corners.transpose(-1, -2).reshape(*shape)
+    raise RecipeError(f"unknown fill kind {kind!r}")
+
+
+def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope) -> tuple[torch.Tensor, str, bool] | None:
+    """(tensor, recipe key, is_label) for input `name`, or None when no recipe applies."""
+    r = recipes()
+    candidates = [(f"{model_type}.{name}", v) for v in _variants(r.get("by_model_type", {}).get(model_type, {}).get(name))]
+    candidates += [(name, v) for v in _variants(r.get("inputs", {}).get(name))]
+    for key, variant in candidates:
+        if not _applies(variant, scope):
+            continue
+        try:
+            shape = [int(x) for x in evaluate(variant["shape"], scope)]
+        except (NameError, TypeError, KeyError, IndexError, ValueError, ZeroDivisionError):
+            continue
+        return _fill(variant, shape, maker, scope), key, bool(variant.get("label"))
+    return None
+
+
+def _variants(entry: Any) -> list[dict]:
+    if entry is None:
+        return []
+    return entry if isinstance(entry, list) else [entry]
