@@ -347,13 +347,16 @@ def full_config_dict(config: Any, model_type: str | None = None) -> tuple[str, d
         if cfg.get(k) is None:
             cfg[k] = v
     _replace_subconfigs(cfg, rules())
-    base = config_class(mt)(**cfg)
-    return mt, base.to_dict()
+    base = config_class(mt)(**cfg).to_dict()
+    _replace_subconfigs(base, rules())  # the type's defaults may name a timm backbone too (DETR)
+    return mt, base
 
 
 def _replace_subconfigs(d: dict, r: dict) -> None:
     """Sub-configs that need a package we never install (timm) -> the transformers equivalent."""
     for k, v in list(d.items()):
+        if isinstance(v, dict) and v.get("model_type") not in r.get("replace_subconfigs", {}):
+            _replace_subconfigs(v, r)  # nested levels too
         if not (isinstance(v, dict) and v.get("model_type") in r.get("replace_subconfigs", {})):
             continue
         name = str(v.get("backbone") or v.get("architecture") or "")

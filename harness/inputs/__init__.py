@@ -98,8 +98,15 @@ def _decoder(out: ModelInputs, m: Maker, config, sig: set[str], architecture: st
     kw = out.kwargs
     if "decoder_input_ids" not in sig:
         return
-    classification = label_kind(architecture) in ("sequence", "qa")
-    if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw and not classification or (
+    if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw and label_kind(architecture) in ("sequence", "qa"):
+        # classification heads pool decoder states at the input's eos positions: the decoder
+        # sees the input shifted right, as the model would build it itself
+        start = get(config, "decoder_start_token_id", "pad_token_id", default=0)
+        ids = kw["input_ids"]
+        kw["decoder_input_ids"] = torch.cat([torch.full_like(ids[:, :1], int(start)), ids[:, :-1]], dim=1)
+        out.sources["decoder_input_ids"] = "synthetic:shifted_input_ids"
+        return
+    if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw or (
         "input_features" in kw or "input_values" in kw or "pixel_values" in kw and "input_ids" not in kw
     ):
         kw["decoder_input_ids"] = m.ids(BATCH, m.seq // 2)

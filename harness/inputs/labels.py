@@ -76,9 +76,6 @@ def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str
     elif kind == "semantic":
         h, w = _pixels_hw(kw)
         kw["labels"] = m.labels_of(num_labels, b, h, w)
-    elif kind == "depth":
-        h, w = _pixels_hw(kw)
-        kw["labels"] = m.rand(b, h, w) + 0.5
     elif "decoder_input_ids" in kw:
         kw["labels"] = m.ids(*kw["decoder_input_ids"].shape)
     elif kind == "lm" and "input_ids" in kw:

@@ -31,7 +31,8 @@ def image_shape(config) -> tuple[int, int, int]:
 
 
 def _has_fixed_size(config) -> bool:
-    vision = subconfig(config, *VISION_LEVELS) or config
+    """Whether the model's own vision level (not a swappable backbone) names an image size."""
+    vision = subconfig(config, "vision_config", "encoder_config", "encoder", "vision_encoder_config") or config
     return get(vision, "image_size", "img_size") is not None
 
 
@@ -140,7 +141,7 @@ def add_audio(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[s
     wants = [n for n in ("input_features", "input_values") if n in sig and n not in out.kwargs]
     if not wants:
         return
-    proc = processor_inputs("audio", model_type, scope, m, recipes()["processors"])
+    proc = processor_inputs("audio", model_type, scope, m, recipes()["processors"], equal_lengths="input_ids" in sig)
     if proc is not None and proc.tensors and any(k in proc.tensors for k in wants):
         rename = {}
         if "attention_mask" in proc.tensors and ("input_ids" in out.kwargs or "attention_mask" not in sig):

@@ -149,8 +149,9 @@ def build_feature_extractor(cls, scope: ConfigScope, rules: dict):
     return fe
 
 
-def run_feature_extractor(fe, maker: Maker, scope: ConfigScope, rules: dict) -> dict[str, torch.Tensor]:
-    """A seeded waveform per sample (the second one shorter: padding is exercised)."""
+def run_feature_extractor(fe, maker: Maker, scope: ConfigScope, rules: dict, equal_lengths: bool = False) -> dict[str, torch.Tensor]:
+    """A seeded waveform per sample (the second one shorter, so padding is exercised, unless
+    `equal_lengths`: a prompt then holds the same number of audio placeholders per sample)."""
     r = rules["audio"]
     named = {k: v for k, v in scope.named.items() if k != "config"}
     local = ConfigScope(scope.config, **named, fe=fe, sampling_rate=getattr(fe, "sampling_rate", 16000))
@@ -159,7 +160,7 @@ def run_feature_extractor(fe, maker: Maker, scope: ConfigScope, rules: dict) -> 
     channels = int(getattr(fe, "feature_size", 1) or 1) if type(fe).__name__ in r["multichannel_waveform"] else 1
     waves = []
     for i in range(BATCH):
-        n = samples if i == 0 else max(1, int(samples * r["second_sample_fraction"]))
+        n = samples if i == 0 or equal_lengths else max(1, int(samples * r["second_sample_fraction"]))
         w = maker.numpy_float(n) if channels == 1 else maker.numpy_float(channels, n)
         waves.append(w)
     kwargs = dict(r.get("call", {}))
@@ -172,7 +173,8 @@ def run_feature_extractor(fe, maker: Maker, scope: ConfigScope, rules: dict) -> 
 
 
 def processor_inputs(kind: str, model_type: str, scope: ConfigScope, maker: Maker, rules: dict,
-                     channels: int = 3, height: int = 32, width: int = 32, frames: int | None = None) -> ProcessorOutput | None:
+                     channels: int = 3, height: int = 32, width: int = 32, frames: int | None = None,
+                     equal_lengths: bool = False) -> ProcessorOutput | None:
     """Run the model type's own processor of `kind` (image | video | audio); None when it has none."""
     overrides = rules.get("classes", {}).get(kind if kind != "video" else "image", {})
     if overrides.get(model_type, "") is None:  # the recipes say: this type's processor does not fit
@@ -183,7 +185,7 @@ def processor_inputs(kind: str, model_type: str, scope: ConfigScope, maker: Make
     try:
         if kind == "audio":
             proc = build_feature_extractor(cls, scope, rules)
-            tensors = run_feature_extractor(proc, maker, scope, rules)
+            tensors = run_feature_extractor(proc, maker, scope, rules, equal_lengths)
         else:
             proc = build_image_processor(cls, scope, height, width, rules)
             extra = _formula_values(rules["image"].get("call_by_class", {}).get(cls.__name__, {}), scope)

@@ -51,7 +51,7 @@ def _fill(variant: dict, shape: list[int], maker: Maker, scope: ConfigScope) -> 
     if kind == "box":  # (x0, y0, x1, y1) with x0 < x1, y0 < y1, inside the image
         scale = float(evaluate(variant.get("scale", 1), scope))
         corners = maker.rand(*shape[:-1], 2, 2).sort(dim=-2).values * scale
-        return corners.transpose(-1, -2).reshape(*shape)
+        return corners.reshape(*shape)  # (point 0, point 1) x (x, y) -> x0, y0, x1, y1
     raise RecipeError(f"unknown fill kind {kind!r}")
 
 
@@ -67,7 +67,10 @@ def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope) -
             shape = [int(x) for x in evaluate(variant["shape"], scope)]
         except (NameError, TypeError, KeyError, IndexError, ValueError, ZeroDivisionError):
             continue
-        return _fill(variant, shape, maker, scope), key, bool(variant.get("label"))
+        tensor = _fill(variant, shape, maker, scope)
+        if variant.get("dtype") == "long":
+            tensor = tensor.long()
+        return tensor, key, bool(variant.get("label"))
     return None
 
 
