@@ -143,7 +143,9 @@ def _loss(output: Any) -> tuple[torch.Tensor, str]:
         loss = output.get("loss")
     if isinstance(loss, torch.Tensor) and loss.requires_grad:
         return loss.float().sum(), "labels"
-    parts = [t.float().pow(2).mean() for t in float_tensors(output) if t.requires_grad]
+    # masked logits are -inf by design (grounding models): the surrogate uses the finite entries
+    parts = [t.float()[torch.isfinite(t)].pow(2).mean() for t in float_tensors(output)
+             if t.requires_grad and bool(torch.isfinite(t).any())]
     if not parts:
         raise StageSkipped("no output depends on a trainable parameter")
     return torch.stack(parts).sum(), "surrogate"

@@ -22,7 +22,7 @@ from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs,
 from harness.inputs.labels import add_labels, label_kind
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape
 from harness.inputs.placeholders import add_placeholders
-from harness.inputs.recipes import recipe_input, recipes
+from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
 from harness.inputs.expr import defined
 from harness.shrink import rules as shrink_rules
 
@@ -82,11 +82,15 @@ def _aliases(out: ModelInputs, sig: set[str], scope: ConfigScope) -> None:
 
 def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: ConfigScope) -> list[str]:
     labels = []
-    for name in sorted(sig - set(out.kwargs)):
+    own = {n for n in type_recipe_names(model_type) if n in sig}
+    for name in sorted((sig - set(out.kwargs)) | own):
         made = recipe_input(name, model_type, m, scope)
         if made is None:
             continue
         tensor, key, is_label = made
+        if name == "input_ids" and "attention_mask" in out.kwargs:  # keep the padding consistent
+            out.kwargs["attention_mask"] = m.mask(*tensor.shape)
+            tensor = m.pad_ids(tensor, out.kwargs["attention_mask"])
         out.kwargs[name] = tensor
         out.sources[name] = f"recipe:{key}"
         if is_label:
@@ -128,9 +132,9 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     add_videos(out, m, config, scope, sig, model_type)
     add_audio(out, m, config, scope, sig, model_type)
     _aliases(out, sig, scope)
+    recipe_labels = _recipes(out, m, sig, model_type, scope)
     add_placeholders(out, model, config, sig, recipes()["placeholders"])
     _decoder(out, m, config, sig, architecture)
-    recipe_labels = _recipes(out, m, sig, model_type, scope)
     if "use_cache" in sig:
         out.kwargs["use_cache"] = False
     if "return_dict" in sig:

@@ -18,6 +18,9 @@ VISION_LEVELS = ("vision_config", "backbone_config", "encoder_config", "encoder"
 
 
 def image_shape(config) -> tuple[int, int, int]:
+    """(channels, height, width) the model takes. A swappable backbone's image_size is nominal
+    (DETR-like models take any size): those get at least `min_backbone_image_size`, so every
+    feature level of a stride-64 pyramid keeps some pixels."""
     vision = subconfig(config, *VISION_LEVELS) or config
     size = get(vision, "image_size", "img_size", default=get(config, "image_size", default=32))
     if isinstance(size, (list, tuple)):
@@ -26,6 +29,9 @@ def image_shape(config) -> tuple[int, int, int]:
         h, w = int(size.get("height", 32)), int(size.get("width", 32))
     else:
         h = w = int(size)
+    if not _has_fixed_size(config) and subconfig(config, "backbone_config") is not None:
+        low = int(recipes()["min_backbone_image_size"])
+        h, w = max(h, low), max(w, low)
     channels = int(get(vision, "num_channels", "in_channels", "in_chans", default=get(config, "num_channels", default=3)))
     return channels, h, w
 

@@ -48,6 +48,9 @@ def _fill(variant: dict, shape: list[int], maker: Maker, scope: ConfigScope) -> 
         return torch.zeros(*shape, dtype=torch.long)
     if kind == "bool_mask":
         return maker.rand(*shape) < float(variant.get("ratio", 0.5))
+    if kind == "tokens":  # a fixed prompt (token ids), the same for every sample
+        ids = torch.tensor([int(x) for x in evaluate(variant["tokens"], scope)], dtype=torch.long)
+        return ids.expand(*shape[:-1], ids.shape[0]).clone()
     if kind == "box":  # (x0, y0, x1, y1) with x0 < x1, y0 < y1, inside the image
         scale = float(evaluate(variant.get("scale", 1), scope))
         corners = maker.rand(*shape[:-1], 2, 2).sort(dim=-2).values * scale
@@ -55,10 +58,15 @@ def _fill(variant: dict, shape: list[int], maker: Maker, scope: ConfigScope) -> 
     raise RecipeError(f"unknown fill kind {kind!r}")
 
 
+def type_recipe_names(model_type: str) -> list[str]:
+    """Inputs a model type has its own recipe for (they replace the generic synthesizer's)."""
+    return sorted((recipes().get("by_model_type", {}) or {}).get(model_type, {}) or {})
+
+
 def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope) -> tuple[torch.Tensor, str, bool] | None:
     """(tensor, recipe key, is_label) for input `name`, or None when no recipe applies."""
     r = recipes()
-    candidates = [(f"{model_type}.{name}", v) for v in _variants(r.get("by_model_type", {}).get(model_type, {}).get(name))]
+    candidates = [(f"{model_type}.{name}", v) for v in _variants((r.get("by_model_type") or {}).get(model_type, {}).get(name))]
     candidates += [(name, v) for v in _variants(r.get("inputs", {}).get(name))]
     for key, variant in candidates:
         if not _applies(variant, scope):
