@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from harness.budget import fit_budget
+from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.layers import is_int, select_layers
 from harness.shrink_families import shrink_experts, shrink_mla, shrink_modalities, shrink_ssm, shrink_windows
 
@@ -125,6 +126,7 @@ def _shrink_layers(d: dict, r: dict) -> None:
                 d[k] = v
         if field:
             d[field] = len(plan.keep)
+        tie_layer_counts(d, r, n, len(plan.keep))
     for f in r["extra_layer_count_fields"]:
         if is_int(d.get(f)) and d[f] > t["min_layers"]:
             d[f] = t["min_layers"]
@@ -307,6 +309,7 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
                 level_dict[k] = hidden_map[v]
 
     finish(d)
+    remap_foreign_indices(config, d, r)
     if level == "full":
         _apply_references(d, r)
     return d
