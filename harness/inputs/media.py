@@ -72,7 +72,10 @@ def _grid_patches(m: Maker, config, frames: int) -> tuple[torch.Tensor, torch.Te
     tp = int(get(vision, "temporal_patch_size", default=2))
     merge = int(get(vision, "spatial_merge_size", default=2))
     gh = gw = 2 * merge
-    t = max(1, frames // tp) if frames > 1 else 1
+    # one temporal patch (= temporal_patch_size frames) per video: qwen2-vl counts a video's
+    # placeholders as one run, qwen3-vl/3.5 as one run per temporal patch (timestamps between
+    # them); with t = 1 both layouts agree
+    t = 1
     grid = torch.tensor([[t, gh, gw]] * BATCH)
     return m.randn(BATCH * t * gh * gw, c * tp * p * p), grid
 

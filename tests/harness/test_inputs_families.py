@@ -41,6 +41,8 @@ FAMILIES = [
     # video
     ("videomae", "VideoMAEForVideoClassification", {"pixel_values": "processor:VideoMAEImageProcessor"}, True),
     ("llava_next_video", "LlavaNextVideoForConditionalGeneration", {"pixel_values_videos": ""}, True),
+    ("qwen3_5_moe", "Qwen3_5MoeModel", {"pixel_values": "processor:Qwen2VLImageProcessor",
+                                        "input_ids": "synthetic+image_placeholders+video_placeholders"}, False),
     # audio layouts
     ("whisper", "WhisperForConditionalGeneration", {"input_features": "processor:WhisperFeatureExtractor"}, True),
     ("wav2vec2-bert", "Wav2Vec2BertForCTC", {"input_features": "processor:SeamlessM4TFeatureExtractor"}, True),
