@@ -89,6 +89,26 @@ def _direct_ops(skip: set[str]):
         yield name, op
 
 
+def _install_native() -> bool:
+    """Register the C++ kernels of backend.native when it is available (see its docstring): the
+    boxed fallback, the direct ops and the hot explicit kernels. False: use the Python kernels."""
+    from backend import memory, native, storage
+
+    mod = native.load()
+    if mod is None:
+        return False
+    hooks = {
+        "entries": storage._entries, "adopt": storage._adopt, "track": storage._track_accounted,
+        "allocate": memory.allocate, "free": memory.free, "run": kernels._run,
+        "decide": kernels._native_decision, "sync_written": kernels._sync_written,
+        "check_result": kernels._check_result,
+    }
+    direct = [name for name, _op in _direct_ops(set(explicit.KERNELS))]
+    python_versions = {name: explicit.KERNELS[name] for name in explicit.NATIVE_KERNELS}
+    mod.install_device(hooks, direct, python_versions)
+    return True
+
+
 def is_registered() -> bool:
     return getattr(torch, "_neuron_backend_registered", False)
 
@@ -110,14 +130,19 @@ def register() -> None:
     sys.modules.setdefault(f"torch.{NAME}", device_module)
 
     impl = torch.library.Library("aten", "IMPL")
-    for name, fn in explicit.KERNELS.items():
-        impl.impl(name, fn, "PrivateUse1")
-    for name, op in _direct_ops(set(explicit.KERNELS)):
-        impl.impl(name, kernels.direct_kernel(op), "PrivateUse1")
+    fb = torch.library.Library("_", "IMPL")
+    if not _install_native():
+        for name, fn in explicit.KERNELS.items():
+            impl.impl(name, fn, "PrivateUse1")
+        for name, op in _direct_ops(set(explicit.KERNELS)):
+            impl.impl(name, kernels.direct_kernel(op), "PrivateUse1")
+        fb.fallback(kernels.boxed_fallback, "PrivateUse1")
+    else:
+        for name, fn in explicit.KERNELS.items():
+            if name not in explicit.NATIVE_KERNELS:
+                impl.impl(name, fn, "PrivateUse1")
     impl.impl("_make_dual", _forward_ad_unsupported, "AutogradPrivateUse1")
     impl.impl("_make_dual", _forward_ad_unsupported, "PrivateUse1")
-    fb = torch.library.Library("_", "IMPL")
-    fb.fallback(kernels.boxed_fallback, "PrivateUse1")
     fb.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     fb.fallback(_unsupported("sparse tensors", "sparse"), "SparsePrivateUse1")
     fb.fallback(_unsupported("sparse tensors", "sparse compressed"), "SparseCsrPrivateUse1")

@@ -189,6 +189,11 @@ def neg_view(self):
     return run_op(_aten._neg_view.default, (self,), {}, compute=torch.neg)
 
 
+#: explicit kernels the native path implements in C++ (backend/native/csrc/device.cpp); the Python
+#: version above is what it calls for the cases it does not handle (other layouts, no payload)
+NATIVE_KERNELS = ("empty.memory_format", "empty_strided", "_copy_from", "clone", "view", "as_strided",
+                  "_reshape_alias")
+
 #: schema name -> kernel, registered for the PrivateUse1 key
 KERNELS = {
     "empty.memory_format": empty_memory_format,

@@ -255,7 +255,19 @@ def fallback_ops() -> dict[str, int]:
 
 def executed_ops() -> dict[str, int]:
     """Op overload -> number of times it ran on the device (native or fallback), since the last clear."""
-    return dict(sorted(_executed.items()))
+    counts = Counter(_executed)
+    fast = _native_counts()
+    if fast:
+        counts.update(dict(fast))
+    return dict(sorted(counts.items()))
+
+
+def _native_counts() -> list[tuple[str, int]]:
+    """Ops the native fast path ran (it counts in C++; see backend.native)."""
+    from backend import native
+
+    mod = native.module()
+    return mod.executed_counts() if mod is not None and mod.is_installed() else []
 
 
 def clear_op_tracking() -> None:
@@ -264,6 +276,11 @@ def clear_op_tracking() -> None:
         _events.clear()
         _executed.clear()
         _warned.clear()
+    from backend import native
+
+    mod = native.module()
+    if mod is not None and mod.is_installed():
+        mod.clear_executed()
 
 
 @contextlib.contextmanager

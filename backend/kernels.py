@@ -183,16 +183,57 @@ def _sync_written(dev, cpu) -> None:
 
 
 _support: dict = {}  # (op name, dtypes) -> (ok, reason) for the table in force
-lowering.on_table_change(lambda _table: _support.clear())
+
+
+def _decisions_changed(*_ignored) -> None:
+    """The table, the precision mode or the planted faults changed: forget cached decisions."""
+    _support.clear()
+    from backend import native
+
+    mod = native.module()
+    if mod is not None and mod.is_installed():
+        mod.invalidate_decisions()
+
+
+lowering.on_table_change(_decisions_changed)
+precision.on_change(_decisions_changed)
 _faulted: frozenset = frozenset()  # overloads with a planted fault (backend.faults); empty: no cost
 
 
 def _set_faulted(names: frozenset) -> None:
     global _faulted
     _faulted = names
+    _decisions_changed()  # a faulted op must reach `_run` (the native path never applies faults)
 
 
 faults.on_change(_set_faulted)
+
+#: what backend.native's C++ path may do with an op: run it without Python (FAST), the same with
+#: the bf16 auto-cast of some arguments (FAST_ROUNDED), or hand it to `_run` (SLOW)
+SLOW, FAST, FAST_ROUNDED = 0, 1, 2
+
+
+def _native_decision(op, dtypes) -> tuple[int, tuple[int, ...]]:
+    """Asked once per (op, device input dtypes) by the native path (then cached there until
+    `_decisions_changed`): FAST only for a plain native lowering, so every fallback, every
+    device-RNG op and every fault still goes through `_run`; plus the positions to round."""
+    info = _infos.get(id(op))
+    if info is None:
+        info = op_info(op)
+    name = info.name
+    if info.has_generator or (_faulted and name in _faulted):
+        return SLOW, ()
+    key = (name, *dtypes)
+    decision = _support.get(key)
+    if decision is None:
+        decision = _support[key] = lowering.current_table().supports(name, list(dtypes))
+    if not decision[0]:
+        return SLOW, ()
+    if info.rounded and precision._mode == "bf16":
+        return FAST_ROUNDED, tuple(i for i, _ in info.rounded)
+    return FAST, ()
+
+
 _executed = fallback._executed
 _cpu_view = storage.cpu_view
 _STRIDED = torch.strided

@@ -30,6 +30,12 @@ def _from_env() -> str:
 
 _mode = _from_env()
 _table: dict[str, tuple[str, ...]] | None = None
+_listeners: list = []
+
+
+def on_change(callback) -> None:
+    """Call ``callback(mode)`` after every precision change (the native path caches decisions)."""
+    _listeners.append(callback)
 
 
 def precision() -> str:
@@ -42,6 +48,8 @@ def set_precision(mode: str) -> str:
     if mode not in _ALIASES:
         raise ValueError(f"precision must be one of {MODES}, got {mode!r}")
     previous, _mode = _mode, _ALIASES[mode]
+    for callback in _listeners:
+        callback(_mode)
     return previous
 
 

@@ -102,6 +102,17 @@ def from_cpu(r: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _adopt(dev_storage: torch.UntypedStorage, payload: torch.UntypedStorage, nbytes: int) -> None:
+    """The native path adopted a CPU result as ``dev_storage``'s payload: account and track it."""
+    memory.allocate(nbytes)
+    _track(dev_storage, payload, nbytes, {})
+
+
+def _track_accounted(dev_storage: torch.UntypedStorage, payload: torch.UntypedStorage, nbytes: int) -> None:
+    """The native path allocated (and accounted) ``payload`` for ``dev_storage``: track it."""
+    _track(dev_storage, payload, nbytes, {})
+
+
 def alias(base: torch.Tensor, size, stride, offset: int) -> torch.Tensor:
     """A device tensor sharing ``base``'s storage with another layout (no copy, no bounds check)."""
     return _as_strided_boxed(_META, base, list(size), list(stride), offset)
