@@ -133,10 +133,11 @@ def user_frame() -> str:
     found = _user_frame_of(sys._getframe(1))
     if found:
         return found
-    me = threading.get_ident()
-    for ident, frame in sys._current_frames().items():
-        if ident == me:
-            continue
+    # (this thread's own frame is dropped at once: a local naming it would be a reference cycle
+    # that keeps the fallback op's arguments, and their device memory, alive until a GC pass)
+    others = sys._current_frames()
+    others.pop(threading.get_ident(), None)
+    for frame in others.values():
         f, in_autograd = frame, False
         while f is not None:
             if "autograd" in f.f_code.co_filename or f.f_code.co_name == "backward":

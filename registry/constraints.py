@@ -179,7 +179,9 @@ def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]
     for base, value in flat:
         items = [(f"{base}.{j}", v) for j, v in enumerate(value)] if isinstance(value, (list, tuple)) else [(base, value)]
         for path, t in items:
-            if path in known or not isinstance(t, torch.Tensor) or t.numel() == 0 or t.is_meta:
+            if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or path in known:
+                continue  # (floats are never observed: see _observe)
+            if t.numel() == 0 or t.is_meta:
                 continue
             if type(t).__name__ == "FakeTensor" or t.device.type not in ("cpu",):
                 continue

@@ -65,15 +65,21 @@ def contiguous_strides(shape: list[int] | tuple[int, ...]) -> list[int]:
     return strides[::-1]
 
 
+_STRIDED = torch.strided
+
+
 def encode_tensor(t: torch.Tensor) -> dict[str, Any]:
     shape = [int(s) for s in t.shape]
-    enc: dict[str, Any] = {"T": shape, "dt": DTYPE_ABBREVS.get(t.dtype, str(t.dtype))}
-    if t.layout != torch.strided:
+    dtype = t.dtype
+    enc: dict[str, Any] = {"T": shape, "dt": DTYPE_ABBREVS.get(dtype) or str(dtype)}
+    if t.layout is not _STRIDED:
         enc["layout"] = LAYOUTS.get(t.layout, str(t.layout))
         return enc
-    stride = [int(s) for s in t.stride()]
-    if not _is_contiguous(shape, stride):
-        enc["st"] = stride
+    # (PyTorch's contiguity is the rule below whenever the tensor has elements: one C++ call)
+    if not (t.is_contiguous() and t.numel()):
+        stride = [int(s) for s in t.stride()]
+        if not _is_contiguous(shape, stride):
+            enc["st"] = stride
     offset = int(t.storage_offset())
     if offset:
         enc["off"] = offset
@@ -118,9 +124,12 @@ def encode_args(args: tuple, kwargs: dict | None) -> tuple[list, dict]:
     return [encode_value(a) for a in args], {k: encode_value(v) for k, v in sorted((kwargs or {}).items())}
 
 
+_SIGNATURE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))  # what json.dumps builds per call
+
+
 def signature(args_enc: list, kwargs_enc: dict) -> str:
     """Canonical JSON of a call's arguments: equal calls give byte-equal strings."""
-    return json.dumps({"a": args_enc, "k": kwargs_enc}, sort_keys=True, separators=(",", ":"))
+    return _SIGNATURE_JSON.encode({"a": args_enc, "k": kwargs_enc})
 
 
 def signature_hash(op: str, sig: str) -> str:

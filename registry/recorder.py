@@ -63,11 +63,30 @@ class _Seen:
     constraints: dict
     outputs: list = field(default_factory=list)
     counts: collections.Counter = field(default_factory=collections.Counter)
+    index: int = -1  # position in OpRecorder._order (the native hook's handle)
+
+
+def _native_module():
+    """backend.native's extension when it is loaded (None: the pure-Python recorder)."""
+    try:
+        from backend import native
+    except ImportError:  # pragma: no cover - backend is part of the package
+        return None
+    return native.module()
 
 
 class OpRecorder(TorchDispatchMode):
     """Counts aten calls by signature, per phase. Set `.phase` between phases; `.paused()` hides
-    the harness's own ops (e.g. a synthetic loss)."""
+    the harness's own ops (e.g. a synthetic loss).
+
+    With backend.native loaded and no other dispatch mode active, `with recorder:` pushes no
+    Python mode: a C++ dispatcher hook right below the Python key counts calls it has seen
+    before and hands new ones to `_native_first` (the same fingerprint, encoding and constraints
+    as the mode), so a repeated call costs no Python. It also records the program as it runs
+    unobserved: an active Python mode makes PyTorch treat every tensor as a subclass (`reshape`
+    then calls `view` instead of `_reshape_alias`, the autograd engine accumulates gradients out
+    of place, AccumulateGrad detaches instead of stealing), so the mode recorder (fake tensors, or
+    no native path) sees those few calls differently; see docs/registry.md."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -75,44 +94,121 @@ class OpRecorder(TorchDispatchMode):
         # class would add costs ~25 us per op, a third of the recording overhead on tiny models.
         return False
 
-    def __init__(self, observe_values: bool = True) -> None:
+    def __init__(self, observe_values: bool = True, native: bool = True) -> None:
         super().__init__()
-        self.phase = "forward"
+        self._phase = "forward"
+        self._phases: dict[str, int] = {}
         self.observe_values = observe_values
-        self.calls = 0
+        self._calls = 0
         self._paused = False
         self._seen: dict[tuple, _Seen] = {}
+        self._order: list[_Seen] = []
+        self._use_native = native
+        self._native = None  # NativeRecorder while recording natively
+        self._native_state = None
+
+    # ------------------------------------------------------------------ state
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self._phase = value
+        if self._native_state is not None:
+            self._native_state.set_phase(self._phase_index(value))
+
+    def _phase_index(self, phase: str) -> int:
+        index = self._phases.get(phase)
+        if index is None:
+            index = self._phases[phase] = len(self._phases)
+        return index
+
+    @property
+    def calls(self) -> int:
+        self._take_native_counts()
+        return self._calls
 
     @contextlib.contextmanager
     def paused(self):
         old, self._paused = self._paused, True
+        if self._native_state is not None:
+            self._native_state.set_paused(True)
         try:
             yield
         finally:
             self._paused = old
+            if self._native_state is not None:
+                self._native_state.set_paused(old)
+
+    # ------------------------------------------------------------------ entering
+    def __enter__(self):
+        mod = _native_module() if self._use_native else None
+        if mod is not None and torch._C._len_torch_dispatch_stack() == 0:
+            if self._native_state is None:
+                self._native_state = mod.NativeRecorder(self._native_first, self._native_outputs)
+                self._native_state.set_phase(self._phase_index(self._phase))
+            if self._native_state.start():
+                self._native_state.set_paused(self._paused)
+                self._native = self._native_state
+                return self
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        if self._native is not None:
+            self._native.stop()
+            self._native = None
+            return False
+        return super().__exit__(exc_type, exc_val, exc_tb)
+
+    # ------------------------------------------------------------------ recording
+    def _first_sight(self, func, args, kwargs) -> tuple[_Seen, bool]:
+        key = (func, _fp(args), _fp(tuple(kwargs.items())) if kwargs else ())
+        seen = self._seen.get(key)
+        if seen is not None:
+            return seen, False
+        a_enc, k_enc = encode_args(args, kwargs)
+        op = str(func)
+        constraints = infer_constraints(op, a_enc, k_enc)
+        if self.observe_values:
+            constraints.update(observe_constraints(args, kwargs, constraints))
+        seen = self._seen[key] = _Seen(op, signature(a_enc, k_enc), constraints, index=len(self._order))
+        self._order.append(seen)
+        return seen, True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self._paused or func.namespace != "aten":
             return func(*args, **kwargs)
-        key = (func, _fp(args), _fp(tuple(kwargs.items())) if kwargs else ())
-        seen = self._seen.get(key)
-        if seen is None:
-            a_enc, k_enc = encode_args(args, kwargs)
-            op = str(func)
-            constraints = infer_constraints(op, a_enc, k_enc)
-            if self.observe_values:
-                constraints.update(observe_constraints(args, kwargs, constraints))
-            seen = self._seen[key] = _Seen(op, signature(a_enc, k_enc), constraints)
-            out = func(*args, **kwargs)
+        seen, new = self._first_sight(func, args, kwargs)
+        out = func(*args, **kwargs)
+        if new:
             seen.outputs = _encode_outputs(out)
-        else:
-            out = func(*args, **kwargs)
         seen.counts[self.phase] += 1
-        self.calls += 1
+        self._calls += 1
         return out
 
+    def _native_first(self, func, args, kwargs) -> tuple[int, bool]:
+        """The native hook met a call it has no fingerprint for: (signature index, new?)."""
+        seen, new = self._first_sight(func, args, kwargs)
+        return seen.index, new
+
+    def _native_outputs(self, index: int, out: Any) -> None:
+        self._order[index].outputs = _encode_outputs(out)
+
+    def _take_native_counts(self) -> None:
+        if self._native_state is None:
+            return
+        counts, calls = self._native_state.take_counts()
+        if not counts and not calls:
+            return
+        names = {i: p for p, i in self._phases.items()}
+        for index, phase, n in counts:
+            self._order[index].counts[names[phase]] += n
+        self._calls += calls
+
     def entries(self, model_id: str, tier: str, mode: str, weight: float) -> list[Entry]:
+        self._take_native_counts()
         out = []
         for s in self._seen.values():
             prov = [Provenance(model_id, tier, phase, mode, float(weight), n) for phase, n in sorted(s.counts.items())]
@@ -211,8 +307,11 @@ def record_workload(
     weight: float = 0.0,
     phases: Iterable[str] = PHASES,
     prefer_fake: bool = True,
+    native: bool = True,
 ) -> RecordOutcome:
-    """Record one model: under FakeTensorMode first, real tensors if fake fails (never raises)."""
+    """Record one model: under FakeTensorMode first, real tensors if fake fails (never raises).
+    `native=False` records real tensors with the Python dispatch mode even when backend.native
+    is loaded (see OpRecorder)."""
     phases = list(phases)
     fake_error = ""
     if prefer_fake:
@@ -226,7 +325,7 @@ def record_workload(
             return RecordOutcome(model_id, rec.entries(model_id, tier, "fake", weight), "fake", rec.calls, phases=done)
         except Exception as exc:  # noqa: BLE001 - any failure means: try real tensors
             fake_error = _short_error(exc)
-    rec = OpRecorder(observe_values=True)
+    rec = OpRecorder(observe_values=True, native=native)
     try:
         torch.manual_seed(0)
         model = build()

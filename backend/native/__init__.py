@@ -30,7 +30,8 @@ from pathlib import Path
 from types import ModuleType
 
 ENV_VAR = "NEURON_NATIVE"
-_SOURCES = ("module.cpp", "convert.cpp", "device.cpp")
+_UNITY = "neuron_native.cpp"  # includes the parts below (one translation unit: torch headers parse once)
+_SOURCES = ("common.h", "convert.cpp", "device.cpp", "recorder.cpp", "module.cpp")
 _CFLAGS = ("-O2", "-fvisibility=hidden")
 _HERE = Path(__file__).resolve().parent
 
@@ -47,7 +48,7 @@ def _name() -> str:
     import torch
 
     digest = hashlib.sha256()
-    for src in _SOURCES + ("common.h",):
+    for src in (_UNITY,) + _SOURCES:
         digest.update((_HERE / "csrc" / src).read_bytes())
     digest.update(f"{torch.__version__}|{sys.version}|{_CFLAGS}".encode())
     return f"neuron_native_{digest.hexdigest()[:12]}"
@@ -77,18 +78,36 @@ def _import_built(name: str, directory: Path) -> ModuleType | None:
     return module
 
 
+def _ninja_dirs() -> list[str]:
+    """Where ninja may be: the `ninja` package's binary and this interpreter's bin directory
+    (a venv that is used without being activated has them off PATH)."""
+    dirs = [os.path.dirname(sys.executable)]
+    try:
+        import ninja  # the PyPI package (a dependency): ships the binary
+
+        dirs.insert(0, ninja.BIN_DIR)
+    except (ImportError, AttributeError):
+        pass
+    return dirs
+
+
 def _build(name: str, directory: Path) -> ModuleType:
     from torch.utils import cpp_extension
 
     directory.mkdir(parents=True, exist_ok=True)
     print(f"neuron: building the native fast path in {directory} (once; about a minute)...", file=sys.stderr)
-    module = cpp_extension.load(
-        name=name,
-        sources=[str(_HERE / "csrc" / s) for s in _SOURCES],
-        extra_cflags=list(_CFLAGS),
-        build_directory=str(directory),
-        verbose=False,
-    )
+    path = os.environ.get("PATH", "")
+    os.environ["PATH"] = os.pathsep.join(_ninja_dirs() + ([path] if path else []))
+    try:
+        module = cpp_extension.load(
+            name=name,
+            sources=[str(_HERE / "csrc" / _UNITY)],
+            extra_cflags=list(_CFLAGS),
+            build_directory=str(directory),
+            verbose=False,
+        )
+    finally:
+        os.environ["PATH"] = path
     tmp = directory / f"BUILT.{os.getpid()}"
     tmp.write_text(name + "\n")
     os.replace(tmp, directory / "BUILT")

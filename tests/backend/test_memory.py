@@ -113,3 +113,24 @@ def test_default_capacity_is_96_gib_and_env_var_sets_it():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"capacity": 1 << 20, "outcome": "NeuronOutOfMemoryError"}
+
+
+def test_fallback_arguments_are_freed_with_the_op_not_by_a_gc_pass():
+    """Recording a fallback walks stack frames; a frame kept in a reference cycle would keep the
+    op's arguments (and their device memory) alive until the garbage collector runs. The frame
+    search goes furthest when no user frame is found: code run with `python -c`."""
+    code = textwrap.dedent(
+        """
+        import gc, json, torch, backend
+        gc.disable()
+        base = torch.neuron.memory_allocated()
+        x = torch.randn(64, 64).to("neuron")
+        with backend.collect_fallbacks() as events:
+            y = torch.nn.functional.hardswish(x.double())  # float64: a dtype fallback
+        del x, y
+        print(json.dumps({"frames": [e.frame for e in events], "leaked": torch.neuron.memory_allocated() - base}))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"frames": ["<unknown>"], "leaked": 0}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from registry_fixtures import bert_inputs, tiny_bert
@@ -39,11 +40,66 @@ def test_real_recording_observes_integer_ranges_and_provenance(bert_outcome):
     assert observed and all(c["kind"] in ("range", "mask") for c in observed)
 
 
-def test_fake_tensors_record_the_same_signatures_without_values(bert_outcome):
+def test_fake_tensors_record_the_same_signatures_without_values():
+    # both under a Python dispatch mode (FakeTensorMode / the mode recorder): the same program
+    real = record_workload(tiny_bert, bert_inputs, model_id="tiny/bert", prefer_fake=False, native=False)
     fake = record_workload(tiny_bert, bert_inputs, model_id="tiny/bert", prefer_fake=True)
     assert fake.mode == "fake" and fake.fake_error == ""
-    assert {(e.op, e.signature) for e in fake.entries} == {(e.op, e.signature) for e in bert_outcome.entries}
+    assert {(e.op, e.signature) for e in fake.entries} == {(e.op, e.signature) for e in real.entries}
     assert all(c["source"] == "semantics" for e in fake.entries for c in e.constraints.values())
+
+
+def _by_call(entries):
+    return {(e.op, e.signature): (sorted((p.phase, p.count) for p in e.provenance), e.constraints, e.outputs)
+            for e in entries}
+
+
+#: calls PyTorch makes differently while a Python dispatch mode is active (every tensor then counts
+#: as a subclass): reshape views instead of _reshape_alias, out-of-place gradient accumulation,
+#: AccumulateGrad detaching. The native hook records the program without a mode.
+_MODE_SENSITIVE = {"aten.view.default", "aten._reshape_alias.default", "aten.add.Tensor", "aten.add_.Tensor",
+                   "aten.detach.default"}
+
+
+def test_native_hook_records_what_the_mode_records():
+    from backend import native
+
+    if native.module() is None:
+        pytest.skip(f"backend.native is not loaded: {native.status()['reason']}")
+    python = record_workload(tiny_bert, bert_inputs, model_id="tiny/bert", prefer_fake=False, native=False)
+    fast = record_workload(tiny_bert, bert_inputs, model_id="tiny/bert", prefer_fake=False)
+    assert python.mode == fast.mode == "real"
+    a, b = _by_call(python.entries), _by_call(fast.entries)
+    same = {k for k in a if k[0] not in _MODE_SENSITIVE}
+    assert same and same == {k for k in b if k[0] not in _MODE_SENSITIVE}
+    assert all(a[k] == b[k] for k in same)  # counts per phase, constraints, outputs
+    assert {k[0] for k in a} ^ {k[0] for k in b} <= _MODE_SENSITIVE
+    assert fast.calls == sum(e.count for e in fast.entries)
+
+
+def test_native_hook_counts_repeats_and_pauses_like_the_mode():
+    from backend import native
+
+    if native.module() is None:
+        pytest.skip(f"backend.native is not loaded: {native.status()['reason']}")
+    results = []
+    for use_native in (False, True):
+        rec = OpRecorder(native=use_native)
+        x = torch.randn(3)
+        rec.phase = "one"
+        with rec:
+            for _ in range(5):
+                torch.mul(x, 2.5)
+            torch.mul(x, 0.5)  # a Python number is part of the signature
+            with rec.paused():
+                torch.neg(x)
+        rec.phase = "two"
+        with rec:
+            torch.mul(x, 2.5)
+        results.append((_by_call(rec.entries("m", "manual", "real", 0)), rec.calls))
+    assert results[0] == results[1]
+    calls, total = results[1]
+    assert total == 7 and not any(op == "aten.neg.default" for op, _ in calls)
 
 
 class _DataDependent(torch.nn.Module):

@@ -14,6 +14,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/as_strided_ops.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/set_ops.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -305,6 +306,33 @@ const Decision* decide(const c10::OperatorHandle& op, OpFacts& f, const c10::Sma
   return &scratch;
 }
 
+// ------------------------------------------------------------------ precision
+
+// fp32 -> nearest bf16 (ties to even) -> fp32 in one pass: the values of t.bfloat16().float(),
+// with the same strides (empty_like preserves them, as .to() does), without the bf16 temporary.
+at::Tensor round_bf16(const at::Tensor& t) {
+  if (!t.is_non_overlapping_and_dense() || t.is_conj() || t.is_neg()) return t.to(at::kBFloat16).to(at::kFloat);
+  at::Tensor out = at::empty_like(t);
+  const int64_t n = t.numel();
+  if (n == 0) return out;
+  // both dense with the same strides: element k of memory order corresponds in the two tensors
+  for (int64_t d = 0; d < t.dim(); d++) {
+    if (t.stride(d) < 0) return t.to(at::kBFloat16).to(at::kFloat);
+  }
+  const uint32_t* src = reinterpret_cast<const uint32_t*>(t.const_data_ptr<float>());
+  uint32_t* dst = reinterpret_cast<uint32_t*>(out.mutable_data_ptr<float>());
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t v = src[i];
+    if ((v & 0x7fffffffu) > 0x7f800000u) {  // NaN stays NaN
+      dst[i] = 0x7fc00000u;
+      continue;
+    }
+    v += 0x7fffu + ((v >> 16) & 1u);
+    dst[i] = v & 0xffff0000u;
+  }
+  return out;
+}
+
 // ------------------------------------------------------------------ kernels
 
 void python_run(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -403,7 +431,7 @@ void device_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     for (int pos : d->rounded) {
       if (pos < static_cast<int>(n) && args[pos].isTensor()) {
         const at::Tensor& t = args[pos].toTensor();
-        if (t.defined() && t.scalar_type() == at::kFloat) args[pos] = t.to(at::kBFloat16).to(at::kFloat);
+        if (t.defined() && t.scalar_type() == at::kFloat) args[pos] = round_bf16(t);
       }
     }
   }

@@ -11,6 +11,7 @@ std::vector<std::pair<std::string, int64_t>> executed_counts();
 void clear_executed();
 at::Tensor py_from_cpu(const at::Tensor& r);
 bool is_installed();
+void bind_recorder(py::module& m);
 }  // namespace neuron_native
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -22,4 +23,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("clear_executed", &nn::clear_executed);
   m.def("from_cpu", &nn::py_from_cpu, "adopt a fresh CPU tensor as a device tensor (no copy)");
   m.def("is_installed", &nn::is_installed);
+  nn::bind_recorder(m);
 }
