@@ -31,7 +31,7 @@ from types import ModuleType
 
 ENV_VAR = "NEURON_NATIVE"
 _UNITY = "neuron_native.cpp"  # includes the parts below (one translation unit: torch headers parse once)
-_SOURCES = ("common.h", "convert.cpp", "device.cpp", "recorder.cpp", "module.cpp")
+_SOURCES = ("common.h", "convert.cpp", "device.cpp", "recorder.cpp", "executor.cpp", "module.cpp")
 _CFLAGS = ("-O2", "-fvisibility=hidden")
 _HERE = Path(__file__).resolve().parent
 

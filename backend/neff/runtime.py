@@ -62,16 +62,111 @@ def _decode(value: Any, env: dict[str, torch.fx.Node]) -> Any:
 
 
 class Executable:
-    """A loaded artifact: ``exe(*host_tensors) -> list of host tensors``."""
+    """A loaded artifact: ``exe(*host_tensors) -> list of host tensors``.
 
-    def __init__(self, artifact: Artifact, module: torch.fx.GraphModule) -> None:
+    With backend.native loaded it runs as a native program (the same aten calls in the same
+    order, no Python per node); otherwise as the FX module's generated Python."""
+
+    def __init__(self, artifact: Artifact, module: torch.fx.GraphModule, program: Any = None) -> None:
         self.artifact = artifact
         self.module = module
+        self.program = program
         self.key = artifact.key
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        if self.program is not None:
+            return self.program.run_host(args)
         out = self.module(*args)
         return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    def run_device(self, args: Any, on_device: list[bool]) -> list[Any] | None:
+        """Device tensors in, outputs flagged `on_device` as device tensors: one native call.
+        None without the native program (the caller converts and calls instead)."""
+        if self.program is None:
+            return None
+        return self.program.run_device(args, on_device)
+
+
+class _Ref:
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+
+
+def _program_value(value: Any, env: dict[str, Any]) -> Any:
+    """A JSON argument with node references as `_Ref`s (constants decoded as for the FX module)."""
+    if isinstance(value, dict) and "$node" in value:
+        return env[value["$node"]]
+    if isinstance(value, list):
+        return [_program_value(v, env) for v in value]
+    if isinstance(value, dict) and "$tuple" in value:
+        return tuple(_program_value(v, env) for v in value["$tuple"])
+    return _decode(value, {})
+
+
+def _arg_spec(value: Any, arg_type: str = "") -> tuple:
+    if isinstance(value, _Ref):
+        return ("ref", value.slot)
+    if isinstance(value, torch.Tensor):
+        return ("const", value)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (_Ref, torch.Tensor)) for v in value):
+        kind = "optlist" if arg_type.startswith("Optional[Tensor]") or "Tensor?" in arg_type else "list"
+        return (kind, [_arg_spec(v) for v in value])
+    return ("const", list(value) if isinstance(value, tuple) else value)
+
+
+def _native_program(artifact: Artifact, mode: str) -> Any:
+    """The artifact as a backend.native Program, or None (no extension, or a graph it cannot take)."""
+    from backend import native
+
+    mod = native.module()
+    if mod is None:
+        return None
+    nodes = artifact.graph["nodes"]
+    constants = artifact.graph.get("constants", {})
+    env: dict[str, Any] = {}
+    for spec in nodes:
+        if spec["op"] == "placeholder":
+            env[spec["name"]] = _Ref(len(env))
+    ninputs = nslots = len(env)
+    instrs: list[tuple] = []
+    outputs: list[tuple] = []
+    try:
+        for spec in nodes:
+            kind = spec["op"]
+            if kind == "get_attr":
+                env[spec["name"]] = decode_tensor(constants[spec["name"]])
+            elif kind == "call_function":
+                target = resolve_target(spec["target"])
+                args = _program_value(spec["args"], env)
+                kwargs = {k: _program_value(v, env) for k, v in spec["kwargs"].items()}
+                out = nslots
+                nslots += 1
+                env[spec["name"]] = _Ref(out)
+                if target is operator.getitem:
+                    if not isinstance(args[0], _Ref) or not isinstance(args[1], int):
+                        return None
+                    instrs.append(("getitem", args[0].slot, args[1], out))
+                    continue
+                schema = target._schema
+                specs = []
+                for i, a in enumerate(schema.arguments):
+                    if i < len(args):
+                        specs.append(_arg_spec(args[i], str(a.type)))
+                    elif a.name in kwargs:
+                        specs.append(_arg_spec(kwargs[a.name], str(a.type)))
+                    else:
+                        specs.append(None)
+                names = precision.device_precision.rounded_args(spec["target"]) if mode == "bf16" else ()
+                rounded = [i for i, a in enumerate(schema.arguments) if a.name in names]
+                instrs.append(("call", schema.name, schema.overload_name, specs, rounded, out))
+            elif kind == "output":
+                result = _program_value(spec["args"], env)
+                outputs = [_arg_spec(v) for v in (result if isinstance(result, (list, tuple)) else [result])]
+        return mod.Program(ninputs, nslots, instrs, outputs)
+    except Exception:  # noqa: BLE001 - anything unexpected: the FX module runs it instead
+        return None
 
 
 def load_executable(artifact: Artifact) -> Executable:
@@ -102,4 +197,4 @@ def load_executable(artifact: Artifact) -> Executable:
                 raise CorruptArtifactError(f"unknown node kind {kind!r}")
     except (KeyError, TypeError) as exc:
         raise CorruptArtifactError(f"malformed graph: {exc}") from None
-    return Executable(artifact, torch.fx.GraphModule(root, graph))
+    return Executable(artifact, torch.fx.GraphModule(root, graph), _native_program(artifact, mode))

@@ -645,6 +645,13 @@ PyObject* owned(py::handle h) {
 
 }  // namespace
 
+// ------------------------------------------------------------------ for the executor (executor.cpp)
+
+at::Tensor rounded_bf16(const at::Tensor& t) { return round_bf16(t); }
+bool device_payload(const at::Tensor& t, c10::Storage* out) { return payload_of(t, out); }
+at::Tensor host_view(const at::Tensor& dev, const c10::Storage& payload) { return cpu_view(dev, payload); }
+at::Tensor adopt_host_result(const at::Tensor& r) { return from_cpu(r); }
+
 // ------------------------------------------------------------------ Python API
 
 void install_device(py::dict py_hooks, const std::vector<std::string>& direct_ops, py::dict explicit_python_kernels) {

@@ -12,6 +12,7 @@ void clear_executed();
 at::Tensor py_from_cpu(const at::Tensor& r);
 bool is_installed();
 void bind_recorder(py::module& m);
+void bind_executor(py::module& m);
 }  // namespace neuron_native
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -24,4 +25,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("from_cpu", &nn::py_from_cpu, "adopt a fresh CPU tensor as a device tensor (no copy)");
   m.def("is_installed", &nn::is_installed);
   nn::bind_recorder(m);
+  nn::bind_executor(m);
 }

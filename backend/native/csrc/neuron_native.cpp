@@ -3,4 +3,5 @@
 #include "convert.cpp"
 #include "device.cpp"
 #include "recorder.cpp"
+#include "executor.cpp"
 #include "module.cpp"
