@@ -56,6 +56,8 @@ TIER_LIMITS: dict[str, TierLimits] = {
     "unit": TierLimits(timeout=120.0, max_cases_per_worker=20_000),
     "representative": TierLimits(timeout=900.0),
     "full": TierLimits(timeout=300.0),
+    # an op_db sample takes milliseconds; a restart costs importing torch and op_db (~10 s)
+    "upstream": TierLimits(timeout=120.0, max_cases_per_worker=200_000),
 }
 
 

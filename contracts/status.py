@@ -52,6 +52,8 @@ MODEL_STAGES: tuple[str, ...] = ("load", "forward", "backward", "compile", "nume
 FULL_STAGES: tuple[str, ...] = ("load", "forward", "backward")
 #: The unit tier's one stage (an op replayed on the device against the CPU).
 UNIT_STAGES: tuple[str, ...] = ("op",)
+#: The upstream tier's stages (an op_db sample on the device against the CPU, then its gradients).
+UPSTREAM_STAGES: tuple[str, ...] = ("forward", "backward")
 
 
 def stage_order(stage: str) -> int:

@@ -1,4 +1,5 @@
-"""The nightly job: every tier into one directory, then the HTML report and the baseline comparison.
+"""The nightly job: every tier (unit, representative, full, upstream) into one directory, then the HTML
+report and the baseline comparison.
 
 Why: what users run every night must be one command that always ends with a complete, comparable
 result. Each tier runs into DIR/<tier>/ (a resumable run directory, all sharing one run id), a
@@ -75,7 +76,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
     config = load_config(opts.quick, opts.config_path)
     run_id = _run_id(out)
     tiers: dict[str, Any] = {}
-    for name in config.get("tiers", ["unit", "representative", "full"]):
+    for name in config.get("tiers", ["unit", "representative", "full", "upstream"]):
         tcfg = config.get(name, {})
         try:
             tier = load_tier(name)
@@ -89,6 +90,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
                                   models=models,
                                   limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=timeout, max_cases=max_cases),
                                   run_id=run_id, progress=opts.progress,
+                                  tier_options={k: tcfg[k] for k in ("ops", "dtypes") if k in tcfg},
                                   meta={"nightly": "quick" if opts.quick else "full"})
             tiers[tier.name] = run_tier(run_opts)
         except Exception as exc:  # noqa: BLE001 - one tier that cannot run must not lose the others

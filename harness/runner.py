@@ -134,7 +134,8 @@ def outcome_rows(record: dict[str, Any], run_id: str, backend: str | None = None
     names = [s["stage"] for s in out.stages]
     totals_on = "on_device" if "on_device" in names else (names[-1] if names else None)
     model_id = info.get("model_id") or (out.model_ids[0] if out.model_ids else None)
-    extra = {k: info[k] for k in ("model_type", "architecture", "parameters", "signature") if info.get(k)}
+    extra = {k: info[k] for k in ("model_type", "architecture", "parameters", "signature", "family") if info.get(k)}
+    labels = {k: info.get(k) for k in ("op", "dtype", "variant", "sample")}  # upstream tier: the OpInfo sample
     extra.update({"case_status": out.status, "worker": out.worker, "case_seconds": out.seconds})
     rows = []
     for n, st in enumerate(out.stages):
@@ -145,7 +146,8 @@ def outcome_rows(record: dict[str, Any], run_id: str, backend: str | None = None
             "message": st.get("message"), "failing_op": st.get("failing_op"), "seconds": st.get("seconds"),
             "model_id": model_id, "model_ids": list(out.model_ids), "weight": out.weight,
             "peak_memory_bytes": out.peak_memory_bytes, "traits": info.get("traits"), "metrics": metrics,
-            "extra": extra, "blame": st.get("blame") or None, "blame_evidence": st.get("blame_evidence") or None,
+            "extra": extra, **labels, "blame": st.get("blame") or None,
+            "blame_evidence": st.get("blame_evidence") or None,
         }
         if "fallback_count" in metrics or "fallback_ops" in metrics:
             row["fallback_count"] = metrics.pop("fallback_count", None)

@@ -3,7 +3,7 @@
 Why: the runner, the worker processes and the executors know nothing about models or op
 registries; they schedule `Case`s of a tier and get back a `CaseOutcome`. A tier is any object with
 
-    name: str                      # "unit", "representative", "full", or your own
+    name: str                      # "unit", "representative", "full", "upstream", or your own
     stages: tuple[str, ...]        # the stages each case reports (rows per case)
     chunk_size: int                # cases sent to a worker at once (1 for models)
     timeout: float                 # optional: default seconds per case (and per chunk)
@@ -28,9 +28,9 @@ from typing import Any, Iterable
 from contracts.backends import get_backend
 from contracts.records import Case, CaseOutcome, ModelCheck, ModelSpec, StageResult
 from contracts.settings import TIER_LIMITS
-from contracts.status import FULL_STAGES, MODEL_STAGES, Status, UNIT_STAGES, stage_order
+from contracts.status import FULL_STAGES, MODEL_STAGES, Status, UNIT_STAGES, UPSTREAM_STAGES, stage_order
 
-BUILTIN_TIERS = ("unit", "representative", "full")
+BUILTIN_TIERS = ("unit", "representative", "full", "upstream")
 
 
 @dataclass
@@ -49,7 +49,8 @@ class TierInputs:
 def load_tier(ref: str) -> Any:
     """Resolve a `--tier` value to a tier object (see the module docstring)."""
     if ref in BUILTIN_TIERS:
-        return {"unit": UnitTier, "representative": RepresentativeTier, "full": FullTier}[ref]()
+        return {"unit": UnitTier, "representative": RepresentativeTier, "full": FullTier,
+                "upstream": UpstreamTier}[ref]()
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"unknown tier {ref!r}: use {', '.join(BUILTIN_TIERS)} or MODULE:ATTR")
@@ -103,12 +104,13 @@ def failure_outcome(case: Case, stages: Iterable[str], status: Status | str, rea
     """A case that did not report (hang, crash, OOM, exception): every stage gets `status`.
 
     Which stage was running when the worker died is not known, so no stage is claimed to pass.
+    The case's labels (``payload["info"]``: model type, upstream op and dtype...) stay on the rows.
     """
     status = Status(status).value
     rows = [StageResult(stage=s, status=status, reason=reason, error_class=error_class, message=message,
                         seconds=seconds).to_dict() for s in (list(stages) or ["case"])]
     return CaseOutcome(case_id=case.case_id, tier=case.tier, stages=rows, model_ids=list(case.model_ids),
-                       weight=float(case.weight), seconds=seconds)
+                       weight=float(case.weight), seconds=seconds, info=dict(case.payload.get("info") or {}))
 
 
 # ------------------------------------------------------------------------------ built-in tiers
@@ -218,3 +220,39 @@ class FullTier:
     def execute(self, case: Case, backend: str) -> CaseOutcome:
         return run_model_check(case, backend, self.stages)
 
+
+
+class UpstreamTier:
+    """PyTorch's op_db OpInfo samples, every CPU dtype, forward and backward (registry.upstream).
+
+    Options (``--ops``, ``--dtypes``): comma-separated OpInfo name globs and dtype names."""
+
+    name = "upstream"
+    stages = UPSTREAM_STAGES
+    chunk_size = 32
+    timeout = TIER_LIMITS["upstream"].timeout  # per case, and per chunk of 32 (a sample takes milliseconds)
+    max_cases_per_worker = TIER_LIMITS["upstream"].max_cases_per_worker  # a restart imports torch and op_db
+
+    def setup(self, backend: str) -> None:
+        from registry.upstream import worker
+
+        worker.context(backend)
+
+    def cases(self, inputs: TierInputs) -> list[Case]:
+        from registry.upstream import listing
+
+        opts = inputs.options
+        dtypes = opts.get("dtypes")
+        if isinstance(dtypes, str):
+            dtypes = [d for d in dtypes.split(",") if d.strip()]
+        groups = listing.list_groups(opts.get("ops"), dtypes, workers=int(opts.get("workers", 1) or 1),
+                                     progress=bool(opts.get("progress", True)))
+        return listing.to_cases(groups)
+
+    def execute(self, case: Case, backend: str) -> Any:
+        return self.execute_many([case], backend)[0]
+
+    def execute_many(self, cases: list[Case], backend: str) -> list[Any]:
+        from registry.upstream import worker
+
+        return worker.execute_many([(c.case_id, c.payload) for c in cases], backend)

@@ -36,7 +36,8 @@ def build_report(rundir: str | Path, baseline: str | Path | None = None, use_bas
     results = read_results(rundir)
     cov = summarize(results, read_table(rundir, "per_op"))
     groups = _failure_groups(rundir, results)
-    html = write_report(rundir, comparison, note, history=history, out=out, coverage=cov, failure_groups=groups)
+    html = write_report(rundir, comparison, note, history=history, out=out, coverage=cov, failure_groups=groups,
+                        results=results)
     junit = write_junit(results, rundir)
     return {
         "report_html": str(html), "junit": {t: str(p) for t, p in junit.items()}, "run_ids": cov.run_ids,

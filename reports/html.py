@@ -1,8 +1,9 @@
 """One static HTML report per run: opens from disk with no server and no network.
 
 Tables and inline SVG plots (reports.plots): pass rates per tier and stage over the last runs,
-coverage levels with their denominators, top fallback ops, coverage by trait, failures by probable
-root cause (reports.failure_groups), and the new failures since the baseline. The page is rendered from reports/data/report.html.jinja.
+coverage levels with their denominators, top fallback ops, coverage by trait, the upstream tier's
+op_db breakdown (reports.upstream), failures by probable root cause (reports.failure_groups), and
+the new failures since the baseline. The page is rendered from reports/data/report.html.jinja.
 
 Usage::
 
@@ -23,7 +24,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from contracts.status import STATUS_VALUES, Verdict
-from reports import plots
+from reports import plots, upstream
 from reports.compare import Comparison
 from reports.coverage import BLAME_KEYS, Coverage, fmt_rate, levels, summarize
 from reports.history import load_history
@@ -67,14 +68,20 @@ def _tier_totals(cov: Coverage) -> list[dict[str, Any]]:
 
 def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
                   history: int = 10, coverage: Coverage | None = None,
-                  failure_groups: dict[str, Any] | None = None) -> dict[str, Any]:
-    """failure_groups: reports.failure_groups.write_failure_groups's result (None: section left out)."""
+                  failure_groups: dict[str, Any] | None = None, results: pd.DataFrame | None = None
+                  ) -> dict[str, Any]:
+    """failure_groups: reports.failure_groups.write_failure_groups's result (None: section left out);
+    results: the run's results table when the caller has read it already."""
     run_dir = Path(run_dir)
-    cov = coverage or summarize(read_table(run_dir, "results"), read_table(run_dir, "per_op"))
+    if results is None:
+        results = read_table(run_dir, "results")
+    cov = coverage or summarize(results, read_table(run_dir, "per_op"))
     points = load_history(run_dir, limit=history)
     traits = sorted(cov.traits, key=lambda t: (t.tier, t.trait, -t.models, t.value))
+    up = upstream.summarize(results)
     svgs = {"history": plots.history_svg(points), "levels": plots.levels_svg(cov.levels),
-            "fallbacks": plots.fallback_svg(cov.top_fallback_ops)}
+            "fallbacks": plots.fallback_svg(cov.top_fallback_ops),
+            "upstream_heatmap": plots.heatmap_svg(up.heatmap) if up else None}
     new_failures = sorted(comparison.of(Verdict.FAIL), key=lambda v: (v.blame or "") not in ("", "backend")) \
         if comparison else []  # the backend's (and unjudged) regressions first
     blame_rows: dict[tuple[str, str], dict[str, int]] = {}
@@ -89,7 +96,8 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
         "comparison": comparison, "baseline_note": baseline_note,
         "new_failures": new_failures[:MAX_ROWS], "new_failures_left_off": max(0, len(new_failures) - MAX_ROWS),
         "improved": comparison.of(Verdict.IMPROVED)[:MAX_ROWS] if comparison else [],
-        "levels": levels(), "blame_keys": list(BLAME_KEYS), "blame_rows": blame_rows,
+        "levels": levels(), "upstream": up, "skip_reasons": upstream.SKIP_REASONS,
+        "blame_keys": list(BLAME_KEYS), "blame_rows": blame_rows,
         "gating_blames": ("", "backend") if (comparison is None or comparison.gate == "backend")
         else tuple(BLAME_KEYS) + ("",),
         "failure_groups": failure_groups, "failure_group_rows": (failure_groups or {}).get("groups", [])[:MAX_ROWS],
@@ -103,10 +111,10 @@ def render(context: dict[str, Any]) -> str:
 
 def write_report(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
                  history: int = 10, out: str | os.PathLike | None = None, coverage: Coverage | None = None,
-                 failure_groups: dict[str, Any] | None = None) -> Path:
+                 failure_groups: dict[str, Any] | None = None, results: pd.DataFrame | None = None) -> Path:
     """Render run_dir's report to out (default RUNDIR/report.html), atomically."""
     path = Path(out) if out else Path(run_dir) / "report.html"
-    html = render(build_context(run_dir, comparison, baseline_note, history, coverage, failure_groups))
+    html = render(build_context(run_dir, comparison, baseline_note, history, coverage, failure_groups, results))
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, path)

@@ -95,3 +95,27 @@ def fallback_svg(top_ops: list[dict]) -> str | None:
     ax.set_xlabel("models blocked")
     ax.xaxis.get_major_locator().set_params(integer=True)
     return _svg(fig)
+
+
+@_styled
+def heatmap_svg(grid: dict) -> str | None:
+    """Native pass rate per op family (rows) and dtype (columns); empty cells: no sample CPU can run."""
+    families, dtypes = grid.get("families") or [], grid.get("dtypes") or []
+    if not families or not dtypes:
+        return None
+    import numpy as np
+
+    rate = np.array([[np.nan if v is None else 100.0 * v for v in row] for row in grid["rate"]], dtype=float)
+    fig = Figure(figsize=(0.62 * len(dtypes) + 2.6, 0.3 * len(families) + 1.4))
+    ax = fig.subplots()
+    cmap = matplotlib.colormaps["RdYlGn"].copy()
+    cmap.set_bad("#eeeeee")
+    image = ax.imshow(np.ma.masked_invalid(rate), cmap=cmap, vmin=0, vmax=100, aspect="auto")
+    ax.set_xticks(range(len(dtypes)), dtypes, rotation=60, ha="right")
+    ax.set_yticks(range(len(families)), families)
+    for i, row in enumerate(grid["n"]):
+        for j, n in enumerate(row):
+            if n:
+                ax.text(j, i, f"{rate[i, j]:.0f}", ha="center", va="center", fontsize=6.5, color="#1d2330")
+    fig.colorbar(image, ax=ax, label="% native pass (forward)", shrink=0.8)
+    return _svg(fig)

@@ -7,7 +7,8 @@ harness installed:
     runs.parquet       one row per run: what ran, where, with which versions
     results.parquet    one row per (tier, case, stage): the outcome, with its reason and metrics
     fallbacks.parquet  one row per (case, op, shapes/dtypes, reason, frame): CPU fallback events
-    per_op.parquet     one row per (tier, op): native and fallback calls, models / downloads blocked
+    per_op.parquet     one row per (tier, op): native and fallback calls, models / downloads blocked;
+                       for the upstream tier also one row per (OpInfo, dtype): native / fallback / failing samples
 
 The columns of results and fallbacks are the fields of contracts.records.ResultRow and FallbackRow
 (one definition, with each column's documentation); runs and per_op are the report's own tables.
@@ -116,6 +117,16 @@ PER_OP = Table("per_op", "One row per (tier, op): how often it ran natively or f
            "of all models of the tier (null when the tier has no weight)."),
     Column("models_total", pa.int64(), "Denominator: models of the tier."),
     Column("weight_total", pa.float64(), "Denominator: summed downloads of the tier's models."),
+    Column("dtype", pa.string(), "Upstream tier: the dtype of an OpInfo row (op is then the OpInfo name, not an "
+           "op overload); null on op-overload rows."),
+    Column("variant", pa.string(), "Upstream tier: the OpInfo variant of an OpInfo row (\"\" for the op itself)."),
+    Column("cases_native", pa.int64(), "Upstream OpInfo rows: samples that passed on the device with no fallback."),
+    Column("cases_fallback", pa.int64(), "Upstream OpInfo rows: samples that matched only through a CPU fallback "
+           "(no-native-lowering)."),
+    Column("cases_failed", pa.int64(), "Upstream OpInfo rows: samples with a failing stage (fail, error, timeout, "
+           "oom, crash)."),
+    Column("cases_skipped", pa.int64(), "Upstream OpInfo rows: samples skipped for another reason (PyTorch's "
+           "applicability, backend-unsupported, reference-error)."),
 ))
 
 TABLES: dict[str, Table] = {t.name: t for t in (RUNS, RESULTS, FALLBACKS, PER_OP)}

@@ -213,7 +213,36 @@ def _per_op_rows(run_id: str, raw_rows: list[dict[str, Any]], results: list[dict
                     "fallback_calls": fell.get((tier, op), 0), "cases_blocked": len(ids),
                     "models_blocked": models, "models_total": int(n_total), "weight_total": float(w_total),
                     "download_share_blocked": weight / w_total if w_total else None})
-    return out
+    return out + _opinfo_rows(run_id, results)
+
+
+_FAILING = {Status.FAIL.value, Status.ERROR.value, Status.TIMEOUT.value, Status.OOM.value, Status.CRASH.value}
+
+
+def _opinfo_rows(run_id: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Upstream tier: per (OpInfo, variant, dtype), its samples by how they ran (a sample is failed
+    if a stage failed, else fallback if a stage matched only through a CPU fallback, else native
+    if a stage passed, else skipped)."""
+    verdict: dict[tuple[str, str, str, str, str], str] = {}
+    rank = {"skipped": 0, "native": 1, "fallback": 2, "failed": 3}
+    for r in results:
+        if r.get("op") is None or r.get("dtype") is None:
+            continue
+        status = r["status"]
+        v = ("failed" if status in _FAILING else "native" if status == Status.PASS.value
+             else "fallback" if r.get("reason") == "no-native-lowering" else "skipped")
+        key = (r["tier"], str(r["op"]), str(r.get("variant") or ""), str(r["dtype"]), r["case_id"])
+        if rank[v] > rank.get(verdict.get(key, "skipped"), 0) or key not in verdict:
+            verdict[key] = v
+    counts: dict[tuple[str, str, str, str], dict[str, int]] = {}
+    for (tier, op, variant, dtype, _), v in verdict.items():
+        c = counts.setdefault((tier, op, variant, dtype), {"native": 0, "fallback": 0, "failed": 0, "skipped": 0})
+        c[v] += 1
+    return [{"run_id": run_id, "tier": tier, "op": op, "variant": variant, "dtype": dtype,
+             "cases_native": c["native"], "cases_fallback": c["fallback"], "cases_failed": c["failed"],
+             "cases_skipped": c["skipped"], "native_calls": None, "fallback_calls": None, "cases_blocked": None,
+             "models_blocked": None, "models_total": None, "weight_total": None, "download_share_blocked": None}
+            for (tier, op, variant, dtype), c in sorted(counts.items())]
 
 
 def _timestamp(value: Any) -> dt.datetime | None:

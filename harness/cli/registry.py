@@ -1,4 +1,5 @@
-"""`harness registry`: build, import and export the shape registry; manage unit-tier expectations."""
+"""`harness registry`: build, import and export the shape registry; manage unit-tier expectations
+and the upstream tier's skip list."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-HELP = "Shape registry: regenerate from models, import/export op logs, export tests, expectations."
+HELP = "Shape registry: regenerate from models, import/export op logs, export tests, expectations, upstream skips."
 
 EPILOG = """examples:
   harness registry regenerate --json                                    # the offline catalog's representatives
@@ -18,6 +19,8 @@ EPILOG = """examples:
   harness registry export-tests repro/ --op aten.addmm.default --registry ops.parquet
   harness registry expectations update runs/u1 --backend neuron        # rewrite the known failures
   harness registry expectations check runs/u1 --json                    # PASS/XFAIL/FAIL/IMPROVED counts
+  harness registry upstream-skips update runs/up --backend neuron       # rewrite the upstream tier's skip list
+  harness registry upstream-skips check runs/up --json                  # a run against the skip list
 """
 
 
@@ -68,6 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("rundir", metavar="RUNDIR")
     p.add_argument("--backend", default="neuron")
     p.add_argument("--file", metavar="PATH", help="expectations file (default: registry/expectations/BACKEND.yaml)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("upstream-skips", help="the upstream tier's skip list (rewrite it from a run, or check a run)")
+    p.add_argument("action", choices=("update", "check"))
+    p.add_argument("rundir", metavar="RUNDIR", help="a run of `harness run --tier upstream` (or a nightly dir)")
+    p.add_argument("--backend", default="neuron")
+    p.add_argument("--file", metavar="PATH", help="skip list (default: $HARNESS_UPSTREAM_SKIPS, else "
+                   "registry/data/upstream_skips/BACKEND.yaml)")
     p.add_argument("--json", action="store_true")
 
 
@@ -170,11 +181,39 @@ def _expectations(args: argparse.Namespace) -> int:
     return 1 if summary["new_failures"] else 0
 
 
+def _upstream_skips(args: argparse.Namespace) -> int:
+    from registry.upstream import skiplist
+
+    try:
+        if args.action == "update":
+            summary = skiplist.update_from_run(args.rundir, args.backend, args.file)
+            text = (f"{summary['skipped_groups']} skipped (op, dtype) groups, {summary['expected_failures']} expected "
+                    f"failures -> {summary['path']} (groups +{len(summary['groups_added'])} / "
+                    f"-{len(summary['groups_removed'])}, failures +{len(summary['failures_added'])} / "
+                    f"-{len(summary['failures_removed'])})")
+            _emit(args, summary, text)
+            return 0
+        summary = skiplist.check_run(args.rundir, args.backend, args.file)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = " ".join(f"{k}={v}" for k, v in summary["labels"].items())
+    if summary["new_failures_total"]:
+        text += f"\nnew failures: {summary['new_failures_total']}"
+    if summary["improved_total"] or summary["skips_changed_total"]:
+        text += (f"\nIMPROVED: {summary['improved_total']}, skip counts changed for {summary['skips_changed_total']} "
+                 f"(op, dtype) groups (update with: harness registry upstream-skips update {args.rundir} "
+                 f"--backend {args.backend})")
+    _emit(args, summary, text)
+    return 1 if summary["new_failures_total"] else 0
+
+
 def run(args: argparse.Namespace) -> int:
     handlers = {"regenerate": _regenerate, "import": _import, "export": _export,
-                "export-tests": _export_tests, "expectations": _expectations}
+                "export-tests": _export_tests, "expectations": _expectations, "upstream-skips": _upstream_skips}
     handler = handlers.get(args.registry_command or "")
     if handler is None:
-        print("usage: harness registry {regenerate,import,export,export-tests,expectations} ... (see --help)", file=sys.stderr)
+        print("usage: harness registry {regenerate,import,export,export-tests,expectations,upstream-skips} ... "
+              "(see --help)", file=sys.stderr)
         return 2
     return handler(args)

@@ -1,4 +1,4 @@
-"""`harness run`: run one tier (unit, representative, full) into a resumable run directory."""
+"""`harness run`: run one tier (unit, representative, full, upstream) into a resumable run directory."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ EPILOG = """examples:
   harness run --tier full --models crawl/ --shard 2/4 --out runs/f1-2    # a crawl store, shard 2 of 4
   harness run --tier full --models ../shared/data/hub/hub_models.jsonl.gz --out runs/hub
   harness run --tier full --executor ray --ray-address ray://head:10001 --workers 64 --out runs/f1
+  harness run --tier upstream --ops 'add,nn.functional.*' --dtypes float32,bfloat16 --out runs/up1
+  harness run --tier upstream --shard 1/2 --out runs/up-1                # op_db x every CPU dtype, half of it
   harness run --tier mypkg.tiers:SMOKE --out runs/s1                     # a tier plug-in MODULE:ATTR
 
 Run the same command again with the same --out to continue a run that was killed: finished cases
@@ -64,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--tier", required=True, metavar="TIER",
-                        help="unit | representative | full | MODULE:ATTR (a tier plug-in)")
+                        help="unit | representative | full | upstream | MODULE:ATTR (a tier plug-in)")
     parser.add_argument("--out", required=True, metavar="RUNDIR", help="run directory (created or continued)")
     parser.add_argument("--shard", metavar="I/N", help="run only shard I of N (1-based), e.g. for a CI matrix")
     parser.add_argument("--registry", metavar="PATH", help="unit tier: the shape registry (default: the bundled one)")
@@ -72,6 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="representative: a selection dir (harness select --in); full: a crawl store dir "
                              "or a snapshot .jsonl[.gz] (default: the offline catalog)")
     parser.add_argument("--limit", type=int, metavar="N", help="run only the tier's first N cases")
+    parser.add_argument("--ops", metavar="PATTERN", help="upstream tier: OpInfo names to run, comma-separated globs "
+                        "matching the name or name.variant (e.g. 'add,nn.functional.*'; default: all of op_db)")
+    parser.add_argument("--dtypes", metavar="LIST", help="upstream tier: dtypes to run, e.g. float32,bfloat16 "
+                        "(default: every dtype each OpInfo declares for the CPU)")
     add_common(parser)
 
 
@@ -83,6 +89,14 @@ def limits_from(args: argparse.Namespace, tier) -> "WorkerLimits":  # noqa: F821
     return WorkerLimits(timeout=timeout, memory_bytes=args.memory_limit, max_cases=max_cases)
 
 
+def tier_options(args: argparse.Namespace) -> dict:
+    """Flags a tier reads from TierInputs.options (the upstream tier's op and dtype selection)."""
+    opts = {k: getattr(args, k) for k in ("ops", "dtypes") if getattr(args, k, None)}
+    if opts and args.tier != "upstream" and ":" not in args.tier:
+        raise ValueError(f"--ops/--dtypes select op_db samples: they apply to --tier upstream, not {args.tier!r}")
+    return opts
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.runner import RunDirMismatch, RunOptions, parse_shard, run_tier
     from harness.tiers import load_tier
@@ -90,13 +104,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         shard = parse_shard(args.shard)
         tier = load_tier(args.tier)
+        options = tier_options(args)
     except ValueError as exc:
         print(f"harness run: {exc}", file=sys.stderr)
         return 2
     opts = RunOptions(tier=args.tier, out=args.out, backend=args.backend, shard=shard, workers=args.workers,
                       executor=args.executor, ray_address=args.ray_address, registry=args.registry,
                       models=args.models, limit=args.limit, limits=limits_from(args, tier),
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, tier_options=options)
     try:
         summary = run_tier(opts)
     except (RunDirMismatch, FileNotFoundError, ValueError, RuntimeError) as exc:

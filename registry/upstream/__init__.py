@@ -1,0 +1,1 @@
+"""The upstream tier: PyTorch's own op_db OpInfo samples, every CPU dtype, against the backend."""

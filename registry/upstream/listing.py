@@ -1,0 +1,300 @@
+"""List the upstream tier's cases: one per op_db OpInfo x CPU dtype x sample, with stable ids.
+
+Listing means generating every sample once (to count them and fingerprint their shapes). It runs
+in child processes (``python -m registry.upstream.listing``), a chunk of ops each, so a sample
+generator that crashes or hangs cannot take the runner down: the chunk is re-run one op per
+process and the op that kills it gets crash rows. What was listed is cached as JSON lines under
+``$HARNESS_CACHE_DIR/upstream/`` keyed by the torch and numpy versions and this package's code,
+so a nightly lists in seconds; workers regenerate the samples they run from the same seeds
+(no tensor is ever written to disk or unpickled).
+
+    groups = list_groups("add,mm", dtypes=["float32"], workers=2)
+    cases = to_cases(groups)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from registry.upstream.reasons import UpstreamSkip
+
+ROOT = Path(__file__).resolve().parents[2]
+TIER = "upstream"
+_CHUNK_OPS = 25
+_CHILD_TIMEOUT = 900.0
+
+
+@dataclass
+class Group:
+    """One (op, variant, dtype): its samples' fingerprints, or why it has none."""
+
+    op: str
+    variant: str
+    dtype: str
+    family: str = "other"
+    hashes: list[str] | None = None  # one per sample, in sample order
+    status: str = ""  # "" (listed) | "skipped" | "crash" | "timeout"
+    reason: str = ""  # an UpstreamSkip value for skipped groups, the death for crash/timeout
+    message: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.op, self.variant, self.dtype)
+
+
+# ------------------------------------------------------------------------------------ child side
+
+def _child(names: list[list[str]], dtypes: list[str] | None) -> None:
+    """Print one JSON line per op ("begin": every dtype it declares) and per group it lists,
+    flushed, so a crash keeps what was done."""
+    from registry.upstream import execute, opinfos
+
+    execute.quiet()
+    wanted = set(dtypes) if dtypes else None
+    for name, variant in names:
+        op = opinfos.find(name, variant)
+        fam = opinfos.family(op)
+        cpu = [opinfos.dtype_name(d) for d in opinfos.cpu_dtypes(op)]
+        elsewhere = [opinfos.dtype_name(d) for d in opinfos.reference_only_elsewhere(op)]
+        todo = [d for d in cpu if wanted is None or d in wanted]
+        print(json.dumps({"begin": [name, variant], "dtypes": sorted(cpu + elsewhere), "todo": todo}), flush=True)
+        for d in elsewhere:
+            if wanted is None or d in wanted:
+                g = Group(name, variant, d, fam, status="skipped", reason=UpstreamSkip.PYTORCH_APPLICABILITY.value,
+                          message="op_db declares this dtype for CUDA but not for the CPU reference")
+                print(json.dumps(asdict(g)), flush=True)
+        for d in todo:
+            g = Group(name, variant, d, fam)
+            try:
+                g.hashes = [opinfos.fingerprint(s) for s in opinfos.generate_samples(op, opinfos.parse_dtype(d))]
+            except Exception as exc:  # noqa: BLE001 - the sample generator itself failed
+                g.status, g.reason = "skipped", UpstreamSkip.REFERENCE_ERROR.value
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                g.message = f"sample generation raised {type(exc).__name__}: {first}"
+            print(json.dumps(asdict(g)), flush=True)
+
+
+# ----------------------------------------------------------------------------------- parent side
+
+def _env() -> dict[str, str]:
+    # PYTHONHASHSEED: a sample generator iterating a set must list the same samples in every process
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+            "PYTHONHASHSEED": "0", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+
+
+def _run_child(names: list[list[str]], dtypes: list[str] | None, timeout: float) -> tuple[list[dict], str | None]:
+    spec = json.dumps({"names": names, "dtypes": dtypes})
+    cmd = [sys.executable, "-W", "ignore", "-m", "registry.upstream.listing", "--child"]
+    try:
+        proc = subprocess.run(cmd, input=spec, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT)
+        out, failure = proc.stdout, None if proc.returncode == 0 else _death(proc.returncode, proc.stderr)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        failure = "timeout"
+    lines = []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            try:
+                lines.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut by the death of the child
+    return lines, failure
+
+
+def _death(code: int, stderr: str) -> str:
+    import signal
+
+    tail = " | ".join((stderr or "").strip().splitlines()[-3:])[:300]
+    if code < 0:
+        try:
+            return f"{signal.Signals(-code).name}: {tail}"
+        except ValueError:
+            pass
+    return f"exit code {code}: {tail}"
+
+
+@dataclass
+class _Listed:
+    groups: list[Group] = field(default_factory=list)
+    op_dtypes: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # every dtype each op declares
+    names: list[list[str]] | None = None  # [name, variant] of every OpInfo of op_db
+
+
+def _chunk(names: list[list[str]], dtypes: list[str] | None, timeout: float) -> _Listed:
+    """List a chunk of ops. After a death, the ops not finished are listed again one per process;
+    an op that kills its own process gets crash (or timeout) groups for the dtypes not listed."""
+    lines, failure = _run_child(names, dtypes, timeout)
+    out = _Listed([Group(**d) for d in lines if "begin" not in d],
+                  {tuple(d["begin"]): d["dtypes"] for d in lines if "begin" in d})
+    if failure is None:
+        return out
+    begun = [tuple(d["begin"]) for d in lines if "begin" in d]
+    if len(names) == 1:
+        todo = next((d["todo"] for d in lines if "begin" in d), [])
+        finished = {g.dtype for g in out.groups}
+        status = "timeout" if failure == "timeout" else "crash"
+        for d in todo:
+            if d not in finished:
+                out.groups.append(Group(names[0][0], names[0][1], d, status=status,
+                                        reason=f"sample generation: {failure}"[:300],
+                                        message=f"listing the op's samples killed its process ({failure})"[:300]))
+        return out
+    complete = set(begun[:-1])  # ops run one after the other: every op begun before the last one finished
+    out.groups = [g for g in out.groups if (g.op, g.variant) in complete]
+    for n in names:
+        if tuple(n) not in complete:
+            more = _chunk([n], dtypes, timeout)
+            out.groups.extend(more.groups)
+            out.op_dtypes.update(more.op_dtypes)
+    return out
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("HARNESS_CACHE_DIR")
+    if env:
+        return Path(env) / "upstream"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("neuron-coverage-harness")) / "upstream"
+
+
+def cache_key() -> str:
+    """Versions that decide the samples: torch, numpy and the code that generates and fingerprints."""
+    from importlib import metadata
+
+    here = Path(__file__).resolve().parent
+    code = b"".join((here / f).read_bytes() for f in ("opinfos.py", "listing.py"))
+    parts = [metadata.version("torch"), metadata.version("numpy"), hashlib.sha1(code).hexdigest()[:12]]
+    return hashlib.sha1("/".join(parts).encode()).hexdigest()[:16]
+
+
+def _read_cache(path: Path) -> _Listed:
+    out = _Listed()
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            d = json.loads(line)
+            if "names" in d:
+                out.names = [list(n) for n in d["names"]]
+            elif "begin" in d:
+                out.op_dtypes[tuple(d["begin"])] = list(d["dtypes"])
+            else:
+                out.groups.append(Group(**d))
+        except (ValueError, TypeError, KeyError):
+            continue  # a damaged line: that group is listed again
+    return out
+
+
+def _append_cache(path: Path, listed: _Listed) -> None:
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # two runs listing at once append whole lines
+        if listed.names is not None:
+            fh.write(json.dumps({"names": listed.names}) + "\n")
+        for key, dts in listed.op_dtypes.items():
+            fh.write(json.dumps({"begin": list(key), "dtypes": dts}) + "\n")
+        for g in listed.groups:
+            if g.status in ("", "skipped"):  # a crash is listed again next time
+                fh.write(json.dumps(asdict(g)) + "\n")
+
+
+def _all_names() -> list[list[str]]:
+    """[name, variant] of every OpInfo, op_db order (in a child: the runner never imports op_db)."""
+    code = ("import json; from registry.upstream.opinfos import op_db; "
+            "print(json.dumps([[o.name, o.variant_test_name] for o in op_db()]))")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
+                          env=_env(), cwd=ROOT, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cannot read op_db: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def list_groups(ops: str | None = None, dtypes: Iterable[str] | None = None, workers: int = 1,
+                use_cache: bool = True, progress: bool = False) -> list[Group]:
+    """Every (op, variant, dtype) group of the selection, in op_db order, dtypes by name."""
+    wanted = sorted({d.strip().removeprefix("torch.") for d in dtypes if d.strip()}) if dtypes else None
+    from registry.upstream.opinfos import matches
+
+    path = cache_dir() / f"listing-{cache_key()}.jsonl"
+    listed = _read_cache(path) if use_cache else _Listed()
+    if listed.names is None:
+        listed.names = _all_names()
+        if use_cache:
+            _append_cache(path, _Listed(names=listed.names))
+    names = [n for n in listed.names if matches(n[0], n[1], ops)]
+    have = {g.key for g in listed.groups}
+
+    def missing(n: list[str]) -> bool:
+        declared = listed.op_dtypes.get((n[0], n[1]))
+        return declared is None or any((n[0], n[1], d) not in have for d in declared if wanted is None or d in wanted)
+
+    todo = [n for n in names if missing(n)]
+    if todo:
+        parts = [todo[i:i + _CHUNK_OPS] for i in range(0, len(todo), _CHUNK_OPS)]
+        t0, done = time.monotonic(), 0
+        fresh = _Listed()
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for part, got in zip(parts, pool.map(lambda p: _chunk(p, wanted, _CHILD_TIMEOUT), parts)):
+                fresh.groups.extend(got.groups)
+                fresh.op_dtypes.update(got.op_dtypes)
+                done += len(part)
+                if progress:
+                    print(f"upstream: listed the samples of {done}/{len(todo)} ops ({time.monotonic() - t0:.0f}s)",
+                          file=sys.stderr, flush=True)
+        if use_cache:
+            _append_cache(path, fresh)
+        listed.groups.extend(fresh.groups)
+    by_op: dict[tuple[str, str], dict[str, Group]] = {}
+    for g in listed.groups:  # later lines win: a group listed again replaces the cached one
+        by_op.setdefault((g.op, g.variant), {})[g.dtype] = g
+    out = []
+    for name, variant in names:
+        mine = by_op.get((name, variant), {})
+        out.extend(mine[d] for d in sorted(mine) if wanted is None or d in wanted)
+    return out
+
+
+def to_cases(groups: Iterable[Group]) -> list[Any]:
+    """Groups -> runner Cases: one per sample, one per group without samples."""
+    from harness.specs import Case
+    from registry.upstream.opinfos import case_id
+
+    cases = []
+    for g in groups:
+        base = {"op": g.op, "variant": g.variant, "dtype": g.dtype, "family": g.family}
+        if g.hashes is None or g.status:
+            payload = {**base, "sample": None, "hash": None, "info": {**base, "sample": None},
+                       "listing": {"status": g.status or "skipped", "reason": g.reason, "message": g.message}}
+            cases.append(Case(case_id(g.op, g.variant, g.dtype, None, None), TIER, payload))
+            continue
+        for i, h in enumerate(g.hashes):  # "info": the labels of the rows, even when a crash writes them
+            cases.append(Case(case_id(g.op, g.variant, g.dtype, i, h), TIER,
+                              {**base, "sample": i, "hash": h, "info": {**base, "sample": i}}))
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="list op_db samples (child process of the upstream tier)")
+    parser.add_argument("--child", action="store_true")
+    args = parser.parse_args(argv)
+    if args.child:
+        spec = json.loads(sys.stdin.read())
+        _child(spec["names"], spec.get("dtypes"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
