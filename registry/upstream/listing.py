@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -65,7 +65,10 @@ def _child(names: list[list[str]], dtypes: list[str] | None) -> None:
         op = opinfos.find(name, variant)
         fam = opinfos.family(op)
         cpu = [opinfos.dtype_name(d) for d in opinfos.cpu_dtypes(op)]
-        elsewhere = [opinfos.dtype_name(d) for d in opinfos.reference_only_elsewhere(op)]
+        try:
+            elsewhere = [opinfos.dtype_name(d) for d in opinfos.reference_only_elsewhere(op)]
+        except Exception:  # noqa: BLE001 - an OpInfo whose CUDA dtypes cannot be computed here
+            elsewhere = []
         todo = [d for d in cpu if wanted is None or d in wanted]
         print(json.dumps({"begin": [name, variant], "dtypes": sorted(cpu + elsewhere), "todo": todo}), flush=True)
         for d in elsewhere:
@@ -131,29 +134,32 @@ class _Listed:
 
 
 def _chunk(names: list[list[str]], dtypes: list[str] | None, timeout: float) -> _Listed:
-    """List a chunk of ops. After a death, the ops not finished are listed again one per process;
-    an op that kills its own process gets crash (or timeout) groups for the dtypes not listed."""
+    """List a chunk of ops in one child. Ops run one after the other and each announces itself,
+    so when the child dies the op in flight is the suspect: it is listed again alone (an op that
+    kills its own process gets crash, or timeout, groups for the dtypes not listed) and the ops
+    after it go on in a new child."""
     lines, failure = _run_child(names, dtypes, timeout)
     out = _Listed([Group(**d) for d in lines if "begin" not in d],
                   {tuple(d["begin"]): d["dtypes"] for d in lines if "begin" in d})
     if failure is None:
         return out
-    begun = [tuple(d["begin"]) for d in lines if "begin" in d]
+    begun = [d for d in lines if "begin" in d]
+    if not begun:  # died before the first op (the import): nothing to blame on an op
+        suspect, rest = names[0], names[1:]
+    else:
+        suspect = list(begun[-1]["begin"])
+        rest = names[[list(n) for n in names].index(suspect) + 1:]
+    out.groups = [g for g in out.groups if [g.op, g.variant] != suspect]
     if len(names) == 1:
-        todo = next((d["todo"] for d in lines if "begin" in d), [])
-        finished = {g.dtype for g in out.groups}
+        todo = begun[-1]["todo"] if begun else []
         status = "timeout" if failure == "timeout" else "crash"
         for d in todo:
-            if d not in finished:
-                out.groups.append(Group(names[0][0], names[0][1], d, status=status,
-                                        reason=f"sample generation: {failure}"[:300],
-                                        message=f"listing the op's samples killed its process ({failure})"[:300]))
+            out.groups.append(Group(suspect[0], suspect[1], d, status=status, reason=f"sample generation: {failure}"[:300],
+                                    message=f"listing the op's samples killed its process ({failure})"[:300]))
         return out
-    complete = set(begun[:-1])  # ops run one after the other: every op begun before the last one finished
-    out.groups = [g for g in out.groups if (g.op, g.variant) in complete]
-    for n in names:
-        if tuple(n) not in complete:
-            more = _chunk([n], dtypes, timeout)
+    for part in ([suspect], rest):
+        if part:
+            more = _chunk(part, dtypes, timeout)
             out.groups.extend(more.groups)
             out.op_dtypes.update(more.op_dtypes)
     return out
@@ -247,15 +253,17 @@ def list_groups(ops: str | None = None, dtypes: Iterable[str] | None = None, wor
         t0, done = time.monotonic(), 0
         fresh = _Listed()
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for part, got in zip(parts, pool.map(lambda p: _chunk(p, wanted, _CHILD_TIMEOUT), parts)):
+            futures = [pool.submit(_chunk, p, wanted, _CHILD_TIMEOUT) for p in parts]
+            for future in as_completed(futures):
+                got = future.result()
                 fresh.groups.extend(got.groups)
                 fresh.op_dtypes.update(got.op_dtypes)
-                done += len(part)
+                if use_cache:  # chunk by chunk: a listing killed half-way keeps what it listed
+                    _append_cache(path, got)
+                done += len(got.op_dtypes)
                 if progress:
                     print(f"upstream: listed the samples of {done}/{len(todo)} ops ({time.monotonic() - t0:.0f}s)",
                           file=sys.stderr, flush=True)
-        if use_cache:
-            _append_cache(path, fresh)
         listed.groups.extend(fresh.groups)
     by_op: dict[tuple[str, str], dict[str, Group]] = {}
     for g in listed.groups:  # later lines win: a group listed again replaces the cached one
