@@ -19,6 +19,7 @@ the environment.
 | HARNESS_BASELINE_DIR | baseline_dir | ./baseline |
 | HARNESS_CACHE_DIR | cache_dir | the user cache dir (platformdirs) / neuron-coverage-harness |
 | HARNESS_EXPECTATIONS | expectations | None (the bundled expectations of the backend) |
+| HARNESS_UPSTREAM_SKIPS | upstream_skips | None (the bundled upstream-tier skip list of the backend) |
 | HARNESS_BACKEND | backend | neuron (the pytest unit-tier suite) |
 | HARNESS_SHARED_DATA | shared_data | ../shared/data beside the checkout |
 | HARNESS_REPLAY_MAX_NUMEL | replay_max_numel | 262,144 elements per replayed case (registry.scaling) |
@@ -113,6 +114,10 @@ class Settings:
     @property
     def expectations(self) -> Path | None:
         return _path(self.env, "HARNESS_EXPECTATIONS")
+
+    @property
+    def upstream_skips(self) -> Path | None:
+        return _path(self.env, "HARNESS_UPSTREAM_SKIPS")
 
     @property
     def backend(self) -> str:

@@ -32,7 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from contracts.status import STATUS_VALUES, Blame, Status
+from contracts.status import FAILING_VALUES, STATUS_VALUES, Blame, Status
 from reports.schema import (FALLBACKS, META_SCHEMA_VERSION, PER_OP, RESULTS, RUNS, SCHEMA_VERSION, TABLES,
                             Table, column_names)
 
@@ -216,9 +216,6 @@ def _per_op_rows(run_id: str, raw_rows: list[dict[str, Any]], results: list[dict
     return out + _opinfo_rows(run_id, results)
 
 
-_FAILING = {Status.FAIL.value, Status.ERROR.value, Status.TIMEOUT.value, Status.OOM.value, Status.CRASH.value}
-
-
 def _opinfo_rows(run_id: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Upstream tier: per (OpInfo, variant, dtype), its samples by how they ran (a sample is failed
     if a stage failed, else fallback if a stage matched only through a CPU fallback, else native
@@ -229,7 +226,7 @@ def _opinfo_rows(run_id: str, results: list[dict[str, Any]]) -> list[dict[str, A
         if r.get("op") is None or r.get("dtype") is None:
             continue
         status = r["status"]
-        v = ("failed" if status in _FAILING else "native" if status == Status.PASS.value
+        v = ("failed" if status in FAILING_VALUES else "native" if status == Status.PASS.value
              else "fallback" if r.get("reason") == "no-native-lowering" else "skipped")
         key = (r["tier"], str(r["op"]), str(r.get("variant") or ""), str(r["dtype"]), r["case_id"])
         if rank[v] > rank.get(verdict.get(key, "skipped"), 0) or key not in verdict:

@@ -19,12 +19,12 @@ from typing import Any
 
 import pandas as pd
 
-from harness.outcomes import UNFINISHED, Status
+from contracts.status import FAILING_VALUES as FAILING
+from contracts.status import Status, UpstreamSkip
 
 TIER = "upstream"
-FAILING = {Status.FAIL.value} | {s.value for s in UNFINISHED}
-#: skip reasons of the closed list (contracts.status.UpstreamSkip), in the order reports show them
-SKIP_REASONS = ("pytorch-applicability", "backend-unsupported", "no-native-lowering", "reference-error")
+#: the closed list of skip reasons, in the order reports show them
+SKIP_REASONS = tuple(r.value for r in UpstreamSkip)
 _BACKEND_REASONS = ("backend-unsupported", "no-native-lowering")
 #: skips that mean the CPU reference cannot (or may not) be compared: outside agreement's denominator
 _NOT_COMPARABLE = ("pytorch-applicability", "reference-error")

@@ -19,6 +19,7 @@ rows. A crash or a hang is the runner's to record (the worker dies, the case get
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections import OrderedDict
@@ -26,16 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from harness.outcomes import StageResult, Status
+from contracts.backends import fallback_count, fallback_ops
+from contracts.records import StageResult
+from contracts.status import UPSTREAM_STAGES, Status, UpstreamSkip
 from registry.encoding import DTYPE_ABBREVS
 from registry.replay import _close
 from registry.tolerances import Tolerance, tolerance_for
 from registry.upstream import opinfos
-from registry.upstream.reasons import UpstreamSkip
 
-STAGES = ("forward", "backward")
+STAGES = UPSTREAM_STAGES
 _SAMPLE_CACHE_GROUPS = 4  # (op, dtype) sample lists kept per worker: chunks arrive grouped
 
 
@@ -55,13 +58,10 @@ class Context:
     def device_type(self) -> str:
         return self.adapter.device_type
 
-    def executed_ops(self) -> dict[str, int] | None:
-        """Op overload -> calls on the device so far, when the precision mode needs them and the
-        backend can tell (the bundled device's ``executed_ops``); None otherwise."""
-        if self.mode == "exact":
-            return None
-        fn = getattr(getattr(self.adapter, "module", None), "executed_ops", None)
-        return dict(fn()) if callable(fn) else None
+    def watch_ops(self) -> "_OpsSeen | contextlib.nullcontext":
+        """The aten ops a block dispatches, when the precision mode loosens tolerances per op (a
+        bf16 auto-cast applies to matmul-class ops only); nothing to watch in exact mode."""
+        return _OpsSeen() if self.mode != "exact" else contextlib.nullcontext(None)
 
     def samples_of(self, op: Any, dtype: torch.dtype) -> list[Any]:
         key = (op.name, op.variant_test_name, opinfos.dtype_name(dtype))
@@ -77,6 +77,22 @@ class Context:
         if isinstance(found, BaseException):
             raise found
         return found
+
+
+class _OpsSeen(TorchDispatchMode):
+    """Records the op overloads dispatched inside the block (``str`` of each, e.g. aten.mm.default)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _seen(watch: Any) -> list[str]:
+    return sorted(watch.ops) if isinstance(watch, _OpsSeen) else []
 
 
 class _Skip(Exception):
@@ -241,12 +257,6 @@ def compare(actual: Any, expected: Any, mode: str, ops_run: list[str], override:
     return None, worst
 
 
-def _new_ops(before: dict[str, int] | None, after: dict[str, int] | None) -> list[str]:
-    if before is None or after is None:
-        return []
-    return sorted(op for op, n in after.items() if n > before.get(op, 0))
-
-
 # -------------------------------------------------------------------------------------- one case
 
 @dataclass
@@ -309,30 +319,35 @@ def forward(op: Any, dtype: torch.dtype, sample: Any, seed: int, ctx: Context, r
             raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
         return _stage("forward", Status.ERROR, t0, reason="inputs could not be moved to the device",
                       error_class=type(exc).__name__, message=_short(exc), failing_op="aten._to_copy.default")
-    before = ctx.executed_ops()
     try:
-        with ctx.adapter.track_fallbacks() as trace, grad_mode:
+        with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch, grad_mode:
             run.dev_out = _call(op, run.dev_sample, seed)
     except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
         feature = declared_unsupported(exc)
         if feature:
             raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
-        events.extend(trace.events)
         return _stage("forward", Status.ERROR, t0, reason="op raised on the backend", error_class=type(exc).__name__,
-                      message=_short(exc), failing_op=opinfos.full_name(op),
-                      metrics={"fallback_ops": trace.ops})
-    events.extend(trace.events)
-    ops_run = _new_ops(before, ctx.executed_ops())
-    problem, err = compare(run.dev_out, run.cpu_out, ctx.mode, ops_run, override, ctx.device_type)
-    metrics = {"fallback_ops": trace.ops, "max_abs_err": err}
+                      message=_short(exc), failing_op=opinfos.full_name(op))
+    events.extend(fell)
+    problem, err = compare(run.dev_out, run.cpu_out, ctx.mode, _seen(watch), override, ctx.device_type)
+    return _judged("forward", t0, op, problem, err, fell, ctx)
+
+
+def _judged(stage: str, t0: float, op: Any, problem: str | None, err: float | None,
+            fell: list[dict[str, Any]], ctx: Context) -> StageResult:
+    """A stage that ran: fail on a mismatch, else no-native-lowering if an op fell back, else pass
+    (a backend that cannot report fallbacks passes; its rows say fallback_count null)."""
+    reported = ctx.adapter.reports_fallbacks
+    metrics = {"fallback_ops": fallback_ops(fell), "fallback_count": fallback_count(fell) if reported else None,
+               "max_abs_err": err}
     if problem:
-        return _stage("forward", Status.FAIL, t0, reason=f"mismatch: {problem}", failing_op=opinfos.full_name(op),
+        return _stage(stage, Status.FAIL, t0, reason=f"mismatch: {problem}", failing_op=opinfos.full_name(op),
                       metrics=metrics)
-    if trace.events:
-        return _stage("forward", Status.SKIPPED, t0, reason=UpstreamSkip.NO_NATIVE_LOWERING.value,
-                      message=f"matched the CPU through a CPU fallback of {', '.join(trace.ops)}"[:300],
+    if fell:
+        return _stage(stage, Status.SKIPPED, t0, reason=UpstreamSkip.NO_NATIVE_LOWERING.value,
+                      message=f"matched the CPU through a CPU fallback of {', '.join(metrics['fallback_ops'])}"[:300],
                       metrics=metrics)
-    return _stage("forward", Status.PASS, t0, metrics=metrics)
+    return _stage(stage, Status.PASS, t0, metrics=metrics)
 
 
 def _grad_inputs(sample: Any) -> list[torch.Tensor]:
@@ -368,10 +383,9 @@ def backward(op: Any, dtype: torch.dtype, seed: int, ctx: Context, run: _Run, ov
     if len(dev_inputs) != len(inputs) or len(dev_outputs) != len(outputs):
         return _stage("backward", Status.FAIL, t0, reason=f"mismatch: {len(dev_outputs)} differentiable outputs "
                       f"on the device, {len(outputs)} on cpu", failing_op=opinfos.full_name(op))
-    before = ctx.executed_ops()
     try:
         dev_grads_out = [g.to(ctx.device) for g in grads_out]
-        with ctx.adapter.track_fallbacks() as trace:
+        with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch:
             actual = torch.autograd.grad(dev_outputs, dev_inputs, dev_grads_out, allow_unused=True)
     except Exception as exc:  # noqa: BLE001
         feature = declared_unsupported(exc)
@@ -380,24 +394,16 @@ def backward(op: Any, dtype: torch.dtype, seed: int, ctx: Context, run: _Run, ov
                           message=f"{feature}: {_short(exc)}")
         return _stage("backward", Status.ERROR, t0, reason="backward raised on the backend",
                       error_class=type(exc).__name__, message=_short(exc), failing_op=opinfos.full_name(op))
-    events.extend(trace.events)
-    ops_run = _new_ops(before, ctx.executed_ops())
+    events.extend(fell)
     for i, (a, e) in enumerate(zip(actual, expected)):
         if (a is None) != (e is None):
             return _stage("backward", Status.FAIL, t0, failing_op=opinfos.full_name(op),
                           reason=f"mismatch: gradient {i} is {'missing' if a is None else 'present'} on the "
                                  f"device, {'present' if e is not None else 'missing'} on cpu")
     pairs = [(a, e) for a, e in zip(actual, expected) if e is not None]
-    problem, err = compare([a for a, _ in pairs], [e for _, e in pairs], ctx.mode, ops_run, override, ctx.device_type)
-    metrics = {"fallback_ops": trace.ops, "max_abs_err": err}
-    if problem:
-        return _stage("backward", Status.FAIL, t0, reason=f"mismatch: {problem}", failing_op=opinfos.full_name(op),
-                      metrics=metrics)
-    if trace.events:
-        return _stage("backward", Status.SKIPPED, t0, reason=UpstreamSkip.NO_NATIVE_LOWERING.value,
-                      message=f"matched the CPU through a CPU fallback of {', '.join(trace.ops)}"[:300],
-                      metrics=metrics)
-    return _stage("backward", Status.PASS, t0, metrics=metrics)
+    problem, err = compare([a for a, _ in pairs], [e for _, e in pairs], ctx.mode, _seen(watch), override,
+                           ctx.device_type)
+    return _judged("backward", t0, op, problem, err, fell, ctx)
 
 
 def run_case(payload: dict[str, Any], ctx: Context) -> tuple[list[StageResult], list[dict[str, Any]]]:

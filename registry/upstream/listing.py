@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from registry.upstream.reasons import UpstreamSkip
+from contracts.status import UpstreamSkip
 
 ROOT = Path(__file__).resolve().parents[2]
 TIER = "upstream"
@@ -166,12 +166,9 @@ def _chunk(names: list[list[str]], dtypes: list[str] | None, timeout: float) -> 
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    if env:
-        return Path(env) / "upstream"
-    import platformdirs
+    from contracts.settings import current
 
-    return Path(platformdirs.user_cache_dir("neuron-coverage-harness")) / "upstream"
+    return current().cache_dir / "upstream"
 
 
 def cache_key() -> str:
@@ -277,7 +274,7 @@ def list_groups(ops: str | None = None, dtypes: Iterable[str] | None = None, wor
 
 def to_cases(groups: Iterable[Group]) -> list[Any]:
     """Groups -> runner Cases: one per sample, one per group without samples."""
-    from harness.specs import Case
+    from contracts.records import Case
     from registry.upstream.opinfos import case_id
 
     cases = []

@@ -46,9 +46,11 @@ class SkipList:
 
 
 def default_path(backend: str) -> Path:
-    env = os.environ.get("HARNESS_UPSTREAM_SKIPS")
-    if env:
-        return Path(env)
+    from contracts.settings import current
+
+    explicit = current().upstream_skips
+    if explicit:
+        return explicit
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in backend)
     return Path(str(resources.files("registry").joinpath(f"data/upstream_skips/{safe}.yaml")))
 
@@ -80,15 +82,22 @@ def save(skips: SkipList, path: str | os.PathLike) -> Path:
     return path
 
 
-def _rows(rundir: str | os.PathLike) -> list[dict[str, Any]]:
-    from reports.tables import read_results
+_COLUMNS = ["tier", "case_id", "stage", "status", "reason", "error_class", "message", "fallback_ops", "op",
+            "variant", "dtype"]
 
-    df = read_results(rundir)
-    df = df[df["tier"] == "upstream"]
-    if df.empty:
+
+def _rows(rundir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The upstream rows of a run dir's results.parquet (or of a nightly dir's upstream/ subdir)."""
+    import pyarrow.parquet as pq
+
+    rundir = Path(rundir)
+    path = next((p for p in (rundir / "results.parquet", rundir / "upstream" / "results.parquet") if p.is_file()), None)
+    if path is None:
+        raise FileNotFoundError(f"{rundir}: no results.parquet here or in {rundir / 'upstream'}")
+    rows = [r for r in pq.read_table(path, columns=_COLUMNS).to_pylist() if r["tier"] == "upstream"]
+    if not rows:
         raise ValueError(f"{rundir}: no upstream-tier results (run `harness run --tier upstream --out {rundir}`)")
-    cols = ["case_id", "stage", "status", "reason", "error_class", "message", "fallback_ops", "op", "variant", "dtype"]
-    return df[cols].to_dict("records")
+    return rows
 
 
 def _op(row: dict[str, Any]) -> str:

@@ -1,8 +1,8 @@
 """The upstream tier in a worker process: set up once, then run chunks of cases.
 
-    execute_many([case.payload for case in chunk], "neuron") -> [outcome dict, ...]
+    execute_many([(case.case_id, case.payload) for case in chunk], "neuron") -> [CaseOutcome, ...]
 
-Each outcome is a CaseOutcome as a dict (stages, fallback events, and the labels that become the
+Each outcome is a CaseOutcome (stages, fallback events, and the labels that become the
 ``op``, ``dtype``, ``variant`` and ``sample`` columns of results.parquet). A chunk arrives grouped
 by (op, dtype), so each sample list is generated once per worker (registry.upstream.execute).
 """
@@ -13,7 +13,9 @@ import functools
 import time
 from typing import Any, Iterable
 
-from harness.outcomes import StageResult, Status
+from contracts.backends import fallback_count, fallback_ops
+from contracts.records import CaseOutcome, StageResult
+from contracts.status import Status
 from registry.upstream import execute
 
 STAGES = execute.STAGES
@@ -21,14 +23,13 @@ STAGES = execute.STAGES
 
 @functools.lru_cache(maxsize=4)
 def context(backend: str) -> execute.Context:
-    from harness.backends import get_backend
-    from registry.tolerances import precision_mode
+    from contracts.backends import get_backend
     from registry.upstream import opinfos
 
     execute.quiet()
     opinfos.op_db()  # import op_db once per worker, not in the first case's time
     adapter = get_backend(backend)
-    return execute.Context(adapter, precision_mode(adapter))
+    return execute.Context(adapter, adapter.precision_mode())
 
 
 def labels(payload: dict[str, Any]) -> dict[str, Any]:
@@ -37,11 +38,10 @@ def labels(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _outcome(case_id: str, payload: dict[str, Any], rows: list[StageResult], events: list[dict[str, Any]],
-             seconds: float) -> dict[str, Any]:
-    fallback_ops = sorted({str(e.get("op")) for e in events if e.get("op")})
-    return {"case_id": case_id, "tier": "upstream", "stages": [r.to_dict() for r in rows],
-            "fallback_count": sum(int(e.get("count", 1)) for e in events), "fallback_ops": fallback_ops,
-            "fallback_events": events, "seconds": seconds, "info": labels(payload)}
+             seconds: float) -> CaseOutcome:
+    return CaseOutcome(case_id=case_id, tier="upstream", stages=[r.to_dict() for r in rows],
+                       fallback_count=fallback_count(events), fallback_ops=fallback_ops(events),
+                       fallback_events=events, seconds=seconds, info=labels(payload))
 
 
 def _listing_failure(payload: dict[str, Any]) -> list[StageResult] | None:
@@ -54,8 +54,8 @@ def _listing_failure(payload: dict[str, Any]) -> list[StageResult] | None:
     return None
 
 
-def execute_many(items: Iterable[tuple[str, dict[str, Any]]], backend: str) -> list[dict[str, Any]]:
-    """(case_id, payload) pairs -> outcome dicts, one each, in order; never raises for a case."""
+def execute_many(items: Iterable[tuple[str, dict[str, Any]]], backend: str) -> list[CaseOutcome]:
+    """(case_id, payload) pairs -> outcomes, one each, in order; never raises for a case."""
     items = list(items)
     try:
         ctx = context(backend)
@@ -76,6 +76,9 @@ def execute_many(items: Iterable[tuple[str, dict[str, Any]]], backend: str) -> l
                 rows = [StageResult("forward", Status.ERROR, reason="harness error while running the sample",
                                     error_class=type(exc).__name__, message=execute._short(exc)),
                         StageResult("backward", Status.NOT_ATTEMPTED, reason="harness error in the forward stage")]
+        for r in rows:  # each stage counts its own fallbacks (0 when it did not run on the device)
+            r.metrics.setdefault("fallback_count", 0 if ctx.adapter.reports_fallbacks else None)
+            r.metrics.setdefault("fallback_ops", [])
         out.append(_outcome(cid, payload, rows, [_event(e) for e in events], time.perf_counter() - t0))
     return out
 

@@ -1,6 +1,7 @@
 """The bundled `neuron` device with one kernel that kills the process (for the upstream tier's
-crash test): ``--backend tests.upstream.crashing_device:neuron``. aten::deg2rad on the device
-aborts, as a native kernel with a memory bug would; everything else is the bundled device."""
+crash test): ``--backend upstream.crashing_device:neuron`` (the module registers the kernel, the
+adapter is the bundled device's). aten::deg2rad on the device aborts, as a native kernel with a
+memory bug would; everything else is the bundled device."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import os
 
 import torch
 
-import backend
-from backend import collect_fallbacks, executed_ops, is_simulated, precision  # noqa: F401  (the adapter's hooks)
+import backend  # noqa: F401  (registers the neuron device)
 
 _lib = torch.library.Library("aten", "IMPL")
 

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.backends import get_backend
+from contracts.backends import get_backend
+from contracts.status import UpstreamSkip
 from registry.upstream import execute, listing, opinfos, skiplist
-from registry.upstream.reasons import UpstreamSkip
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,7 @@ def test_breakdowns_sum_to_their_totals(crash_run):
 
 @pytest.mark.slow
 def test_report_compare_and_skip_list_work_on_the_tier(crash_run, tmp_path):
-    from harness.cli.report import build_report
+    from reports.build import build_report
     from reports.compare import compare_runs
 
     out, _ = crash_run
