@@ -157,8 +157,8 @@ def _no_grad_clone(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone()
 
 
-def _call(op: Any, sample: Any, seed: int) -> Any:
-    opinfos.seed_everything(seed)
+def _call(op: Any, sample: Any, seed: int, device_type: str = "cpu") -> Any:
+    opinfos.seed_everything(seed, device_type)
     return sample.output_process_fn_grad(op(sample.input, *sample.args, **sample.kwargs))
 
 
@@ -321,7 +321,7 @@ def forward(op: Any, dtype: torch.dtype, sample: Any, seed: int, ctx: Context, r
                       error_class=type(exc).__name__, message=_short(exc), failing_op="aten._to_copy.default")
     try:
         with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch, grad_mode:
-            run.dev_out = _call(op, run.dev_sample, seed)
+            run.dev_out = _call(op, run.dev_sample, seed, ctx.device_type)
     except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
         feature = declared_unsupported(exc)
         if feature:

@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -31,7 +32,7 @@ from contracts.status import UpstreamSkip
 ROOT = Path(__file__).resolve().parents[2]
 TIER = "upstream"
 _CHUNK_OPS = 25
-_CHILD_TIMEOUT = 900.0
+_OP_TIMEOUT = 900.0  # seconds one op may take to list all its dtypes' samples
 
 
 @dataclass
@@ -95,23 +96,51 @@ def _env() -> dict[str, str]:
             "PYTHONHASHSEED": "0", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
 
-def _run_child(names: list[list[str]], dtypes: list[str] | None, timeout: float) -> tuple[list[dict], str | None]:
+def _run_child(names: list[list[str]], dtypes: list[str] | None, op_timeout: float) -> tuple[list[dict], str | None]:
+    """Run a listing child; its JSON lines and how it ended (None: cleanly). The deadline is per
+    op (reset by each op's "begin" line), so a long chunk on a loaded machine is not a hang."""
+    import queue
+    import threading
+
     spec = json.dumps({"names": names, "dtypes": dtypes})
     cmd = [sys.executable, "-W", "ignore", "-m", "registry.upstream.listing", "--child"]
-    try:
-        proc = subprocess.run(cmd, input=spec, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT)
-        out, failure = proc.stdout, None if proc.returncode == 0 else _death(proc.returncode, proc.stderr)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        failure = "timeout"
-    lines = []
-    for line in out.splitlines():
-        if line.startswith("{"):
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                env=_env(), cwd=ROOT)
+        lines: "queue.Queue[str | None]" = queue.Queue()
+
+        def read() -> None:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        proc.stdin.write(spec)  # type: ignore[union-attr]
+        proc.stdin.close()  # type: ignore[union-attr]
+        out, failure = [], None
+        deadline = time.monotonic() + op_timeout + 120.0  # the child's imports come first
+        while True:
             try:
-                lines.append(json.loads(line))
-            except ValueError:
-                continue  # a line cut by the death of the child
-    return lines, failure
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                proc.kill()
+                failure = "timeout"
+                break
+            if line is None:
+                break
+            if line.startswith("{"):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by the death of the child
+                out.append(record)
+                if "begin" in record:
+                    deadline = time.monotonic() + op_timeout
+        code = proc.wait()
+        if failure is None and code != 0:
+            err.seek(0)
+            failure = _death(code, err.read().decode(errors="replace"))
+    return out, failure
 
 
 def _death(code: int, stderr: str) -> str:
@@ -149,14 +178,15 @@ def _chunk(names: list[list[str]], dtypes: list[str] | None, timeout: float) -> 
     else:
         suspect = list(begun[-1]["begin"])
         rest = names[[list(n) for n in names].index(suspect) + 1:]
-    out.groups = [g for g in out.groups if [g.op, g.variant] != suspect]
-    if len(names) == 1:
-        todo = begun[-1]["todo"] if begun else []
+    if len(names) == 1:  # it died alone: what it listed stands, the rest of its dtypes get the death
+        todo = begun[-1]["todo"] if begun else ["all"]  # died before naming its dtypes: one row says so
+        finished = {g.dtype for g in out.groups}
         status = "timeout" if failure == "timeout" else "crash"
-        for d in todo:
+        for d in (d for d in todo if d not in finished):
             out.groups.append(Group(suspect[0], suspect[1], d, status=status, reason=f"sample generation: {failure}"[:300],
                                     message=f"listing the op's samples killed its process ({failure})"[:300]))
         return out
+    out.groups = [g for g in out.groups if [g.op, g.variant] != suspect]
     for part in ([suspect], rest):
         if part:
             more = _chunk(part, dtypes, timeout)
@@ -250,7 +280,7 @@ def list_groups(ops: str | None = None, dtypes: Iterable[str] | None = None, wor
         t0, done = time.monotonic(), 0
         fresh = _Listed()
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = [pool.submit(_chunk, p, wanted, _CHILD_TIMEOUT) for p in parts]
+            futures = [pool.submit(_chunk, p, wanted, _OP_TIMEOUT) for p in parts]
             for future in as_completed(futures):
                 got = future.result()
                 fresh.groups.extend(got.groups)

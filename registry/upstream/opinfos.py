@@ -219,8 +219,16 @@ def seed_of(*parts: Any) -> int:
     return zlib.crc32("/".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
 
 
-def seed_everything(seed: int) -> None:
-    torch.manual_seed(seed)
+def seed_everything(seed: int, device_type: str = "cpu") -> None:
+    """Seed the CPU generator, the device's (``torch.<device>.manual_seed``), random and numpy.
+
+    Not ``torch.manual_seed``: it also queues a seed for every lazy accelerator module (cuda,
+    xpu, mtia), each recording a formatted stack, which costs milliseconds per call here."""
+    torch.default_generator.manual_seed(seed)
+    if device_type != "cpu":
+        seed_device = getattr(getattr(torch, device_type, None), "manual_seed", None)
+        if callable(seed_device):
+            seed_device(seed)
     random.seed(seed)
     try:
         import numpy as np
@@ -231,9 +239,15 @@ def seed_everything(seed: int) -> None:
 
 
 def generate_samples(op: Any, dtype: torch.dtype) -> list[Any]:
-    """The op's CPU sample inputs for dtype, regenerated identically in any process."""
+    """The op's CPU sample inputs for dtype, regenerated identically in any process (seeded once
+    per (op, variant, dtype)).
+
+    The OpInfo's ``sample_inputs_func``, as ``OpInfo.sample_inputs`` calls it, without the
+    wrapper meant for unittest runs: it reseeds with torch.manual_seed before every sample and
+    walks the stack for a test function (inspect.stack) once per call, together more than the
+    samples themselves cost."""
     seed_everything(seed_of(op.name, op.variant_test_name, dtype_name(dtype)))
-    return list(op.sample_inputs("cpu", dtype, requires_grad=wants_backward(op, dtype)))
+    return list(op.sample_inputs_func(op, "cpu", dtype, wants_backward(op, dtype)))
 
 
 def _describe(value: Any) -> Any:
