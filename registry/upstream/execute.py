@@ -407,13 +407,17 @@ def backward(op: Any, dtype: torch.dtype, seed: int, ctx: Context, run: _Run, ov
 
 
 def run_case(payload: dict[str, Any], ctx: Context) -> tuple[list[StageResult], list[dict[str, Any]]]:
-    """The two stage rows of one case and the fallback events seen while running it."""
+    """The two stage rows of one case and the fallback events seen while running it.
+
+    payload: ``{"info": {"op", "variant", "dtype", "sample", "family"}, "hash": shape hash}``
+    (registry.upstream.listing.to_cases), or a group the listing already judged (``"listing"``)."""
     events: list[dict[str, Any]] = []
     listed = payload.get("listing")
     if listed:  # the listing already knows: no CPU dtype here, or the sample generator raised
         return _skip_rows(UpstreamSkip(listed["reason"]), listed["message"]), events
-    op = opinfos.find(payload["op"], payload.get("variant", ""))
-    dtype = opinfos.parse_dtype(payload["dtype"])
+    info = payload["info"]
+    op = opinfos.find(info["op"], info.get("variant", ""))
+    dtype = opinfos.parse_dtype(info["dtype"])
     wants_grad = opinfos.wants_backward(op, dtype)
     why = opinfos.applicability_skip(op, dtype, ctx.device_type)
     if why:
@@ -423,11 +427,11 @@ def run_case(payload: dict[str, Any], ctx: Context) -> tuple[list[StageResult], 
     except Exception as exc:  # noqa: BLE001
         return _skip_rows(UpstreamSkip.REFERENCE_ERROR, f"sample generation raised {type(exc).__name__}: "
                                                         f"{_short(exc)}", wants_grad), events
-    index = int(payload["sample"])
+    index = int(info["sample"])
     if index >= len(samples) or opinfos.fingerprint(samples[index]) != payload.get("hash"):
         return _skip_rows(UpstreamSkip.REFERENCE_ERROR, "op_db's sample generator is not reproducible: "
                           "the sample differs from the one listed", wants_grad), events
-    seed = opinfos.seed_of(payload["op"], payload.get("variant", ""), payload["dtype"], index)
+    seed = opinfos.seed_of(info["op"], info.get("variant", ""), info["dtype"], index)
     override = opinfos.tolerance_override(op, dtype, ctx.device_type)
     run = _Run()
     try:

@@ -268,6 +268,15 @@ def list_groups(ops: str | None = None, dtypes: Iterable[str] | None = None, wor
         if use_cache:
             _append_cache(path, _Listed(names=listed.names))
     names = [n for n in listed.names if matches(n[0], n[1], ops)]
+    if not names:
+        raise ValueError(f"no OpInfo of op_db matches --ops {ops!r} (globs over name or name.variant, "
+                         f"comma-separated; e.g. 'add,nn.functional.*')")
+    if wanted:
+        import torch
+
+        unknown = [d for d in wanted if not isinstance(getattr(torch, d, None), torch.dtype)]
+        if unknown:
+            raise ValueError(f"--dtypes: not torch dtypes: {', '.join(unknown)} (e.g. float32,bfloat16,int64)")
     have = {g.key for g in listed.groups}
 
     def missing(n: list[str]) -> bool:
@@ -311,13 +320,12 @@ def to_cases(groups: Iterable[Group]) -> list[Any]:
     for g in groups:
         base = {"op": g.op, "variant": g.variant, "dtype": g.dtype, "family": g.family}
         if g.hashes is None or g.status:
-            payload = {**base, "sample": None, "hash": None, "info": {**base, "sample": None},
+            payload = {"info": {**base, "sample": None}, "hash": None,
                        "listing": {"status": g.status or "skipped", "reason": g.reason, "message": g.message}}
             cases.append(Case(case_id(g.op, g.variant, g.dtype, None, None), TIER, payload))
             continue
-        for i, h in enumerate(g.hashes):  # "info": the labels of the rows, even when a crash writes them
-            cases.append(Case(case_id(g.op, g.variant, g.dtype, i, h), TIER,
-                              {**base, "sample": i, "hash": h, "info": {**base, "sample": i}}))
+        for i, h in enumerate(g.hashes):  # "info": what the case is, and the labels of its rows (a crash's too)
+            cases.append(Case(case_id(g.op, g.variant, g.dtype, i, h), TIER, {"info": {**base, "sample": i}, "hash": h}))
     return cases
 
 

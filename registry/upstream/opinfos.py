@@ -120,6 +120,10 @@ def _skip_reason(fn: Any) -> str | None:
     return None
 
 
+#: device types PyTorch's ``onlyNativeDeviceTypes`` keeps (a PrivateUse1 device is not one)
+NATIVE_DEVICE_TYPES = ("cpu", "cuda", "meta", "mps", "xpu", "hpu", "mtia")
+
+
 def applicability_skip(op: Any, dtype: torch.dtype, device_type: str) -> str | None:
     """Why PyTorch's own decorators skip comparing this op and dtype on `device_type` with the CPU.
 
@@ -130,7 +134,10 @@ def applicability_skip(op: Any, dtype: torch.dtype, device_type: str) -> str | N
     for info in getattr(op, "decorators", ()) or ():
         if not hasattr(info, "decorators"):  # a bare decorator: applies to every test of the op
             name = getattr(info, "__name__", type(info).__name__)
-            if name.startswith("only") and name.lower() != f"only{device_type}".lower():
+            if name == "onlyNativeDeviceTypes":
+                if device_type not in NATIVE_DEVICE_TYPES:
+                    return f"PyTorch runs this op's tests on native device types only ({name})"
+            elif name.startswith("only") and name.lower() != f"only{device_type}".lower():
                 return f"PyTorch runs this op's tests {name} only"
             continue
         if info.cls_name not in (None, COMPARE_TEST[0]) or info.test_name not in (None, COMPARE_TEST[1]):

@@ -33,8 +33,8 @@ def context(backend: str) -> execute.Context:
 
 
 def labels(payload: dict[str, Any]) -> dict[str, Any]:
-    return {"op": payload.get("op"), "variant": payload.get("variant", ""), "dtype": payload.get("dtype"),
-            "sample": payload.get("sample"), "family": payload.get("family")}
+    info = payload.get("info") or {}
+    return {k: info.get(k) for k in ("op", "variant", "dtype", "sample", "family")}
 
 
 def _outcome(case_id: str, payload: dict[str, Any], rows: list[StageResult], events: list[dict[str, Any]],

@@ -40,8 +40,10 @@ def test_nightly_runs_tiers_reports_and_flags_new_failures(tmp_path, case_file):
 
 def test_bundled_config_has_both_modes():
     quick, full = load_config(True), load_config(False)
-    assert quick["tiers"] == full["tiers"] == ["unit", "representative", "full"]
-    assert all(quick[t].get("limit") for t in quick["tiers"])  # --quick bounds every tier
+    assert quick["tiers"] == full["tiers"] == ["unit", "representative", "full", "upstream"]
+    # --quick bounds every tier: a case limit, or (upstream) a fixed subset of op_db and dtypes
+    assert all(quick[t].get("limit") or (quick[t].get("ops") and quick[t].get("dtypes")) for t in quick["tiers"])
+    assert not full["upstream"].get("ops")  # the full night runs the whole op_db
 
 
 def test_run_json_prints_one_object(tmp_path, case_file, subprocess_env):

@@ -24,7 +24,8 @@ def ctx():
 def _payload(name: str, dtype: str, index: int = 0, variant: str = "") -> dict:
     op = opinfos.find(name, variant)
     sample = opinfos.generate_samples(op, opinfos.parse_dtype(dtype))[index]
-    return {"op": name, "variant": variant, "dtype": dtype, "sample": index, "hash": opinfos.fingerprint(sample)}
+    return {"info": {"op": name, "variant": variant, "dtype": dtype, "sample": index},
+            "hash": opinfos.fingerprint(sample)}
 
 
 def _statuses(rows) -> list[tuple[str, str, str]]:
@@ -267,5 +268,5 @@ def test_listing_blames_the_op_in_flight_when_its_child_dies(monkeypatch):
     assert by_key[("dies", "float32")].hashes == ["aa"]  # listed before the death: kept
     assert by_key[("dies", "int64")].status == "crash" and "SIGSEGV" in by_key[("dies", "int64")].reason
     cases = listing.to_cases(got.groups)
-    crash = next(c for c in cases if c.payload["op"] == "dies" and c.payload["dtype"] == "int64")
+    crash = next(c for c in cases if c.payload["info"]["op"] == "dies" and c.payload["info"]["dtype"] == "int64")
     assert crash.case_id == "dies/int64/-" and crash.payload["listing"]["status"] == "crash"
