@@ -17,6 +17,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 import threading
 import warnings
 from dataclasses import dataclass
@@ -219,6 +220,8 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kw
     """The Dynamo backend registered as `neuron` (entry point and on import)."""
     from torch._dynamo.backends.common import aot_autograd
 
+    hide_device_from_dynamo()
+
     # As on the device, a new shape is a new static compile, never an automatic dynamic graph.
     torch._dynamo.config.automatic_dynamic_shapes = False
     _reject_symbolic(example_inputs, gm)
@@ -240,6 +243,24 @@ def _no_fallback_records_while_tracing() -> Iterator[None]:
 
 
 @functools.cache
+def hide_device_from_dynamo() -> None:
+    """Dynamo must never trace the device's own Python (its dispatcher-level kernels), as it never
+    traces a C++ kernel.
+
+    When a compiled region graph-breaks, Dynamo runs the rest eagerly with its frame hook still
+    installed, and every device op enters `backend.kernels._run` — a Python frame Dynamo would
+    otherwise compile, guarding on the device's storage table (``_entries[<storage address>]``).
+    Those guards then depended on which storages happened to be alive, so a model's compile
+    verdict depended on the models run before it in the same process
+    (``InternalTorchDynamoError: KeyError: <address>``). Skipping the package's directory (as
+    Dynamo skips torch's own) runs device code eagerly under Dynamo at no eager cost.
+    """
+    from torch._dynamo import trace_rules
+
+    trace_rules.add(__name__.split(".")[0])
+
+
+@functools.cache
 def register_dynamo_backend() -> None:
     """Make `torch.compile(backend="neuron")` resolve to `neuron_backend` (idempotent).
 
@@ -248,9 +269,14 @@ def register_dynamo_backend() -> None:
     """
     from importlib.metadata import entry_points
 
+    hide_device_from_dynamo()
     if any(ep.name == BACKEND_NAME for ep in entry_points(group="torch_dynamo_backends")):
         return
     from torch._dynamo.backends import registry
 
     if BACKEND_NAME not in registry._COMPILER_FNS:
         registry.register_backend(neuron_backend, name=BACKEND_NAME)
+
+
+if "torch._dynamo" in sys.modules:  # Dynamo resolving backend="neuron" imports this module first
+    hide_device_from_dynamo()
