@@ -149,6 +149,19 @@ def _map_sample(sample: Any, fn: Callable[[torch.Tensor], torch.Tensor], device:
                            broadcasts_input=sample.broadcasts_input, name=sample.name)
 
 
+def _names_device(sample: Any, device_type: str) -> bool:
+    """Whether the device's copy of a sample reaches the device at all: a tensor on it or a device
+    argument naming it. op_db has factory samples without ``device=`` (``arange(1, 3, 1)``); on the
+    device, as in PyTorch's own test_compare_cpu, they just run on the CPU: no finding either way."""
+    leaves, _ = tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    if any(isinstance(x, torch.Tensor) and x.device.type == device_type for x in leaves):
+        return True
+    if any(isinstance(x, torch.device) and x.type == device_type for x in leaves):
+        return True
+    named = sample.kwargs.get("device") if isinstance(sample.kwargs, dict) else None
+    return isinstance(named, str) and named.split(":")[0] == device_type
+
+
 def _clone(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone().requires_grad_(t.requires_grad)
 
@@ -319,6 +332,9 @@ def forward(op: Any, dtype: torch.dtype, sample: Any, seed: int, ctx: Context, r
             raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
         return _stage("forward", Status.ERROR, t0, reason="inputs could not be moved to the device",
                       error_class=type(exc).__name__, message=_short(exc), failing_op="aten._to_copy.default")
+    if not _names_device(run.dev_sample, ctx.device_type):
+        raise _Skip(UpstreamSkip.PYTORCH_APPLICABILITY, "op_db's sample names no device (a factory call without "
+                    "device=): nothing of it runs on the device")
     try:
         with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch, grad_mode:
             run.dev_out = _call(op, run.dev_sample, seed, ctx.device_type)

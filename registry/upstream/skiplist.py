@@ -171,9 +171,12 @@ def check_run(rundir: str | os.PathLike, backend: str = "neuron", path: str | os
         if lab in listed:
             listed[lab].append(f"{r['case_id']}|{r['stage']}")
     now = from_rows(rows, backend)
+    ran = {(_op(r), str(r["dtype"])) for r in rows}  # a subset or a shard says nothing of the groups it did not run
     changed = []
     for op in sorted(set(skips.skips) | set(now.skips)):
         for dtype in sorted(set(skips.skips.get(op, {})) | set(now.skips.get(op, {}))):
+            if (op, dtype) not in ran:
+                continue
             was, is_ = skips.skips.get(op, {}).get(dtype, {}), now.skips.get(op, {}).get(dtype, {})
             if any(int(was.get(r, 0)) != int(is_.get(r, 0)) for r in BACKEND_REASONS):
                 changed.append({"op": op, "dtype": dtype, **{f"{r}_listed": int(was.get(r, 0)) for r in BACKEND_REASONS},

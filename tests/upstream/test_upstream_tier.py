@@ -53,6 +53,18 @@ def test_integer_dtype_backward_is_pytorch_applicability(ctx):
     assert _statuses(rows) == [("forward", "pass", ""), ("backward", "skipped", "pytorch-applicability")]
 
 
+def test_factory_sample_without_a_device_is_pytorch_applicability_not_a_failure(ctx):
+    # op_db's arange samples: most pass device=, a few do not (they would run on the CPU anywhere)
+    samples = opinfos.generate_samples(opinfos.find("arange", ""), torch.float32)
+    bare = next(i for i, s in enumerate(samples) if "device" not in s.kwargs)
+    placed = next(i for i, s in enumerate(samples) if "device" in s.kwargs)
+    rows, _ = execute.run_case(_payload("arange", "float32", bare), ctx)
+    assert rows[0].status.value == "skipped" and rows[0].reason == UpstreamSkip.PYTORCH_APPLICABILITY.value
+    assert "names no device" in rows[0].message
+    rows, _ = execute.run_case(_payload("arange", "float32", placed), ctx)
+    assert rows[0].status.value in ("pass", "skipped") and rows[0].reason != UpstreamSkip.PYTORCH_APPLICABILITY.value
+
+
 def test_sparse_output_is_backend_unsupported(ctx):
     rows, _ = execute.run_case(_payload("to_sparse", "float32"), ctx)
     assert rows[0].status.value == "skipped" and rows[0].reason == UpstreamSkip.BACKEND_UNSUPPORTED.value
@@ -242,6 +254,21 @@ def test_skip_list_labels_a_new_failure_and_an_improvement():
     assert skiplist.label("a/float32/0-1", "forward", "pass", listed) == "IMPROVED"
     assert skiplist.label("a/float32/0-1", "forward", "error", listed) == "XFAIL"
     assert skiplist.label("c/float32/0-3", "forward", "crash", listed) == "FAIL"
+
+
+def test_skip_list_check_of_a_subset_only_judges_the_groups_it_ran(tmp_path):
+    def row(op, status, reason):
+        return {"tier": "upstream", "case_id": f"{op}/float32/0-1", "stage": "forward", "status": status,
+                "reason": reason, "error_class": None, "message": "", "fallback_ops": ["aten.x.default"], "op": op,
+                "variant": "", "dtype": "float32"}
+
+    listed = skiplist.from_rows([row("b", "skipped", "no-native-lowering"), row("z", "skipped", "no-native-lowering")],
+                                "neuron")
+    skiplist.save(listed, tmp_path / "skips.yaml")
+    pd.DataFrame([row("b", "pass", "")]).to_parquet(tmp_path / "results.parquet")  # a run of op b only
+    check = skiplist.check_run(tmp_path, "neuron", tmp_path / "skips.yaml")
+    assert [(c["op"], c["no-native-lowering_listed"], c["no-native-lowering_now"]) for c in check["skips_changed"]] \
+        == [("b", 1, 0)]  # z was not run: not "changed"
 
 
 def test_listing_blames_the_op_in_flight_when_its_child_dies(monkeypatch):
