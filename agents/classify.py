@@ -41,7 +41,7 @@ def traits_frame(store: pd.DataFrame, *, with_store_columns: bool = False, progr
                  llm_fill: Callable[[dict[str, Any], dict[str, str]], dict[str, str]] | None = None) -> pd.DataFrame:
     """One row per store row: id + every trait column (+ the store columns selection needs).
 
-    `llm_fill(row, traits) -> traits` may replace unknown values (agents.llm.LLMClassifier.fill)."""
+    `llm_fill(row, traits) -> traits` may replace unknown values (agents.llm_traits.LLMClassifier.fill)."""
     n = len(store)
     wanted = ("id", "model_type", "architectures", "config", "config_level", "head", "card", *STORE_COLUMNS)
     columns = {c: store[c].tolist() for c in dict.fromkeys(wanted) if c in store.columns}  # fast, no per-row pandas

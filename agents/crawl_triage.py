@@ -1,8 +1,8 @@
 """The crawl's triage step: every broken row of DIR/models.parquet explained, into DIR/triage.parquet.
 
 Why a step of its own: the crawl store says *that* a model is broken (a reason code); triage says
-*why*, in words a reader can act on. The rules (agents.llm.triage_broken's default) always answer;
-an LLM endpoint, when configured (agents.llm.LLMSettings.from_env), may pick a category from the
+*why*, in words a reader can act on. The rules (agents.llm_triage.triage_broken's default) always answer;
+an LLM endpoint, when configured (contracts.settings.LLMSettings.from_env), may pick a category from the
 same closed list and write the explanation. Nothing here may fail a crawl: any problem with the
 LLM or its settings falls back to the rules, and the summary says so.
 """
@@ -24,7 +24,8 @@ def triage_store(directory: str | Path, *, use_llm: bool = True) -> dict[str, An
     for the crawl's --json: file, broken, by_category, by_source, llm (an endpoint was consulted)."""
     import pandas as pd
 
-    from agents.llm import run_with_llm, triage_broken
+    from agents.llm import run_with_llm
+    from agents.llm_triage import triage_broken
     from agents.store import read_frame
 
     directory = Path(directory)

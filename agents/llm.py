@@ -1,11 +1,13 @@
 """The optional LLM layer: an OpenAI-compatible endpoint consulted where rules run out.
 
-Off unless configured (OPENAI_BASE_URL and/or OPENAI_API_KEY, plus HARNESS_LLM_MODEL). Three uses,
-each with a deterministic rule default producing the same record type:
+Off unless configured (OPENAI_BASE_URL and/or OPENAI_API_KEY, plus HARNESS_LLM_MODEL;
+contracts.settings.LLMSettings). This module is the client; three uses, each with a deterministic
+rule default producing the same record type, live beside it:
 
-1. `LLMClassifier.fill`: traits the rules leave unknown for a model_type transformers does not know;
-2. `triage_broken`: explain and categorize why a model was filtered as broken;
-3. `group_failures`: group failures by probable root cause for the nightly report.
+1. agents.llm_traits `LLMClassifier.fill`: traits the rules leave unknown for a model_type
+   transformers does not know;
+2. agents.llm_triage `triage_broken`: explain and categorize why a model was filtered as broken;
+3. agents.llm_groups `group_failures`: group failures by probable root cause for the nightly report.
 
 Safety: configs, model cards and error messages are untrusted. They are sent as quoted data; the
 answer must be JSON that validates against a pydantic schema whose values come from closed
@@ -26,19 +28,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from agents.traits import TRAIT_NAMES
-from agents.vocabulary import UNKNOWN, allowed_values
 from contracts.settings import LLMSettings, current
 
 DECISIONS_FILE = "llm_decisions.parquet"
@@ -88,7 +87,7 @@ class Decision:
     time: str = ""
 
 
-def _clip(text: Any, limit: int = _MAX_DATA_CHARS) -> str:
+def clip(text: Any, limit: int = _MAX_DATA_CHARS) -> str:
     s = text if isinstance(text, str) else json.dumps(text, sort_keys=True, default=str)
     s = "".join(ch for ch in s if ch in "\n\t" or ch.isprintable())
     return s if len(s) <= limit else s[:limit] + " …[truncated]"
@@ -142,7 +141,7 @@ class LLMClient:
                     time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         cached = self._read_cache(key)
         if cached is not None:
-            answer, reason = _validate(cached["answer"], schema, check)
+            answer, reason = validate(cached["answer"], schema, check)
             d = Decision(**base, answer=cached["answer"], accepted=answer is not None, reason=reason,
                          fallback_used=answer is None, cached=True)
             return self._log(answer, d)
@@ -172,9 +171,9 @@ class LLMClient:
         content = ""
         if resp.choices:
             content = resp.choices[0].message.content or ""
-        content = _clip(content, 4000)
+        content = clip(content, 4000)
         self._write_cache(key, {"answer": content, "model": model, "prompt_version": prompt.tag})
-        answer, reason = _validate(content, schema, check)
+        answer, reason = validate(content, schema, check)
         return self._log(answer, Decision(**base, answer=content, accepted=answer is not None, reason=reason,
                                           fallback_used=answer is None, prompt_tokens=pt, completion_tokens=ct,
                                           seconds=time.monotonic() - start))
@@ -238,7 +237,7 @@ def _transport_reason(exc: Exception) -> str:
     return f"error: {type(exc).__name__}"
 
 
-def _validate(content: str, schema: type[BaseModel], check) -> tuple[BaseModel | None, str]:
+def validate(content: str, schema: type[BaseModel], check) -> tuple[BaseModel | None, str]:
     try:
         obj = json.loads(content)
     except ValueError:
@@ -250,214 +249,6 @@ def _validate(content: str, schema: type[BaseModel], check) -> tuple[BaseModel |
         return None, f"schema: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"[:300]
     reason = check(answer) if check else ""
     return (None, reason) if reason else (answer, "")
-
-
-# --------------------------------------------------------------------------------------------
-# Use 1: traits the rules leave unknown
-# --------------------------------------------------------------------------------------------
-
-
-class TraitAnswer(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    traits: dict[str, str]
-
-
-def _known_heads() -> set[str]:
-    from agents.catalog import head_table
-
-    return {h.head for h in head_table()}
-
-
-def check_traits(answer: TraitAnswer, asked: Iterable[str]) -> str:
-    """Rejection reason for an answer naming a trait not asked or a value outside the vocabulary."""
-    asked = set(asked)
-    for trait, value in answer.traits.items():
-        if trait not in asked:
-            return f"trait not asked: {_clip(trait, 60)}"
-        allowed = allowed_values(trait) if trait != "head" else _known_heads() | {UNKNOWN}
-        if allowed is None or value not in allowed:
-            return f"out of vocabulary: {trait}={_clip(value, 60)}"
-    return ""
-
-
-class LLMClassifier:
-    """Fills traits the rules left unknown; rule values are never overwritten."""
-
-    def __init__(self, settings: LLMSettings | None = None, log_dir: str | Path | None = None,
-                 client: LLMClient | None = None) -> None:
-        self.client = client or LLMClient(settings or LLMSettings.from_env(), log_dir)
-
-    def fill(self, row: Mapping[str, Any], traits: Mapping[str, str]) -> dict[str, str]:
-        asked = [t for t in TRAIT_NAMES if traits.get(t) == UNKNOWN and t != "model_type"]
-        out = dict(traits)
-        if not asked:
-            return out
-        allowed = {t: sorted(allowed_values(t) or _known_heads() | {UNKNOWN}) for t in asked}
-        archs = row.get("architectures")
-        archs = [str(a) for a in archs] if archs is not None and not isinstance(archs, str) else []
-        config = row.get("config") if isinstance(row.get("config"), str) else json.dumps(row.get("config") or {})
-        card = row.get("card") or row.get("model_card") or ""
-        payload = {"model_type": traits.get("model_type"), "architectures": archs, "config": config,
-                   "card": card, "asked": asked}
-        fields = {"model_type": _clip(traits.get("model_type"), 100), "architectures": _clip(archs, 300),
-                  "allowed": "\n".join(f"  {t}: {', '.join(v)}" for t, v in allowed.items()),
-                  "config": _clip(config), "card": _clip(card, 4000)}
-        answer, _ = self.client.ask("classify", str(row.get("id", "")), load_prompt("classify_traits"), payload,
-                                    fields, TraitAnswer, lambda a: check_traits(a, asked))
-        if answer is not None:
-            for t, v in answer.traits.items():
-                if out.get(t) == UNKNOWN:
-                    out[t] = v
-        return out
-
-    def close(self) -> None:
-        self.client.close()
-
-
-# --------------------------------------------------------------------------------------------
-# Use 2: broken-model triage
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TriageRecord:
-    id: str
-    category: str  # a reason code of agents/triage_rules.yaml
-    explanation: str
-    source: str  # rules | llm
-
-
-class TriageAnswer(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    category: str
-    explanation: str = Field(max_length=600)
-
-
-def _reason_codes() -> dict[str, str]:
-    from agents.triage import describe, reason_codes
-
-    return {c: describe(c) for c in reason_codes()}
-
-
-def triage_broken(records: Iterable[Mapping[str, Any]], client: LLMClient | None = None) -> list[TriageRecord]:
-    """Explain each broken record (id, broken_reason, broken_detail, config). Rule default: the
-    reason code and its description; with an LLM, a validated category and a short explanation."""
-    codes = _reason_codes()
-    out = []
-    for r in records:
-        code = str(r.get("broken_reason") or "unspecified")
-        detail = str(r.get("broken_detail") or "")
-        rule = TriageRecord(str(r.get("id")), code, f"{codes.get(code, code)}{': ' + _clip(detail, 200) if detail else ''}",
-                            "rules")
-        if client is None or not client.settings.enabled:
-            out.append(rule)
-            continue
-        payload = {"id": rule.id, "reason": code, "detail": detail, "config": _clip(r.get("config") or "", 1500)}
-        fields = {"reason": code, "reason_description": codes.get(code, ""), "model_id": _clip(rule.id, 200),
-                  "categories": "\n".join(f"  {c}: {d}" for c, d in codes.items()),
-                  "detail": _clip(detail, 1500), "config": _clip(r.get("config") or "", 1500)}
-
-        def check(a: TriageAnswer) -> str:
-            return "" if a.category in codes else f"out of vocabulary: category={_clip(a.category, 60)}"
-
-        answer, _ = client.ask("triage", rule.id, load_prompt("triage_broken"), payload, fields, TriageAnswer, check)
-        out.append(TriageRecord(rule.id, answer.category, _clip(answer.explanation, 600), "llm") if answer else rule)
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# Use 3: failure grouping
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class FailureGroup:
-    group_id: str
-    root_cause: str  # a category of agents/data/failure_causes.yaml
-    summary: str
-    members: list[str]  # model / case ids
-    source: str  # rules | llm
-
-
-class GroupItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    group_ids: list[str] = Field(min_length=1)
-    root_cause: str
-    summary: str = Field(default="", max_length=400)
-
-
-class GroupAnswer(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    groups: list[GroupItem]
-
-
-@lru_cache(maxsize=1)
-def failure_causes() -> dict[str, dict[str, str]]:
-    text = resources.files("agents").joinpath("data", "failure_causes.yaml").read_text()
-    return yaml.safe_load(text)["categories"]
-
-
-def normalize_message(message: str) -> str:
-    """A message with addresses, numbers and paths blurred, so equal failures group together."""
-    s = re.sub(r"0x[0-9a-fA-F]+", "0x?", message or "")
-    s = re.sub(r"(/[\w.\-]+)+", "<path>", s)
-    s = re.sub(r"\d+", "N", s)
-    return " ".join(s.split())[:160]
-
-
-def rule_root_cause(stage: str, error_class: str, failing_op: str, message: str) -> str:
-    text = f"{stage} {error_class} {failing_op} {message}".lower()
-    for name, spec in failure_causes().items():
-        if re.search(spec["pattern"], text):
-            return name
-    return "other"
-
-
-def group_failures(failures: Iterable[Mapping[str, Any]], client: LLMClient | None = None) -> list[FailureGroup]:
-    """Group failures (id, stage, error_class, failing_op, message). Rule default: equal
-    (stage, error class, op, normalized message) form a group, named by keyword rules; an LLM
-    may merge groups and name their root cause from the closed category list."""
-    buckets: dict[tuple, list[str]] = {}
-    for f in failures:
-        k = (str(f.get("stage") or ""), str(f.get("error_class") or ""), str(f.get("failing_op") or ""),
-             normalize_message(str(f.get("message") or "")))
-        buckets.setdefault(k, []).append(str(f.get("id")))
-    rule_groups: dict[str, FailureGroup] = {}
-    for n, (k, members) in enumerate(sorted(buckets.items(), key=lambda kv: (-len(kv[1]), kv[0]))):
-        gid = f"g{n + 1}"
-        rule_groups[gid] = FailureGroup(gid, rule_root_cause(*k), " / ".join(x for x in k if x)[:200], sorted(members),
-                                        "rules")
-    if client is None or not client.settings.enabled or not rule_groups:
-        return list(rule_groups.values())
-    causes = failure_causes()
-    payload = {gid: [g.summary, len(g.members)] for gid, g in rule_groups.items()}
-    fields = {"categories": "\n".join(f"  {c}: {s['doc']}" for c, s in causes.items()),
-              "groups": _clip("\n".join(f"{gid}: {g.summary} ({len(g.members)} models)"
-                                        for gid, g in rule_groups.items()))}
-
-    def check(a: GroupAnswer) -> str:
-        seen: set[str] = set()
-        for item in a.groups:
-            if item.root_cause not in causes:
-                return f"out of vocabulary: root_cause={_clip(item.root_cause, 60)}"
-            for gid in item.group_ids:
-                if gid not in rule_groups:
-                    return f"unknown group id: {_clip(gid, 40)}"
-                if gid in seen:
-                    return f"group id used twice: {gid}"
-                seen.add(gid)
-        return ""
-
-    answer, _ = client.ask("group", "failures", load_prompt("group_failures"), payload, fields, GroupAnswer, check)
-    if answer is None:
-        return list(rule_groups.values())
-    out, used = [], set()
-    for n, item in enumerate(answer.groups):
-        members = sorted(m for gid in item.group_ids for m in rule_groups[gid].members)
-        out.append(FailureGroup(f"llm{n + 1}", item.root_cause, _clip(item.summary, 400), members, "llm"))
-        used.update(item.group_ids)
-    out.extend(g for gid, g in rule_groups.items() if gid not in used)
-    return out
 
 
 def run_with_llm(log_dir: str | os.PathLike, use: Callable[[LLMClient | None], Any], *,

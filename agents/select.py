@@ -28,8 +28,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from agents.store import ModelRecord
 from agents.traits import parse_config
 from agents.vocabulary import UNKNOWN, vocabulary
+from contracts.records import ModelSpec
 from contracts.settings import current
 
 REPRESENTATIVES_FILE = "representatives.parquet"
@@ -277,20 +279,20 @@ def read_representatives(out_dir: str | Path) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def _to_specs(rows: Iterable[Mapping[str, Any]]):
-    from contracts.records import ModelSpec
-
+def _to_specs(rows: Iterable[Mapping[str, Any]]) -> list[ModelSpec]:
+    """Representative rows -> ModelSpecs, through the store's one converter (ModelRecord.to_spec)."""
     specs = []
     for r in rows:
-        cfg = parse_config(r.get("config")) or {}
-        specs.append(ModelSpec(model_id=str(r["id"]), model_type=str(r.get("model_type") or cfg.get("model_type") or ""),
-                               architecture=str(r.get("architecture") or ""), config=cfg,
-                               downloads=int(r.get("downloads") or 0), source=str(r.get("source") or "")))
+        config = r.get("config")
+        record = ModelRecord(id=str(r["id"]), source=str(r.get("source") or "catalog"),
+                             model_type=r.get("model_type") or None, downloads=int(r.get("downloads") or 0),
+                             config=config if isinstance(config, str) else None)
+        specs.append(record.to_spec(architecture=str(r.get("architecture") or "")))
     return specs
 
 
-def load_representatives(out_dir: str | Path) -> list:
-    """The representatives `harness select` wrote into DIR, as harness.specs.ModelSpec (selection order)."""
+def load_representatives(out_dir: str | Path) -> list[ModelSpec]:
+    """The representatives `harness select` wrote into DIR, as ModelSpecs (selection order)."""
     return _to_specs(read_representatives(out_dir).to_dict("records"))
 
 

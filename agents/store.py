@@ -18,6 +18,8 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from contracts.records import ModelSpec
+
 SCHEMA_VERSION = "1.0"
 STORE_FILE = "models.parquet"
 META_VERSION_KEY = b"harness.store.schema_version"
@@ -108,12 +110,16 @@ class ModelRecord:
     def architecture(self) -> str:
         return self.architectures[0] if self.architectures else ""
 
-    def to_spec(self):
-        """The harness.specs.ModelSpec to check this model (only meaningful for status ok)."""
-        from contracts.records import ModelSpec
-
-        return ModelSpec(model_id=self.id, model_type=self.model_type or "", architecture=self.architecture,
-                         config=self.config_dict() or {}, downloads=int(self.downloads or 0), source=self.source)
+    def to_spec(self, architecture: str = "") -> ModelSpec:
+        """The ModelSpec to check this model (only meaningful for status ok): the one record ->
+        spec converter. model_type and architecture fall back to the config's own keys;
+        `architecture` overrides the record's (e.g. `harness check --architecture`)."""
+        config = self.config_dict() or {}
+        archs = self.architectures or config.get("architectures") or []
+        first = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+        return ModelSpec(model_id=self.id, model_type=self.model_type or str(config.get("model_type") or ""),
+                         architecture=architecture or first, config=config, downloads=int(self.downloads or 0),
+                         source=self.source)
 
 
 COLUMNS = [f.name for f in fields(ModelRecord)]

@@ -19,13 +19,32 @@ from __future__ import annotations
 
 
 def _autoload() -> None:
-    """Entry point of `torch.backends`: must never break `import torch` for the whole venv."""
+    """Entry point of `torch.backends`: must never break `import torch` for the whole venv.
+
+    Loading this entry point imports the package, whose body registers the device, or steps
+    aside with a warning when another backend already owns PrivateUse1 or the `neuron` device
+    name (a real torch-neuronx in the same venv): the simulator never claims it."""
     try:
         import backend  # noqa: F401
     except Exception as exc:  # pragma: no cover - defensive
         import warnings
 
         warnings.warn(f"neuron backend failed to load: {type(exc).__name__}: {exc}")
+
+
+def _foreign_owner() -> str:
+    """Who else holds PrivateUse1 or the device name in this process ("" when nobody does)."""
+    import torch
+
+    if getattr(torch, "_neuron_backend_registered", False):  # it is us
+        return ""
+    name = torch._C._get_privateuse1_backend_name()
+    if name != "privateuseone":
+        return f"PrivateUse1 is already registered as {name!r} by another backend"
+    module = getattr(torch, "neuron", None)
+    if module is not None:
+        return f"torch.neuron is already provided by {getattr(module, '__name__', type(module).__name__)!r}"
+    return ""
 
 
 # `import torch` runs the torch.backends entry point (`_autoload` above) while this package may be
@@ -63,8 +82,8 @@ from backend.precision import precision, set_precision  # noqa: E402
 is_simulated = True
 DEVICE = "neuron"
 
-_register()
-
+#: why the simulator did not register ("" when it did): another backend owns PrivateUse1 / the name
+stepped_aside = _foreign_owner()
 
 
 def _register_compiler() -> None:
@@ -77,20 +96,23 @@ def _register_compiler() -> None:
         register_dynamo_backend()
 
 
-_register_compiler()
-
+from backend import adaptive as _adaptive  # noqa: E402
 from backend import faults  # noqa: E402  (planted faults: backend.faults.plant/load/clear)
 
-faults.load_from_env()  # NEURON_FAULTS=path; a malformed file raises FaultFileError naming the entry
+if stepped_aside:
+    import warnings  # noqa: E402
 
-from backend import adaptive as _adaptive  # noqa: E402
-
-_adaptive.enable_from_env()  # NEURON_ADAPTIVE_EAGER, opt-in; the rule is there
+    warnings.warn(f"the simulated neuron device steps aside: {stepped_aside}", stacklevel=2)
+else:
+    _register()
+    _register_compiler()
+    faults.load_from_env()  # NEURON_FAULTS=path; a malformed file raises FaultFileError naming the entry
+    _adaptive.enable_from_env()  # NEURON_ADAPTIVE_EAGER, opt-in; the rule is there
 
 __all__ = [
     "DEVICE", "FallbackEvent", "FaultFileError", "LoweringTableError", "NeuronError", "NeuronFallbackError",
     "NeuronFallbackWarning", "NeuronFaultError", "NeuronOutOfMemoryError", "NeuronUnsupportedError",
     "clear_op_tracking", "collect_fallbacks", "executed_ops", "fallback_events", "fallback_mode",
     "fallback_ops", "faults", "is_simulated", "lowering", "memory_capacity", "precision", "record_fallback",
-    "set_fallback_mode", "set_memory_capacity", "set_precision",
+    "set_fallback_mode", "set_memory_capacity", "set_precision", "stepped_aside",
 ]

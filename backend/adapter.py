@@ -20,8 +20,10 @@ class NeuronBackend:
     simulated = True
 
     def __init__(self, name: str = "neuron") -> None:
-        import backend  # noqa: F401  (registers the device and the compiler)
+        import backend  # registers the device and the compiler
 
+        if backend.stepped_aside:  # another backend owns the device: its own adapter must be used
+            raise RuntimeError(f"the simulated neuron device is not registered: {backend.stepped_aside}")
         self.name = name
 
     @property

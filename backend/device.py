@@ -118,15 +118,13 @@ def register() -> None:
     if is_registered():
         return
     current = torch._C._get_privateuse1_backend_name()
-    if current not in ("privateuseone", NAME):
+    if current != "privateuseone" or getattr(torch, NAME, None) is not None:  # not registered by us
+        owner = f"{current!r}" if current != "privateuseone" else f"module {getattr(torch, NAME).__name__!r}"
         raise RuntimeError(
-            f"cannot register the simulated neuron device: PrivateUse1 is already taken by "
-            f"{current!r} in this process"
+            f"cannot register the simulated neuron device: PrivateUse1 / torch.{NAME} is already taken by "
+            f"{owner} in this process (another backend, e.g. a real torch-neuronx, is installed)"
         )
-    if current == "privateuseone":
-        _setup_privateuseone_for_python_backend(
-            NAME, backend_module=device_module, hook=_Hooks(), device_guard=_Guard()
-        )
+    _setup_privateuseone_for_python_backend(NAME, backend_module=device_module, hook=_Hooks(), device_guard=_Guard())
     sys.modules.setdefault(f"torch.{NAME}", device_module)
 
     impl = torch.library.Library("aten", "IMPL")

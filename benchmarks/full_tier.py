@@ -21,12 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from contracts.settings import current
 from harness.runner import RunOptions, list_cases, run_tier
 from harness.tiers import load_tier
 from harness.workers import WorkerLimits
 
 ROOT = Path(__file__).resolve().parent.parent
-HUB = Path(os.environ.get("HARNESS_SHARED_DATA", ROOT.parent / "shared" / "data")) / "hub" / "hub_models.jsonl.gz"
+HUB = current().shared_data / "hub" / "hub_models.jsonl.gz"
 
 
 def measure(population: str, workers: int, out: Path, backend: str, timeout: float, limit: int | None) -> dict:

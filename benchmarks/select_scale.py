@@ -26,7 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DEFAULT_POPULATION = Path(os.environ.get("HARNESS_SHARED_DATA", ROOT.parent / "shared" / "data")) / "hub" / "hub_models.jsonl.gz"
+
+from contracts.settings import current  # noqa: E402
+
+DEFAULT_POPULATION = current().shared_data / "hub" / "hub_models.jsonl.gz"
 TARGET_SECONDS = 30.0
 
 

@@ -14,7 +14,6 @@ fetch of custom code).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
 
 import torch
 
@@ -122,8 +121,3 @@ def build_model(config, architecture: str, seed: int = 0, device: str | torch.de
 
 def parameter_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def describe(config) -> dict[str, Any]:
-    return {"shrink_level": getattr(config, "_shrink_level", None),
-            "shrink_errors": getattr(config, "_shrink_errors", {})}

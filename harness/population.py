@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.store import ModelRecord
 from contracts.records import Case, ModelSpec
 
 
@@ -41,50 +42,32 @@ def load_population(source: str | None, instantiate: bool = False) -> list[Membe
     if source is None:
         from agents import catalog
 
-        return [_member(r, "catalog") for r in catalog.iter_catalog()]
+        return [_member(r) for r in catalog.iter_catalog()]
     path = Path(source)
     if path.is_dir() or path.suffix == ".parquet":
         from agents.store import read_store
 
-        return [_member(r, r.source) for r in read_store(path)]
+        return [_member(r) for r in read_store(path)]
     if path.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
         from agents.snapshot import iter_snapshot
 
-        return [_member(r, "snapshot") for r in iter_snapshot(path, instantiate=instantiate)]
+        return [_member(r) for r in iter_snapshot(path, instantiate=instantiate)]
     raise ValueError(f"{source}: not a crawl store directory, .parquet store or .jsonl[.gz] snapshot")
 
 
-def _get(rec: Any, key: str, default: Any = None) -> Any:
-    return rec.get(key, default) if isinstance(rec, dict) else getattr(rec, key, default)
-
-
-def _member(rec: Any, source: str) -> Member:
-    """A store ModelRecord, a ModelSpec or a snapshot dict -> Member."""
-    if isinstance(rec, ModelSpec):
-        return Member(rec.model_id, int(rec.downloads or 0), rec)
-    model_id = str(_get(rec, "id") or _get(rec, "model_id") or "")
-    downloads = int(_get(rec, "downloads") or 0)
-    if _get(rec, "_broken"):
-        return Member(model_id, downloads, not_runnable=_get(rec, "_broken"))
-    if _get(rec, "status") == "broken":
-        return Member(model_id, downloads, not_runnable=str(_get(rec, "broken_reason") or "broken"))
-    config = _get(rec, "config")
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except ValueError:
-            return Member(model_id, downloads, not_runnable="config_not_json")
-    config = dict(config) if isinstance(config, dict) else {}
-    model_type = _get(rec, "model_type") or config.get("model_type")
-    if not model_type:
-        return Member(model_id, downloads, not_runnable="no_model_type")
-    if not _known_type(str(model_type)):
-        return Member(model_id, downloads, not_runnable="unknown_model_type")
-    archs = _get(rec, "architectures") or config.get("architectures") or []
-    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
-    spec = ModelSpec(model_id=model_id, model_type=str(model_type), architecture=arch, config=config,
-                     downloads=downloads, source=source)
-    return Member(model_id, downloads, spec)
+def _member(rec: ModelRecord) -> Member:
+    """A crawl-store / catalog / snapshot record -> Member (ModelRecord.to_spec builds the spec)."""
+    downloads = int(rec.downloads or 0)
+    if rec.status == "broken":
+        return Member(rec.id, downloads, not_runnable=str(rec.broken_reason or "broken"))
+    if rec.config and rec.config_dict() is None:
+        return Member(rec.id, downloads, not_runnable="config_not_json")
+    spec = rec.to_spec()
+    if not spec.model_type:
+        return Member(rec.id, downloads, not_runnable="no_model_type")
+    if not _known_type(spec.model_type):
+        return Member(rec.id, downloads, not_runnable="unknown_model_type")
+    return Member(rec.id, downloads, spec)
 
 
 def _known_type(model_type: str) -> bool:
@@ -100,13 +83,10 @@ def _case_key(item: tuple[str, str, dict[str, Any]]) -> str:
     model_type, arch, config = item
     spec = ModelSpec(model_id="", model_type=model_type, architecture=arch, config=config)
     try:
-        sig = architecture_signature(spec)
+        sig = architecture_signature(spec)  # 16 hex digits
     except Exception as exc:  # noqa: BLE001 - the check will record the real error at load
-        sig = f"unsignable-{type(exc).__name__}"
-    text = sig if isinstance(sig, str) else json.dumps(sig, sort_keys=True, default=str)
-    if not isinstance(sig, str) or len(text) > 16:
-        text = hashlib.sha1(text.encode()).hexdigest()[:16]
-    return f"{model_type}/{text}"
+        sig = hashlib.sha1(f"unsignable-{type(exc).__name__}".encode()).hexdigest()[:16]
+    return f"{model_type}/{sig}"
 
 
 def signature_keys(items: list[tuple[str, str, dict[str, Any]]], workers: int = 1) -> list[str]:

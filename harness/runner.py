@@ -21,12 +21,13 @@ import os
 import sys
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from contracts.records import Case, CaseOutcome
+from contracts.rows import case_rows
 from contracts.settings import resolve_limits
 from harness.journal import Journal
 from harness.reference import blamed, reference_outcomes, reference_pass
@@ -120,56 +121,19 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------- rows
 
-def outcome_rows(record: dict[str, Any], run_id: str, backend: str | None = None,
-                 references: dict[tuple[str, str], CaseOutcome] | None = None) -> list[dict[str, Any]]:
-    """A journal record -> results rows (reports.schema.RESULTS), one per stage.
-
-    Case-level fallback totals go on the `on_device` row (the last row when the tier has none)
-    unless a stage reports its own, so summing fallback_count over rows counts each call once.
-    Fallback events ride on the first row (reports.tables attributes them to the case). Every
-    row that does not pass gets its `blame` (harness.blame; `references`: the reference pass).
-    """
-    out = blamed(record, backend, references or {})
-    info = out.info or {}
-    names = [s["stage"] for s in out.stages]
-    totals_on = "on_device" if "on_device" in names else (names[-1] if names else None)
-    model_id = info.get("model_id") or (out.model_ids[0] if out.model_ids else None)
-    extra = {k: info[k] for k in ("model_type", "architecture", "parameters", "signature", "family") if info.get(k)}
-    labels = {k: info.get(k) for k in ("op", "dtype", "variant", "sample")}  # upstream tier: the OpInfo sample
-    extra.update({"case_status": out.status, "worker": out.worker, "case_seconds": out.seconds})
-    rows = []
-    for n, st in enumerate(out.stages):
-        metrics = dict(st.get("metrics") or {})
-        row = {
-            "run_id": run_id, "tier": out.tier, "case_id": out.case_id, "stage": st["stage"],
-            "status": st["status"], "reason": st.get("reason"), "error_class": st.get("error_class"),
-            "message": st.get("message"), "failing_op": st.get("failing_op"), "seconds": st.get("seconds"),
-            "model_id": model_id, "model_ids": list(out.model_ids), "weight": out.weight,
-            "peak_memory_bytes": out.peak_memory_bytes, "traits": info.get("traits"), "metrics": metrics,
-            "extra": extra, **labels, "blame": st.get("blame") or None,
-            "blame_evidence": st.get("blame_evidence") or None,
-        }
-        if "fallback_count" in metrics or "fallback_ops" in metrics:
-            row["fallback_count"] = metrics.pop("fallback_count", None)
-            row["fallback_ops"] = list(metrics.pop("fallback_ops", None) or [])
-        elif st["stage"] == totals_on:
-            row["fallback_count"], row["fallback_ops"] = out.fallback_count, list(out.fallback_ops)
-        if st["stage"] == "compile":
-            row["graphs"], row["recompiles"] = info.get("graphs"), info.get("recompiles")
-        if "native_op_calls" in metrics:
-            row["native_op_calls"] = metrics.pop("native_op_calls")
-        if n == 0 and out.fallback_events:
-            row["fallback_events"] = [{"model_id": model_id, **e} for e in out.fallback_events]
-        rows.append(row)
-    return rows
-
-
 def write_tables(run_dir: Path, journal: Journal, meta: dict[str, Any]) -> dict[str, Path]:
     """All journaled cases of the run dir -> its Parquet tables (rewritten whole, atomically)."""
     from reports.tables import write_run_tables
 
     refs = reference_outcomes(run_dir)
-    rows = [r for rec in journal.records() for r in outcome_rows(rec, meta["run_id"], meta.get("backend"), refs)]
+    rows, events, native = [], [], {}
+    json_cache: dict[int, str | None] = {}
+    for rec in journal.records():
+        case = case_rows(blamed(rec, meta.get("backend"), refs), meta["run_id"], json_cache)
+        rows.extend(case.rows)
+        events.extend(case.fallback_events)
+        for op, n in case.native_op_calls.items():
+            native[(rec["tier"], op)] = native.get((rec["tier"], op), 0) + n
     tiers = sorted({rec["tier"] for rec in journal.records()} | set(meta.get("tiers", {})))
     run_meta = {k: v for k, v in meta.items() if k != "tiers"}
     run_meta.update({"tiers": tiers, "finished_at": _now(), "tier_runs": meta.get("tiers", {})})
@@ -177,7 +141,7 @@ def write_tables(run_dir: Path, journal: Journal, meta: dict[str, Any]) -> dict[
     run_meta["duration_seconds"] = sum(float(t.get("seconds", 0)) for t in meta.get("tiers", {}).values()) \
         or (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
     run_meta.setdefault("lowering_table_version", _lowering_version(journal))
-    return write_run_tables(run_dir, run_meta, rows)
+    return write_run_tables(run_dir, run_meta, rows, events, native)
 
 
 def _lowering_version(journal: Journal) -> str | None:
@@ -186,60 +150,6 @@ def _lowering_version(journal: Journal) -> str | None:
     versions = sorted({str(v) for rec in journal.records()
                        if (v := (rec["outcome"].get("worker") or {}).get("lowering_table_version"))})
     return ",".join(versions) or None
-
-
-# -------------------------------------------------------------------------------------- summary
-
-def summarize(records: list[dict[str, Any]], tier: str, backend: str | None = None,
-              references: dict[tuple[str, str], CaseOutcome] | None = None) -> dict[str, Any]:
-    """Counts with their denominators: cases by headline status, rows by stage, models, downloads;
-    every stage's non-passes split by blame (cases, models, downloads)."""
-    counts: Counter[str] = Counter()
-    by_stage: dict[str, Counter[str]] = defaultdict(Counter)
-    by_blame: dict[str, Counter[str]] = defaultdict(Counter)
-    cov: dict[str, dict[str, Any]] = defaultdict(lambda: {"models_pass": 0, "weight_pass": 0.0,
-                                                          "models_by_blame": Counter(), "weight_by_blame": Counter()})
-    models = weight = 0.0
-    for rec in records:
-        out = blamed(rec, backend, references or {})
-        counts[out.status] += 1
-        models += len(out.model_ids)
-        weight += out.weight
-        for st in out.stages:
-            c = cov[st["stage"]]
-            by_stage[st["stage"]][st["status"]] += 1
-            if st["status"] == "pass":
-                c["models_pass"] += len(out.model_ids)
-                c["weight_pass"] += out.weight
-            else:
-                key = st.get("blame") or "none"
-                by_blame[st["stage"]][key] += 1
-                c["models_by_blame"][key] += len(out.model_ids)
-                c["weight_by_blame"][key] += out.weight
-    coverage = {}
-    for stage in by_stage:
-        c = cov[stage]
-        coverage[stage] = {"models_pass": int(c["models_pass"]), "models_total": int(models),
-                           "weight_pass": c["weight_pass"], "weight_total": weight,
-                           "weighted_share": (c["weight_pass"] / weight) if weight else None,
-                           **blame_shares(c, models, weight)}
-    return {"tier": tier, "cases": len(records), "counts": dict(sorted(counts.items())),
-            "by_stage": {s: dict(sorted(c.items())) for s, c in by_stage.items()},
-            "by_stage_blame": {s: dict(sorted(c.items())) for s, c in by_blame.items()},
-            "models": int(models), "weight": weight, "coverage": coverage}
-
-
-def blame_shares(c: dict[str, Any], models: float, weight: float) -> dict[str, Any]:
-    """A stage's non-passes by blame ("none": not a failure of anyone, e.g. not applicable) and
-    the pass share over the models not blamed on upstream or the environment (their denominator)."""
-    excluded_models = sum(c["models_by_blame"].get(b, 0) for b in EXCLUDED_BLAMES)
-    excluded_weight = sum(c["weight_by_blame"].get(b, 0.0) for b in EXCLUDED_BLAMES)
-    attributable_models, attributable_weight = models - excluded_models, weight - excluded_weight
-    return {"models_by_blame": dict(sorted(c["models_by_blame"].items())),
-            "weight_by_blame": dict(sorted(c["weight_by_blame"].items())),
-            "models_attributable": int(attributable_models), "weight_attributable": attributable_weight,
-            "attributable_share": (c["models_pass"] / attributable_models) if attributable_models else None,
-            "attributable_weighted_share": (c["weight_pass"] / attributable_weight) if attributable_weight else None}
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -345,10 +255,12 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
         tier_meta.update(reference_pass(tier, opts, journal, cases, run_dir))
         _write_json(run_dir / RUN_FILE, meta)
         paths = write_tables(run_dir, journal, meta)
-        records = [r for r in journal.records(tier.name) if r["case_id"] in wanted]
     finally:
         journal.close()
-    summary = summarize(records, tier.name, opts.backend, reference_outcomes(run_dir, tier.name))
+    from reports.coverage import tier_summary
+    from reports.tables import read_results
+
+    summary = tier_summary(read_results(run_dir), tier.name, wanted)
     summary.update({"run_id": meta["run_id"], "run_dir": str(run_dir), "backend": opts.backend,
                     "shard": meta.get("shard"), "executor": opts.executor, "workers": opts.workers,
                     "resumed": len(cases) - len(todo), "ran": len(todo), "seconds": round(seconds, 3),

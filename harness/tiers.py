@@ -134,14 +134,12 @@ def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOu
 def traits_of(spec: ModelSpec) -> dict[str, Any] | None:
     """The spec's architectural traits (agents.traits) for coverage by trait; None if unavailable."""
     try:
-        from dataclasses import asdict as _asdict
-
         from agents.traits import extract_traits
 
         level = "full" if len(spec.config) > 5 else ("partial" if spec.config else None)
-        record = extract_traits(spec.config, model_type=spec.model_type,
-                                architectures=[spec.architecture] if spec.architecture else None, config_level=level)
-        return _asdict(record) if hasattr(record, "__dataclass_fields__") else dict(record)
+        return extract_traits(spec.config, model_type=spec.model_type,
+                              architectures=[spec.architecture] if spec.architecture else None,
+                              config_level=level).to_dict()
     except Exception:  # noqa: BLE001 - a label must never fail a case
         return None
 

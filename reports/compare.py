@@ -4,7 +4,7 @@ The comparison vocabulary (contracts.status.Verdict; separate from Status, which
 
     PASS      as good as the baseline: passes (or is unchanged and not failing)
     FAIL      new failure: failing now, and neither failing in the baseline nor expected
-    XFAIL     known failure: matches reports/data/expectations.yaml, or failed in the baseline too
+    XFAIL     known failure: matches an expectation (reports.expectations), or failed in the baseline too
     IMPROVED  passes now but failed / was not attempted in the baseline, or was expected to fail
     MISSING   in the baseline, absent from the run
     FLAKY     status changed, and the case is on reports/data/flaky.yaml
@@ -32,53 +32,11 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from contracts.status import FAILING_VALUES, STATUS_VALUES, Verdict
+from contracts.status import Verdict
+from reports.expectations import Rule, for_backend, load_expectations, load_flaky
+from reports.verdicts import verdict_of
 
 KEY = ["tier", "case_id", "stage"]
-
-
-# ----------------------------------------------------------------------------- checked-in data files
-
-@dataclass(frozen=True)
-class Rule:
-    """One expectations / flaky entry: globs over the case key, and why."""
-
-    reason: str
-    tier: str = "*"
-    case_id: str = "*"
-    stage: str = "*"
-    model_id: str = "*"
-    status: tuple[str, ...] = ()
-
-    def matches(self, tier: str, case_id: str, stage: str, model_ids: list[str]) -> bool:
-        return (fnmatch.fnmatchcase(tier, self.tier) and fnmatch.fnmatchcase(case_id, self.case_id)
-                and fnmatch.fnmatchcase(stage, self.stage)
-                and (self.model_id == "*" or any(fnmatch.fnmatchcase(m, self.model_id) for m in model_ids)))
-
-
-def _load_rules(path: str | Path | None, default: str, key: str) -> list[Rule]:
-    text = (Path(path).read_text() if path else resources.files("reports").joinpath(f"data/{default}").read_text())
-    data = yaml.safe_load(text) or {}
-    rules = []
-    for i, entry in enumerate(data.get(key) or []):
-        if not isinstance(entry, dict) or not entry.get("reason"):
-            raise ValueError(f"{path or default}: {key}[{i}] needs a 'reason' (why it is known)")
-        status = entry.get("status") or ()
-        status = (status,) if isinstance(status, str) else tuple(status)
-        bad = [s for s in status if s not in STATUS_VALUES]
-        if bad:
-            raise ValueError(f"{path or default}: {key}[{i}] has unknown status {bad}")
-        rules.append(Rule(reason=str(entry["reason"]), status=status,
-                          **{k: str(entry[k]) for k in ("tier", "case_id", "stage", "model_id") if k in entry}))
-    return rules
-
-
-def load_expectations(path: str | Path | None = None) -> list[Rule]:
-    return _load_rules(path, "expectations.yaml", "expectations")
-
-
-def load_flaky(path: str | Path | None = None) -> list[Rule]:
-    return _load_rules(path, "flaky.yaml", "flaky")
 
 
 @functools.cache
@@ -165,34 +123,6 @@ def _gate_summary(comparison: "Comparison") -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------- compare
 
-def _verdict(status: str | None, base: str | None, model_ids: list[str], key: tuple[str, str, str],
-             expectations: list[Rule], flaky: list[Rule]) -> tuple[Verdict, str]:
-    if status is None:
-        return Verdict.MISSING, f"was {base} in the baseline"
-    if base is not None and status != base:
-        rule = next((r for r in flaky if r.matches(*key, model_ids)), None)
-        if rule:
-            return Verdict.FLAKY, f"{base} -> {status}; flaky: {rule.reason}"
-    known = [r for r in expectations if r.matches(*key, model_ids)]
-    if status == "pass":
-        if known:
-            return Verdict.IMPROVED, f"passes; was expected to fail ({known[0].reason}): remove the expectation"
-        if base is not None and base != "pass":
-            return Verdict.IMPROVED, f"{base} -> pass"
-        return Verdict.PASS, ""
-    if status in FAILING_VALUES:
-        expected = next((r for r in known if not r.status or status in r.status), None)
-        if expected:
-            return Verdict.XFAIL, f"expected: {expected.reason}"
-        if base in FAILING_VALUES:
-            return Verdict.XFAIL, f"failed in the baseline too ({base} -> {status})"
-        return Verdict.FAIL, f"{base or 'new case'} -> {status}"
-    # skipped / not_attempted
-    if base == "pass":
-        return Verdict.FAIL, f"pass -> {status}: coverage lost"
-    return Verdict.PASS, f"unchanged: {status}" if base == status else f"{base or 'new case'} -> {status}"
-
-
 def _metric_deltas(merged: pd.DataFrame, time_rel: float | None) -> list[MetricDelta]:
     out = []
     for metric, rule in metric_rules().items():
@@ -236,14 +166,15 @@ def _ids(value: Any) -> list[str]:
 def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str = "run",
                    baseline_name: str = "baseline", expectations: list[Rule] | None = None,
                    flaky: list[Rule] | None = None, time_threshold: float | None = None,
-                   gate: str = "backend") -> Comparison:
-    """Compare two results tables (reports.schema.RESULTS); pure computation.
+                   gate: str = "backend", backend: str | None = None) -> Comparison:
+    """Compare two results tables (reports.schema.RESULTS) of runs on `backend`; pure computation.
 
+    Rules naming another backend do not apply (backend None: only rules for every backend).
     Verdicts without a matching rule depend only on the (status, baseline status) pair, so they are
     decided once per pair: a 250,000-row comparison stays a few seconds.
     """
-    expectations = load_expectations() if expectations is None else expectations
-    flaky = load_flaky() if flaky is None else flaky
+    expectations = for_backend(load_expectations() if expectations is None else expectations, backend)
+    flaky = for_backend(load_flaky() if flaky is None else flaky, backend)
     metrics = [m for m in metric_rules() if m in run.columns and m in baseline.columns]
     cols = KEY + ["status", "model_ids", "blame"] + metrics
 
@@ -266,10 +197,12 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
         ids: list[str] | None = None
         if i in ruled:
             ids = _ids(ids_run[i] if st is not None else ids_base[i])
-            verdict, detail = _verdict(st, bs, ids, key, expectations, flaky)
+            known = [r for r in expectations if r.matches(*key, ids)]
+            flaky_rule = next((r for r in flaky if r.matches(*key, ids)), None)
+            verdict, detail = verdict_of(st, bs, known, flaky_rule)
         else:
             if (st, bs) not in by_pair:
-                by_pair[(st, bs)] = _verdict(st, bs, [], key, [], [])
+                by_pair[(st, bs)] = verdict_of(st, bs, [], None)
             verdict, detail = by_pair[(st, bs)]
         if verdict is not Verdict.PASS and ids is None:  # model ids only where someone will read them
             ids = _ids(ids_run[i] if st is not None else ids_base[i])
@@ -285,8 +218,17 @@ def _row_blames(merged: pd.DataFrame) -> list[str | None]:
             for r, b in zip(clean, base)]
 
 
+def run_backend(run_dir: str | Path) -> str | None:
+    """The backend a run ran on (runs.parquet), None when it does not say or names several."""
+    from reports.tables import read_table
+
+    names = {b for b in read_table(run_dir, "runs")["backend"].dropna().tolist()}
+    return names.pop() if len(names) == 1 else None
+
+
 def compare_runs(run_dir: str | Path, baseline_dir: str | Path, **kwargs: Any) -> Comparison:
     from reports.tables import read_results
 
+    kwargs.setdefault("backend", run_backend(run_dir))
     return compare_frames(read_results(run_dir), read_results(baseline_dir), run_name=str(run_dir),
                           baseline_name=str(baseline_dir), **kwargs)

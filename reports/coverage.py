@@ -22,12 +22,12 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 import yaml
 
-from contracts.status import MODEL_STAGES, STATUS_VALUES, UNFINISHED_VALUES, Blame
+from contracts.status import MODEL_STAGES, STATUS_VALUES, UNFINISHED_VALUES, Blame, headline_status
 
 #: Keys of the blame splits: the Blame values, then "none" (a non-pass nobody is blamed for: not
 #: applicable, cannot report, or a run written before blame existed).
@@ -375,6 +375,53 @@ def failures_by_blame(results: pd.DataFrame) -> list[dict[str, Any]]:
 
 def stage_rank(stage: str) -> int:
     return MODEL_STAGES.index(stage) if stage in MODEL_STAGES else 99
+
+
+def tier_summary(results: pd.DataFrame, tier: str, case_ids: Iterable[str] | None = None) -> dict[str, Any]:
+    """The `harness run --json` figures of one tier: cases by headline status, stage rows by status
+    and by blame, models and downloads, and per stage the models / downloads that passed with their
+    denominators (every model of the tier; `blame_shares` adds the attributable ones). `case_ids`
+    restricts to a run's own cases (its --limit / --shard)."""
+    df = results[results["tier"] == tier]
+    if case_ids is not None:
+        df = df[df["case_id"].isin(set(case_ids))]
+    df = df.assign(_blame=blame_column(df), n_models=df["n_models"].fillna(0).astype(int),
+                   weight=df["weight"].fillna(0.0).astype(float))
+    statuses: dict[str, list[str]] = defaultdict(list)
+    for case, status in zip(df["case_id"].tolist(), df["status"].tolist()):  # rows are in stage order
+        statuses[case].append(status)
+    cases = _case_frame(df) if len(df) else pd.DataFrame(columns=["n_models", "weight"])
+    models, weight = int(cases["n_models"].sum()), float(cases["weight"].sum())
+    by_stage: dict[str, dict[str, int]] = {}
+    by_stage_blame: dict[str, dict[str, int]] = {}
+    coverage: dict[str, dict[str, Any]] = {}
+    for stage, g in df.groupby("stage", sort=False):
+        by_stage[str(stage)] = {str(k): int(v) for k, v in sorted(g["status"].value_counts().items())}
+        passed, bad = g[g["status"] == "pass"], g[g["status"] != "pass"]
+        by_stage_blame[str(stage)] = {str(k): int(v) for k, v in sorted(bad["_blame"].value_counts().items())}
+        c = {"models_pass": int(passed["n_models"].sum()), "weight_pass": float(passed["weight"].sum()),
+             "models_by_blame": {str(k): int(v) for k, v in bad.groupby("_blame")["n_models"].sum().items()},
+             "weight_by_blame": {str(k): float(v) for k, v in bad.groupby("_blame")["weight"].sum().items()}}
+        coverage[str(stage)] = {"models_pass": c["models_pass"], "models_total": models,
+                                "weight_pass": c["weight_pass"], "weight_total": weight,
+                                "weighted_share": (c["weight_pass"] / weight) if weight else None,
+                                **blame_shares(c, models, weight)}
+    counts = Counter(headline_status(s) for s in statuses.values())
+    return {"tier": tier, "cases": len(statuses), "counts": dict(sorted(counts.items())), "by_stage": by_stage,
+            "by_stage_blame": by_stage_blame, "models": models, "weight": weight, "coverage": coverage}
+
+
+def blame_shares(c: dict[str, Any], models: float, weight: float) -> dict[str, Any]:
+    """A stage's non-passes by blame ("none": not a failure of anyone, e.g. not applicable) and
+    the pass share over the models not blamed on upstream or the environment (their denominator)."""
+    excluded_models = sum(c["models_by_blame"].get(b, 0) for b in EXCLUDED_BLAMES)
+    excluded_weight = sum(c["weight_by_blame"].get(b, 0.0) for b in EXCLUDED_BLAMES)
+    attributable_models, attributable_weight = models - excluded_models, weight - excluded_weight
+    return {"models_by_blame": dict(sorted(c["models_by_blame"].items())),
+            "weight_by_blame": dict(sorted(c["weight_by_blame"].items())),
+            "models_attributable": int(attributable_models), "weight_attributable": attributable_weight,
+            "attributable_share": (c["models_pass"] / attributable_models) if attributable_models else None,
+            "attributable_weighted_share": (c["weight_pass"] / attributable_weight) if attributable_weight else None}
 
 
 def summarize(results: pd.DataFrame, per_op: pd.DataFrame | None = None) -> Coverage:

@@ -1,7 +1,7 @@
 """Failures of a run grouped by probable root cause, into RUNDIR/failure_groups.json.
 
 Why: a nightly run with hundreds of failing cases is read cause by cause, not row by row. Every
-failing row (status fail, error, timeout, oom, crash; any tier) goes to agents.llm.group_failures:
+failing row (status fail, error, timeout, oom, crash; any tier) goes to agents.llm_groups.group_failures:
 the rules group equal (stage, error class, op, normalized message) and name a cause from
 agents/data/failure_causes.yaml; an LLM endpoint, when configured, may merge groups (closed list,
 validated). A problem with the LLM falls back to the rules and never stops the report.
@@ -58,7 +58,7 @@ def failure_rows(results: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def compute_groups(results: pd.DataFrame, client=None) -> list[GroupRow]:
-    from agents.llm import group_failures
+    from agents.llm_groups import group_failures
 
     groups = group_failures(failure_rows(results), client)
     rows = [GroupRow(g.group_id, g.root_cause, g.summary, len(g.members), list(g.members), list(g.members[:EXAMPLES]),

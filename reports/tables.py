@@ -6,13 +6,15 @@ The runner calls, once per run (and again after a restart: the files are rewritt
     write_run_tables(run_dir, run_meta, rows, fallback_events)
     df = read_results(run_dir)        # pandas.DataFrame, one row per case and stage
 
-`rows` are dicts keyed by reports.schema.RESULTS column names. Accepted conveniences: ``traits``,
-``metrics`` and unknown keys may be dicts (stored as JSON strings; unknown keys go to ``extra``);
-``model_ids`` defaults to ``[model_id]``; ``graphs``/``recompiles`` default to the same keys in
-``metrics``; ``native_op_calls`` ({op: calls}) feeds ``per_op.native_calls``; ``fallback_events``
-on a row is attributed to that row's case. Fallback event dicts carry ``model_id, op, input_shapes,
-input_dtypes, reason, frame, count`` and, best, ``tier`` and ``case_id``; without them the case is
-found through ``model_id``. Each file is written to a temporary file and renamed into place.
+`rows` are contracts.records.ResultRow (the runner's, from contracts.rows.case_rows) or dicts keyed
+by the same column names, normalized by contracts.rows.result_row: ``traits``, ``metrics`` and
+unknown keys may be dicts (stored as JSON strings; unknown keys go to ``extra``); ``model_ids``
+defaults to ``[model_id]``; ``graphs``/``recompiles`` default to the same keys in ``metrics``; a
+dict's ``native_op_calls`` ({op: calls}) feeds ``per_op.native_calls`` and its
+``fallback_events`` are attributed to its case. Fallback event dicts carry ``model_id, op,
+input_shapes, input_dtypes, reason, frame, model_frame, count`` and, best, ``tier`` and
+``case_id``; without them the case is found through ``model_id``. Each file is written to a
+temporary file and renamed into place.
 """
 
 from __future__ import annotations
@@ -22,22 +24,22 @@ import json
 import os
 import socket
 import subprocess
-import warnings
 from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from dataclasses import replace
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from contracts.status import FAILING_VALUES, STATUS_VALUES, Blame, Status
+from contracts.status import FAILING_VALUES, Status
+from contracts.records import ResultRow
+from contracts.rows import opt_float, opt_int, result_row, to_json
 from reports.schema import (FALLBACKS, META_SCHEMA_VERSION, PER_OP, RESULTS, RUNS, SCHEMA_VERSION, TABLES,
                             Table, column_names)
 
-_BLAMES = {b.value for b in Blame}
-_ROW_ONLY_KEYS = {"native_op_calls", "fallback_events"}  # consumed, not stored as results columns
 _RESULT_COLUMNS = tuple(column_names(RESULTS))
 
 
@@ -47,25 +49,43 @@ class SchemaVersionError(ValueError):
 
 # ---------------------------------------------------------------------------------------- writing
 
-def write_run_tables(run_dir: str | os.PathLike, run_meta: dict[str, Any], rows: list[dict[str, Any]],
-                     fallback_events: list[dict[str, Any]] | None = None) -> dict[str, Path]:
-    """Write runs, results, fallbacks and per_op Parquet files into run_dir; return their paths."""
+def write_run_tables(run_dir: str | os.PathLike, run_meta: dict[str, Any], rows: Iterable[ResultRow | Mapping[str, Any]],
+                     fallback_events: list[dict[str, Any]] | None = None,
+                     native_op_calls: Mapping[tuple[str, str], int] | None = None) -> dict[str, Path]:
+    """Write runs, results, fallbacks and per_op Parquet files into run_dir; return their paths.
+
+    `rows` are ResultRows (contracts.rows.case_rows makes them from a CaseOutcome) or row dicts
+    (normalized by contracts.rows.result_row; a dict may carry `fallback_events` and
+    `native_op_calls` of its case). `native_op_calls` maps (tier, op) to calls run on the device."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_id = str(run_meta.get("run_id") or next((r["run_id"] for r in rows if r.get("run_id")), run_dir.name))
-    traits_json: dict[int, str | None] = {}  # the stage rows of a case share one traits dict: encode it once
-    results = [_result_row(r, run_id, traits_json) for r in rows]
+    rows = list(rows)
+    run_id = str(run_meta.get("run_id") or next((_get(r, "run_id") for r in rows if _get(r, "run_id")), run_dir.name))
+    json_cache: dict[int, str | None] = {}  # the stage rows of a case share one traits dict: encode it once
     events = list(fallback_events or [])
-    for raw, row in zip(rows, results):
-        for ev in raw.get("fallback_events") or []:
-            events.append({"tier": row["tier"], "case_id": row["case_id"], "model_id": row["model_id"], **ev})
+    native: dict[tuple[str, str], int] = defaultdict(int, native_op_calls or {})
+    results = []
+    for raw in rows:
+        if isinstance(raw, ResultRow):
+            row = raw if raw.run_id else replace(raw, run_id=run_id)
+        else:
+            row = result_row(raw, run_id, json_cache)
+            for ev in raw.get("fallback_events") or []:
+                events.append({"tier": row.tier, "case_id": row.case_id, "model_id": row.model_id, **ev})
+            for op, n in (raw.get("native_op_calls") or {}).items():
+                native[(row.tier, str(op))] += int(n)
+        results.append({c: getattr(row, c) for c in _RESULT_COLUMNS})
     falls = _dedupe([_fallback_row(e, run_id, results) for e in events])
-    per_op = _per_op_rows(run_id, rows, results, falls)
+    per_op = _per_op_rows(run_id, results, falls, dict(native))
     run_row = _run_row(run_meta, run_id, results)
     paths = {}
     for table, data in ((FALLBACKS, falls), (PER_OP, per_op), (RUNS, [run_row]), (RESULTS, results)):
         paths[table.name] = _write_atomic(run_dir / f"{table.name}.parquet", table, data)
     return paths
+
+
+def _get(row: ResultRow | Mapping[str, Any], key: str) -> Any:
+    return getattr(row, key) if isinstance(row, ResultRow) else row.get(key)
 
 
 def _write_atomic(path: Path, table: Table, rows: list[dict[str, Any]]) -> Path:
@@ -78,74 +98,6 @@ def _write_atomic(path: Path, table: Table, rows: list[dict[str, Any]]) -> Path:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     return path
-
-
-def _json(value: Any) -> str | None:
-    if value is None or value == {}:
-        return None
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _opt_int(value: Any) -> int | None:
-    if value is None or (isinstance(value, float) and value != value):
-        return None
-    return int(value)
-
-
-def _opt_float(value: Any) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return None if value != value else value
-
-
-def _result_row(raw: dict[str, Any], run_id: str, traits_json: dict[int, str | None]) -> dict[str, Any]:
-    missing = [c for c in ("tier", "case_id", "stage", "status") if raw.get(c) in (None, "")]
-    if missing:
-        raise ValueError(f"result row {raw.get('case_id', '?')!r}/{raw.get('stage', '?')!r} lacks {missing}")
-    row: dict[str, Any] = {c: raw.get(c) for c in _RESULT_COLUMNS}
-    row["run_id"] = str(raw.get("run_id") or run_id)
-    status = getattr(raw["status"], "value", raw["status"])
-    if status not in STATUS_VALUES:  # a runner bug must not lose the row: record it as an error with why
-        warnings.warn(f"case {raw['case_id']!r}: unknown status {status!r} recorded as error")
-        row["reason"] = f"invalid status {status!r}" + (f"; {raw['reason']}" if raw.get("reason") else "")
-        status = Status.ERROR.value
-    row["status"] = status
-    for c in ("tier", "case_id", "stage"):
-        row[c] = str(raw[c])
-    model_ids = raw.get("model_ids")
-    if model_ids is None:
-        model_ids = [raw["model_id"]] if raw.get("model_id") else []
-    row["model_ids"] = [str(m) for m in model_ids]
-    row["model_id"] = raw.get("model_id") or (row["model_ids"][0] if row["model_ids"] else None)
-    row["n_models"] = len(row["model_ids"])
-    metrics = dict(raw.get("metrics") or {}) if isinstance(raw.get("metrics"), dict) else raw.get("metrics")
-    for key in ("graphs", "recompiles"):
-        if row[key] is None and isinstance(metrics, dict) and key in metrics:
-            row[key] = metrics[key]
-    for key in ("n_models", "fallback_count", "graphs", "recompiles", "peak_memory_bytes", "sample"):
-        row[key] = _opt_int(row[key])
-    for key in ("weight", "seconds"):
-        row[key] = _opt_float(row[key])
-    row["fallback_ops"] = sorted({str(o) for o in (raw.get("fallback_ops") or [])})
-    extra = {k: v for k, v in raw.items() if k not in row and k not in _ROW_ONLY_KEYS}
-    if isinstance(raw.get("extra"), dict):
-        extra.update(raw["extra"])
-    traits = raw.get("traits")
-    if id(traits) not in traits_json:
-        traits_json[id(traits)] = _json(traits)
-    row["traits"], row["metrics"], row["extra"] = traits_json[id(traits)], _json(metrics), _json(extra)
-    for c in ("reason", "error_class", "message", "failing_op", "model_id", "op", "dtype", "blame"):
-        row[c] = None if row[c] in (None, "") else str(getattr(row[c], "value", row[c]))
-    row["variant"] = None if row["variant"] is None else str(row["variant"])  # "" is the op itself
-    if row["blame"] is not None and row["blame"] not in _BLAMES:  # kept, but not in the blame column
-        warnings.warn(f"case {raw['case_id']!r}: unknown blame {row['blame']!r} moved to extra")
-        extra["invalid_blame"] = row["blame"]
-        row["blame"], row["extra"] = None, _json(extra)
-    row["blame_evidence"] = _json(raw.get("blame_evidence"))
-    return row
 
 
 def _text(value: Any) -> str | None:
@@ -164,7 +116,7 @@ def _fallback_row(ev: dict[str, Any], run_id: str, results: list[dict[str, Any]]
             tier, case_id = hit["tier"], hit["case_id"]
     return {"run_id": run_id, "tier": tier, "case_id": case_id, "model_id": model_id, "op": str(ev["op"]),
             "input_shapes": _text(ev.get("input_shapes")), "input_dtypes": _text(ev.get("input_dtypes")),
-            "reason": _text(ev.get("reason")), "count": _opt_int(ev.get("count", 1)),
+            "reason": _text(ev.get("reason")), "count": opt_int(ev.get("count", 1)),
             "frame": _text(ev.get("frame")), "model_frame": _text(ev.get("model_frame"))}
 
 
@@ -179,18 +131,15 @@ def _dedupe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _per_op_rows(run_id: str, raw_rows: list[dict[str, Any]], results: list[dict[str, Any]],
-                 falls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _per_op_rows(run_id: str, results: list[dict[str, Any]], falls: list[dict[str, Any]],
+                 native: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
     cases: dict[tuple[str, str], dict[str, Any]] = {}
     blocked: dict[tuple[str, str], set[str]] = defaultdict(set)  # (tier, op) -> case ids
-    native: dict[tuple[str, str], int] = {}
     fell: dict[tuple[str, str], int] = defaultdict(int)
-    for raw, r in zip(raw_rows, results):
+    for r in results:
         cases.setdefault((r["tier"], r["case_id"]), r)
         for op in r["fallback_ops"]:
             blocked[(r["tier"], op)].add(r["case_id"])
-        for op, n in (raw.get("native_op_calls") or {}).items():
-            native[(r["tier"], str(op))] = native.get((r["tier"], str(op)), 0) + int(n)
     for f in falls:
         if f["tier"] is None:
             continue
@@ -285,14 +234,14 @@ def _run_row(meta: dict[str, Any], run_id: str, results: list[dict[str, Any]]) -
     extra = {k: v for k, v in meta.items() if k not in known}
     return {
         "run_id": run_id, "schema_version": SCHEMA_VERSION, "started_at": started, "finished_at": finished,
-        "duration_seconds": _opt_float(duration),
+        "duration_seconds": opt_float(duration),
         "git_commit": meta.get("git_commit") or meta.get("commit") or git_commit(),
         "harness_version": meta.get("harness_version") or _version("neuron-coverage-harness"),
         "torch_version": meta.get("torch_version") or _version("torch"),
         "transformers_version": meta.get("transformers_version") or _version("transformers"),
         "backend": meta.get("backend"), "lowering_table_version": _text(meta.get("lowering_table_version")),
         "tiers": [str(t) for t in tiers], "shard": _text(meta.get("shard")),
-        "host": meta.get("host") or socket.gethostname(), "extra": _json(extra),
+        "host": meta.get("host") or socket.gethostname(), "extra": to_json(extra),
     }
 
 

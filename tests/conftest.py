@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from contracts.settings import current
+
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = Path(os.environ.get("HARNESS_SHARED_DATA", ROOT.parent / "shared" / "data"))
+SHARED_DATA = current().shared_data  # $HARNESS_SHARED_DATA, else ../shared/data
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ each other only along ALLOWED_SIBLING_EDGES.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -32,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 #: edges within the middle layer, each with the reason it exists
 ALLOWED_SIBLING_EDGES = {
-    ("reports", "agents"): "the report's failure groups use the LLM layer's grouping (agents.llm)",
+    ("reports", "agents"): "the report's failure groups use the LLM layer's grouping (agents.llm_groups)",
 }
 MAX_LINES = 500
 
@@ -175,3 +176,26 @@ def test_no_module_over_500_lines():
     files = [f for d in (*PACKAGES, "tests", "benchmarks") for f in (ROOT / d).rglob("*.py")]
     long = {str(f.relative_to(ROOT)): n for f in files if (n := len(f.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def _readme_layers() -> dict[str, int]:
+    """package -> layer number, from the README's layout table (`| 2 | `contracts/` | ...`)."""
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Layout", 1)[1].split("\n\n", 2)[1]
+    layers = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].isdigit():
+            layers[cells[1].strip("`/")] = int(cells[0])
+    return layers
+
+
+def test_the_readme_layout_table_and_docs_architecture_state_the_enforced_layers():
+    layers = _readme_layers()
+    assert set(layers) == set(PACKAGES)
+    for pkg in PACKAGES:  # what the test allows a package to import lies in the layers below it
+        assert ALLOWED[pkg] <= {p for p in PACKAGES if layers[p] < layers[pkg]}, pkg
+    assert ALLOWED["harness"] == set(PACKAGES) - {"harness"}  # the top orchestrates all of them
+    diagram = (ROOT / "docs" / "architecture.md").read_text().split("```text", 1)[1].split("```", 1)[0]
+    rows = [re.split(r" {4,}", line)[0].split() for line in diagram.splitlines() if line[:1].isalpha()]
+    assert [set(r) for r in rows] == [{p for p in PACKAGES if layers[p] == n} for n in sorted(set(layers.values()))]

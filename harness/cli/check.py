@@ -42,8 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _from_record(rec, architecture: str) -> ModelSpec:
     if rec.status != "ok":
         raise TargetError(f"{rec.id}: {rec.broken_reason} {rec.broken_detail}".strip())
-    return ModelSpec(model_id=rec.id, model_type=rec.model_type or "", architecture=architecture or rec.architecture,
-                     config=rec.config_dict() or {}, downloads=rec.downloads or 0, source=rec.source)
+    return rec.to_spec(architecture)
 
 
 def resolve_target(target: str, *, architecture: str = "", store: str | None = None,

@@ -19,7 +19,7 @@ def llm_fill_or_none(directory, disabled: bool):
     """The LLM trait filler when configured (OPENAI_BASE_URL/OPENAI_API_KEY + HARNESS_LLM_MODEL), else None."""
     if disabled:
         return None
-    from agents.llm import LLMClassifier
+    from agents.llm_traits import LLMClassifier
     from contracts.settings import LLMSettings
 
     settings = LLMSettings.from_env()

@@ -84,7 +84,8 @@ def _print_gate(result) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from reports import baseline as baselines
-    from reports.compare import compare_runs, load_expectations, load_flaky
+    from reports.compare import compare_runs
+    from reports.expectations import load_expectations, load_flaky
 
     base = baselines.baseline_dir(args.baseline)
     try:

@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("update", "check"))
     p.add_argument("rundir", metavar="RUNDIR")
     p.add_argument("--backend", default="neuron")
-    p.add_argument("--file", metavar="PATH", help="expectations file (default: registry/expectations/BACKEND.yaml)")
+    p.add_argument("--file", metavar="PATH", help="expectations file (default: $HARNESS_EXPECTATIONS, else reports/data/expectations.yaml)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("upstream-skips", help="the upstream tier's skip list (rewrite it from a run, or check a run)")
@@ -159,7 +159,7 @@ def _export_tests(args: argparse.Namespace) -> int:
 
 
 def _expectations(args: argparse.Namespace) -> int:
-    from registry import expectations
+    from reports import expectations
 
     try:
         if args.action == "update":

@@ -7,8 +7,10 @@ import json
 import pandas as pd
 import pytest
 
-from agents.llm import (DECISIONS_FILE, LLMClassifier, LLMClient, group_failures, load_prompt,
-                        triage_broken)
+from agents.llm import DECISIONS_FILE, LLMClient, load_prompt
+from agents.llm_groups import group_failures
+from agents.llm_traits import LLMClassifier
+from agents.llm_triage import triage_broken
 from agents.traits import reset_profiles
 from agents.vocabulary import UNKNOWN
 from contracts.settings import LLMSettings

@@ -18,14 +18,14 @@ import backend
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(code: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+def _run(code: str, env: dict | None = None, timeout: int = 120, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     import os
 
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=full_env,
+        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env,
     )
 
 
@@ -162,3 +162,68 @@ def test_device_works_in_two_pytest_xdist_workers(tmp_path):
 @pytest.mark.parametrize("name", ["neuron", "neuron:0"])
 def test_device_strings(name):
     assert torch.ones(1, device=name).device == torch.device("neuron", 0)
+
+
+def _fake_backend_first(tmp_path: Path, device_name: str) -> dict:
+    """A fake other backend installed beside this one: its `torch.backends` entry point loads first
+    (its dist-info is earlier on sys.path) and claims PrivateUse1 under `device_name`."""
+    (tmp_path / "fake_other_device.py").write_text(textwrap.dedent(f"""
+        import types, torch
+
+        def load():
+            torch.utils.rename_privateuse1_backend({device_name!r})
+            module = types.ModuleType("fake_other_device.module")
+            module.is_available = lambda: True
+            torch._register_device_module({device_name!r}, module)
+    """))
+    dist = tmp_path / "fake_other_device-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-other-device\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[torch.backends]\nfake = fake_other_device:load\n")
+    import os
+
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+
+
+@pytest.mark.parametrize("device_name", ["otherdev", "neuron"])
+def test_autoload_steps_aside_when_another_backend_owns_the_device(tmp_path, device_name):
+    proc = _run(
+        """
+        import json, warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import torch  # both torch.backends entry points run: the fake one first
+        import backend
+        print(json.dumps({"privateuse1": torch._C._get_privateuse1_backend_name(),
+                          "module": getattr(getattr(torch, "neuron", None), "__name__", None),
+                          "ours": getattr(torch, "_neuron_backend_registered", False),
+                          "stepped_aside": backend.stepped_aside,
+                          "warnings": [str(w.message) for w in caught]}))
+        """,
+        env=_fake_backend_first(tmp_path, device_name), cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr  # `import torch` still works for the whole venv
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["privateuse1"] == device_name and out["ours"] is False
+    assert device_name in out["stepped_aside"] or "fake_other_device" in out["stepped_aside"]
+    assert any("steps aside" in w for w in out["warnings"]), out["warnings"]
+    if device_name == "neuron":
+        assert out["module"] == "fake_other_device.module"  # the other backend keeps torch.neuron
+
+
+def test_the_harness_adapter_refuses_a_device_the_simulator_does_not_own(tmp_path):
+    proc = _run(
+        """
+        import warnings
+        warnings.simplefilter("ignore")
+        import torch
+        from contracts.backends import get_backend
+        try:
+            get_backend("neuron")
+        except RuntimeError as exc:
+            print("refused:", exc)
+        """,
+        env=_fake_backend_first(tmp_path, "neuron"), cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "refused: the simulated neuron device is not registered" in proc.stdout

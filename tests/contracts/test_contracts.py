@@ -125,3 +125,21 @@ def test_contracts_import_without_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_case_rows_carry_the_columns_later_issues_fill():
+    from contracts.rows import case_rows, result_row
+
+    stages = [dict(StageResult("op", Status.FAIL, reason="mismatch").to_dict(), blame="backend",
+                   blame_evidence={"cpu": "pass"})]
+    out = CaseOutcome("add/f32/0", "upstream", stages, info={"op": "add", "dtype": "float32", "variant": "", "sample": 0})
+    (row,) = case_rows(out, "r1").rows
+    assert (row.blame, row.blame_evidence, row.op, row.dtype, row.variant, row.sample) == \
+        ("backend", '{"cpu": "pass"}', "add", "float32", "", 0)
+    with pytest.warns(UserWarning, match="unknown blame"):
+        bad = result_row({"tier": "t", "case_id": "c", "stage": "s", "status": "fail", "blame": "cosmic rays"}, "r")
+    assert bad.blame is None and "cosmic rays" in bad.extra
+    with pytest.warns(UserWarning, match="unknown status"):
+        assert result_row({"tier": "t", "case_id": "c", "stage": "s", "status": "weird"}, "r").status == "error"
+    with pytest.raises(ValueError, match="lacks"):
+        result_row({"tier": "t", "case_id": "c", "status": "pass"}, "r")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -72,3 +74,30 @@ def test_export_tests_writes_standalone_files_that_pass(bert_registry, tmp_path,
                            "-o", "addopts=", "--rootdir", str(out), str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"{data['cases']} passed" in proc.stdout
+
+
+def test_exported_tests_fail_not_skip_when_the_device_cannot_be_used(bert_registry, tmp_path, capsys):
+    reg = bert_registry.save(tmp_path / "r.parquet")
+    out = tmp_path / "repro"
+    assert main(["registry", "export-tests", str(out), "--op", "aten.addmm.default", "--registry", str(reg),
+                 "--backend", "cpu", "--json"]) == 0
+    cases = json.loads(capsys.readouterr().out)["cases"]
+    env = {**os.environ, "REPRO_DEVICE": "no_such_device_xyz"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-o", "addopts=", "--rootdir", str(out), str(out)], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert f"{cases} failed" in proc.stdout and "skipped" not in proc.stdout
+    assert "no_such_device_xyz" in proc.stdout
+
+
+def test_the_unit_tier_suite_fails_not_skips_when_the_backend_cannot_be_imported(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "HARNESS_BACKEND": "no_such_backend_module_xyz:dev",
+           "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-o", "addopts=", str(root / "tests" / "unit_tier")], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=root)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "1 failed" in proc.stdout and "skipped" not in proc.stdout
+    assert "no_such_backend_module_xyz" in proc.stdout

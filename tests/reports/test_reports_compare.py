@@ -8,7 +8,8 @@ import pytest
 
 from harness.cli import main
 from contracts.status import Verdict
-from reports.compare import compare_runs, load_expectations, load_flaky
+from reports.compare import compare_runs
+from reports.expectations import load_expectations, load_flaky
 from reports_synth import set_status
 
 
@@ -154,3 +155,14 @@ def test_empty_run_against_baseline_is_all_missing(make_run, baseline, tmp_path,
     assert compare_runs(tmp_path / "empty", tmp_path / "empty").verdicts == []
     assert main(["compare", str(tmp_path / "empty"), str(baseline), "--strict"]) == 1
     capsys.readouterr()
+
+
+def test_an_expectation_for_another_backend_does_not_hide_a_new_failure(make_run, baseline, tmp_path):
+    exp = tmp_path / "expectations.yaml"
+    exp.write_text("expectations:\n  - backend: cpu\n    case_id: 'rep/bert'\n    stage: forward\n    reason: cpu bug\n"
+                   "  - backend: neuron\n    case_id: 'rep/gpt2'\n    stage: forward\n    reason: neuron bug\n")
+    run = make_run("two", edit=lambda rows: (set_status(rows, "rep/bert", "forward", "error"),
+                                             set_status(rows, "rep/gpt2", "forward", "error")))
+    result = compare_runs(run, baseline, expectations=load_expectations(exp), flaky=[])  # the run says: neuron
+    assert _verdict(result, "rep/bert", "forward").verdict is Verdict.FAIL
+    assert _verdict(result, "rep/gpt2", "forward").verdict is Verdict.XFAIL

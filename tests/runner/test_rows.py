@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.journal import Journal
-from contracts.records import ModelCheck, StageResult
+from contracts.records import Case, CaseOutcome, ModelCheck, StageResult
+from contracts.rows import case_rows
 from contracts.status import MODEL_STAGES, Status
-from harness.runner import outcome_rows, summarize, write_tables
-from contracts.records import Case
-from contracts.records import CaseOutcome
+from harness.journal import Journal
+from harness.reference import blamed
+from harness.runner import write_tables
 from harness.tiers import failure_outcome, from_result
+from reports.coverage import tier_summary
 
 
 def _check() -> ModelCheck:
@@ -28,11 +29,14 @@ def test_model_check_becomes_one_row_per_stage_with_totals_once(tmp_path):
     case = Case("bert/abc", "full", model_ids=["org/a", "org/b"], weight=30.0)
     out = from_result(case, _check(), MODEL_STAGES)
     assert out.status == "not_attempted"  # the first stage that is neither pass nor skipped
-    rows = outcome_rows({"tier": "full", "case_id": case.case_id, "outcome": out.to_dict()}, "r1")
-    assert [r["stage"] for r in rows] == list(MODEL_STAGES)
-    assert all(r["model_ids"] == ["org/a", "org/b"] and r["weight"] == 30.0 for r in rows)
-    assert sum(r.get("fallback_count") or 0 for r in rows) == 3  # counted once, on on_device
-    assert [r["stage"] for r in rows if r.get("fallback_events")] == ["load"]
+    case_out = case_rows(CaseOutcome.from_dict(out.to_dict()), "r1")  # through the journal's JSON
+    rows = case_out.rows
+    assert [r.stage for r in rows] == list(MODEL_STAGES)
+    assert all(r.model_ids == ["org/a", "org/b"] and r.weight == 30.0 and r.n_models == 2 for r in rows)
+    assert sum(r.fallback_count or 0 for r in rows) == 3  # counted once, on on_device
+    assert [r.stage for r in rows if r.fallback_count] == ["on_device"]
+    assert [(e["case_id"], e["model_id"], e["op"]) for e in case_out.fallback_events] == \
+        [("bert/abc", "org/a", "aten::nonzero")]
     with Journal(tmp_path) as j:
         j.append({"tier": "full", "case_id": case.case_id, "outcome": out.to_dict()})
         paths = write_tables(tmp_path, j, {"run_id": "r1", "backend": "neuron",
@@ -49,7 +53,9 @@ def test_summary_counts_models_and_downloads():
                     [StageResult("load", "pass"), StageResult("forward", "pass")], ())
     b = failure_outcome(Case("y", "full", model_ids=["m3"], weight=10.0), ("load", "forward"), "crash",
                         "worker_crash:SIGSEGV", "SIGSEGV")
-    s = summarize([{"outcome": a.to_dict()}, {"outcome": b.to_dict()}], "full")
+    # as the runner writes them: each journal record blamed (no backend, no reference re-run), then its rows
+    rows = [r for o in (a, b) for r in case_rows(blamed({"outcome": o.to_dict()}, None, {}), "r1").rows]
+    s = tier_summary(pd.DataFrame([r.__dict__ for r in rows]), "full")
     assert s["counts"] == {"crash": 1, "pass": 1} and s["models"] == 3
     load = s["coverage"]["load"]
     assert {k: load[k] for k in ("models_pass", "models_total", "weight_pass", "weight_total", "weighted_share")} \
