@@ -86,4 +86,7 @@ class NeuronBackend:
         from backend import faults
 
         info["planted_faults"] = [f.name for f in faults.active()]  # NEURON_FAULTS: results are not real
+        from backend import native
+
+        info["native_fast_path"] = native.status()  # C++ kernels, or the pure-Python path and why
         return info

@@ -105,7 +105,11 @@ def _install_native() -> bool:
     }
     direct = [name for name, _op in _direct_ops(set(explicit.KERNELS))]
     python_versions = {name: explicit.KERNELS[name] for name in explicit.NATIVE_KERNELS}
-    mod.install_device(hooks, direct, python_versions)
+    try:
+        mod.install_device(hooks, direct, python_versions)
+    except Exception as exc:  # noqa: BLE001 - a build that loads but does not fit this torch
+        native.unavailable(f"installing its kernels failed: {type(exc).__name__}: {exc}")
+        return False
     return True
 
 

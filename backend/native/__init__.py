@@ -7,37 +7,53 @@ the Python kernels unchanged, so events, counts, memory accounting and results a
 with and without it. It also gives the op recorder (``registry.recorder``) a dispatcher hook
 that counts repeated calls without entering Python.
 
-It is compiled with ``torch.utils.cpp_extension`` (g++ and ninja; ninja comes with the ``ninja``
-Python package) the first time ``backend`` is imported, into
+It is compiled with ``torch.utils.cpp_extension`` (``$CXX`` or ``c++``, and ninja, which comes
+with the ``ninja`` Python package) the first time ``backend`` is imported, into
 ``$TORCH_EXTENSIONS_DIR/neuron_native_<hash>`` (default ``~/.cache/torch_extensions/...``; the
-hash covers the sources and the torch and Python versions, so a change rebuilds), under a file
-lock so parallel processes build it once. If the build fails the reason is kept in that
-directory (``FAILED``; delete it to retry) and the device runs on the pure-Python path.
+hash covers the sources and the torch and Python versions, so a change rebuilds). Processes
+that start at once (pytest-xdist workers) build it once: the build holds an OS file lock
+(``neuron.lock``, released by the kernel when its holder dies, so a killed build never leaves
+the others waiting) and publishes ``BUILT`` only when the module is complete.
 
-``NEURON_NATIVE=0`` turns it off (the pure-Python path), e.g. to compare the two.
+Whenever it cannot be used the device runs on the pure-Python path and the reason is logged
+(``backend.native`` logger, once per process) and kept in :func:`status` (``harness doctor``):
+no compiler or no ninja, a failed build (kept in ``FAILED`` with the toolchain it used, so the
+same toolchain is not retried every run; delete it, or change compiler, to retry), a cached
+build that no longer loads (it is rebuilt), an unwritable cache directory.
+``NEURON_NATIVE=0`` turns it off on purpose (e.g. to compare the two paths).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
+import logging
 import os
+import shutil
 import sys
 import threading
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 ENV_VAR = "NEURON_NATIVE"
-_UNITY = "neuron_native.cpp"  # includes the parts below (one translation unit: torch headers parse once)
-_SOURCES = ("common.h", "convert.cpp", "device.cpp", "recorder.cpp", "executor.cpp", "module.cpp")
+_UNITY = "neuron_native.cpp"  # includes the other csrc/ files (one translation unit: torch headers parse once)
 _CFLAGS = ("-O2", "-fvisibility=hidden")
 _HERE = Path(__file__).resolve().parent
+_LOCK_WAIT_SECONDS = 1800.0  # waiting for another process's build; then run on the Python path
 
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _module: ModuleType | None = None
 _status: dict = {"enabled": None, "loaded": False, "reason": "not loaded yet", "build_seconds": None, "path": None}
+
+
+class Unavailable(Exception):
+    """The extension cannot be used in this process; the message says why."""
 
 
 def enabled_by_env() -> bool:
@@ -48,8 +64,8 @@ def _name() -> str:
     import torch
 
     digest = hashlib.sha256()
-    for src in (_UNITY,) + _SOURCES:
-        digest.update((_HERE / "csrc" / src).read_bytes())
+    for src in sorted((_HERE / "csrc").iterdir()):
+        digest.update(src.name.encode() + b"\0" + src.read_bytes())
     digest.update(f"{torch.__version__}|{sys.version}|{_CFLAGS}".encode())
     return f"neuron_native_{digest.hexdigest()[:12]}"
 
@@ -66,15 +82,22 @@ def build_dir(name: str | None = None) -> Path:
     return Path(root) / name
 
 
-def _import_built(name: str, directory: Path) -> ModuleType | None:
+def _library(name: str, directory: Path) -> Path:
     so = directory / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    alt = directory / f"{name}.so"
-    path = so if so.is_file() else alt
+    return so if so.is_file() else directory / f"{name}.so"
+
+
+def _import_built(name: str, directory: Path) -> ModuleType | None:
+    """The published build, None when there is none yet; Unavailable when it does not load."""
+    path = _library(name, directory)
     if not ((directory / "BUILT").is_file() and path.is_file()):
         return None
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (ImportError, OSError) as exc:  # truncated file, a torch it was not built against, ...
+        raise Unavailable(f"the cached build {path} does not load: {type(exc).__name__}: {exc}") from exc
     return module
 
 
@@ -91,13 +114,79 @@ def _ninja_dirs() -> list[str]:
     return dirs
 
 
-def _build(name: str, directory: Path) -> ModuleType:
+def _search_path() -> str:
+    path = os.environ.get("PATH", "")
+    return os.pathsep.join(_ninja_dirs() + ([path] if path else []))
+
+
+def toolchain() -> dict:
+    """The compiler and ninja the build would use (torch's rule: ``$CXX``, else ``c++``), with a
+    fingerprint (resolved path, size, mtime) that tells a new toolchain from the one that failed."""
+    cxx = os.environ.get("CXX", "c++")
+    found = {"cxx": shutil.which(cxx), "ninja": shutil.which("ninja", path=_search_path())}
+    parts = []
+    for tool, path in found.items():
+        if path is None:
+            parts.append(f"{tool}:-")
+            continue
+        real = os.path.realpath(path)
+        st = os.stat(real)
+        parts.append(f"{tool}:{real}:{st.st_size}:{st.st_mtime_ns}")
+    return {"cxx_requested": cxx, **found, "fingerprint": "|".join(parts)}
+
+
+@contextlib.contextmanager
+def _build_lock(directory: Path, wait_seconds: float = _LOCK_WAIT_SECONDS) -> Iterator[None]:
+    """An exclusive OS lock on ``neuron.lock``: the kernel drops it when its holder dies."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: torch's own lock file inside cpp_extension.load is all there is
+        yield
+        return
+    with open(directory / "neuron.lock", "a+") as handle:
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise Unavailable(f"waited {wait_seconds:.0f} s for another process's build in {directory}")
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _earlier_failure(directory: Path, fingerprint: str) -> str | None:
+    """The error of an earlier build with the same toolchain (None: none, or another toolchain)."""
+    failed = directory / "FAILED"
+    try:
+        record = json.loads(failed.read_text())
+    except (OSError, ValueError):
+        return None  # no record, or an unreadable one: build again
+    if not isinstance(record, dict) or record.get("toolchain") != fingerprint:
+        return None
+    first = str(record.get("error", "")).strip().splitlines()
+    return (first[0][:300] if first else "unknown error") + f" (see {failed}; delete it to retry)"
+
+
+def _clear_build(name: str, directory: Path) -> None:
+    """Remove a published build that does not load, so the next build starts from nothing."""
+    for leftover in ("BUILT", "neuron_native.o", ".ninja_log", ".ninja_deps", "lock"):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / leftover).unlink()
+    for so in directory.glob(f"{name}*.so"):
+        so.unlink()
+
+
+def _compile(name: str, directory: Path, tools: dict) -> ModuleType:
     from torch.utils import cpp_extension
 
-    directory.mkdir(parents=True, exist_ok=True)
     print(f"neuron: building the native fast path in {directory} (once; about a minute)...", file=sys.stderr)
     path = os.environ.get("PATH", "")
-    os.environ["PATH"] = os.pathsep.join(_ninja_dirs() + ([path] if path else []))
+    os.environ["PATH"] = _search_path()
     try:
         module = cpp_extension.load(
             name=name,
@@ -106,12 +195,69 @@ def _build(name: str, directory: Path) -> ModuleType:
             build_directory=str(directory),
             verbose=False,
         )
+    except Exception as exc:  # noqa: BLE001 - compiler errors, ninja errors, a link failure
+        text = f"{type(exc).__name__}: {exc}"
+        record = {"toolchain": tools["fingerprint"], "cxx": tools["cxx"], "ninja": tools["ninja"], "error": text[-4000:]}
+        (directory / "FAILED").write_text(json.dumps(record, indent=1))
+        first = text.strip().splitlines()
+        raise Unavailable(f"build failed: {first[0][:300] if first else type(exc).__name__}") from exc
     finally:
         os.environ["PATH"] = path
+    with contextlib.suppress(FileNotFoundError):
+        (directory / "FAILED").unlink()
     tmp = directory / f"BUILT.{os.getpid()}"
     tmp.write_text(name + "\n")
-    os.replace(tmp, directory / "BUILT")
+    os.replace(tmp, directory / "BUILT")  # published last: a reader never sees half a build
     return module
+
+
+def _obtain() -> ModuleType:
+    """Import the published build, or build it (once across processes); Unavailable says why not."""
+    name = _name()
+    directory = build_dir(name)
+    _status["path"] = str(directory)
+    try:
+        module = _import_built(name, directory)
+    except Unavailable as exc:
+        _log.warning("neuron: %s; rebuilding it", exc)
+        module = None
+    if module is not None:
+        return module
+    tools = toolchain()
+    if tools["cxx"] is None:
+        raise Unavailable(f"no C++ compiler: {tools['cxx_requested']!r} ($CXX, else c++) is not on PATH")
+    if tools["ninja"] is None:
+        raise Unavailable("ninja not found (the `ninja` package is a dependency: pip install ninja)")
+    earlier = _earlier_failure(directory, tools["fingerprint"])
+    if earlier:
+        raise Unavailable(f"an earlier build with this compiler failed: {earlier}")
+    directory.mkdir(parents=True, exist_ok=True)
+    with _build_lock(directory):
+        try:
+            module = _import_built(name, directory)  # another process may have built it meanwhile
+        except Unavailable:
+            _clear_build(name, directory)
+            module = None
+        if module is not None:
+            return module
+        earlier = _earlier_failure(directory, tools["fingerprint"])  # ... or failed meanwhile
+        if earlier:
+            raise Unavailable(f"a concurrent build with this compiler failed: {earlier}")
+        # torch's own lock file, left by a build that was killed: no build of ours is running now
+        with contextlib.suppress(FileNotFoundError):
+            (directory / "lock").unlink()
+        start = time.perf_counter()
+        module = _compile(name, directory, tools)
+        _status["build_seconds"] = round(time.perf_counter() - start, 1)
+        return module
+
+
+def unavailable(reason: str) -> None:
+    """Record why the device runs on the pure-Python path, and say it once."""
+    global _module
+    _module = None
+    _status.update(loaded=False, reason=reason)
+    _log.warning("neuron: native fast path unavailable, the device runs on the pure-Python path (%s)", reason)
 
 
 def load() -> ModuleType | None:
@@ -125,29 +271,12 @@ def load() -> ModuleType | None:
             _status["reason"] = f"{ENV_VAR}={os.environ.get(ENV_VAR)}"
             return None
         try:
-            name = _name()
-            directory = build_dir(name)
-            _status["path"] = str(directory)
-            failed = directory / "FAILED"
-            if failed.is_file():
-                _status["reason"] = f"an earlier build failed (see {failed}; delete it to retry)"
-                return None
-            module = _import_built(name, directory)
-            if module is None:
-                start = time.perf_counter()
-                try:
-                    module = _build(name, directory)
-                except Exception as exc:  # noqa: BLE001 - a missing compiler must not break the device
-                    text = f"{type(exc).__name__}: {exc}"
-                    failed.write_text(text[-4000:])
-                    _status["reason"] = f"build failed: {text.splitlines()[0][:300] if text else ''}"
-                    import warnings
-
-                    warnings.warn(f"neuron: native fast path unavailable, using pure Python ({_status['reason']})")
-                    return None
-                _status["build_seconds"] = round(time.perf_counter() - start, 1)
-        except Exception as exc:  # noqa: BLE001 - e.g. an unwritable cache directory
-            _status["reason"] = f"{type(exc).__name__}: {exc}"
+            module = _obtain()
+        except Unavailable as exc:
+            unavailable(str(exc))
+            return None
+        except Exception as exc:  # noqa: BLE001 - e.g. an unwritable cache directory: never break the device
+            unavailable(f"{type(exc).__name__}: {exc}")
             return None
         _module = module
         _status.update(loaded=True, reason="")

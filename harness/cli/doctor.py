@@ -96,6 +96,10 @@ def _print_text(report: dict[str, Any]) -> None:
     if b.get("memory_capacity_bytes") is not None:
         cap = b["memory_capacity_bytes"]
         print(f"  {'memory capacity':<16} {cap} bytes ({cap / (1 << 30):.2f} GiB)")
+    fast = b.get("native_fast_path")
+    if fast:
+        text = "C++ kernels" if fast.get("loaded") else f"off, pure-Python path ({fast.get('reason')})"
+        print(f"  {'native path':<16} {text}")
     if b.get("planted_faults"):
         names = b["planted_faults"]
         print(f"  {'planted faults':<16} {len(names)} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
