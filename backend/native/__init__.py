@@ -17,7 +17,7 @@ the others waiting) and publishes ``BUILT`` only when the module is complete.
 
 Whenever it cannot be used the device runs on the pure-Python path and the reason is logged
 (``backend.native`` logger, once per process) and kept in :func:`status` (``harness doctor``):
-no compiler or no ninja, a failed build (kept in ``FAILED`` with the toolchain it used, so the
+no compiler, no ninja or no Python headers, a failed build (kept in ``FAILED`` with the toolchain it used, so the
 same toolchain is not retried every run; delete it, or change compiler, to retry), a cached
 build that no longer loads (it is rebuilt), an unwritable cache directory.
 ``NEURON_NATIVE=0`` turns it off on purpose (e.g. to compare the two paths).
@@ -34,6 +34,7 @@ import logging
 import os
 import shutil
 import sys
+import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -124,7 +125,8 @@ def toolchain() -> dict:
     fingerprint (resolved path, size, mtime) that tells a new toolchain from the one that failed."""
     cxx = os.environ.get("CXX", "c++")
     found = {"cxx": shutil.which(cxx), "ninja": shutil.which("ninja", path=_search_path())}
-    parts = []
+    python_h = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    parts = [f"python:{python_h}:{python_h.is_file()}"]
     for tool, path in found.items():
         if path is None:
             parts.append(f"{tool}:-")
@@ -132,7 +134,8 @@ def toolchain() -> dict:
         real = os.path.realpath(path)
         st = os.stat(real)
         parts.append(f"{tool}:{real}:{st.st_size}:{st.st_mtime_ns}")
-    return {"cxx_requested": cxx, **found, "fingerprint": "|".join(parts)}
+    return {"cxx_requested": cxx, **found, "python_h": str(python_h) if python_h.is_file() else None,
+            "python_h_expected": str(python_h), "fingerprint": "|".join(parts)}
 
 
 @contextlib.contextmanager
@@ -228,6 +231,8 @@ def _obtain() -> ModuleType:
         raise Unavailable(f"no C++ compiler: {tools['cxx_requested']!r} ($CXX, else c++) is not on PATH")
     if tools["ninja"] is None:
         raise Unavailable("ninja not found (the `ninja` package is a dependency: pip install ninja)")
+    if tools["python_h"] is None:
+        raise Unavailable(f"no Python headers: {tools['python_h_expected']} is missing (e.g. apt-get install python3-dev)")
     earlier = _earlier_failure(directory, tools["fingerprint"])
     if earlier:
         raise Unavailable(f"an earlier build with this compiler failed: {earlier}")
