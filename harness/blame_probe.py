@@ -25,6 +25,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import logging
 import re
 import signal
 import threading
@@ -137,6 +138,10 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
         return Blame.ENVIRONMENT.value, {"rule": "missing_package", "package": package}
     if row.status not in (Status.ERROR, Status.FAIL) or stage not in ("load", "forward", "backward"):
         return Blame.HARNESS.value, {"rule": "default", "why": f"{row.status.value} on the reference in {stage}"}
+    said = harness_message(f"{row.reason} {row.message}")
+    if said:
+        return Blame.HARNESS.value, {"rule": "harness_message", "pattern": said,
+                                     "why": "the model was not given inputs it can take: the harness chose them"}
     arch = spec.architecture or run_architecture(spec)
     build = probe_default_build(spec, arch)
     evidence["default_build"] = build
@@ -185,6 +190,11 @@ def missing_package(text: str) -> str:
             if module and module.isidentifier() and not _importable(module):
                 return module
     return ""
+
+
+def harness_message(text: str) -> str:
+    """The harness_messages pattern a failure's text matches ("" if none)."""
+    return next((p for p in rules_mod.rules().get("harness_messages") or () if re.search(p, text or "")), "")
 
 
 @functools.cache
@@ -267,7 +277,7 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
 
     step = "config"
     try:
-        with quiet_transformers(), _deadline(), _no_grad_leak():
+        with quiet_transformers(), _deadline(), _no_grad_leak(), _quiet_fake_tensor():
             config = _raw_config(spec)
             cls = model_class(arch)
             step = "build"
@@ -309,11 +319,10 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
 
 
 def not_independent(batch: Any) -> list[str]:
-    """Inputs of a batch that neither the model's own processor nor a tokenizer-shaped generator
-    made (hand recipes, synthesized pixels or audio): a probe fed those is not independent of the
-    harness' choices. Labels are the head's loss contract and always the harness'."""
-    settings = rules_mod.rules()["probe"]
-    tokenizer_like = set(settings.get("tokenizer_inputs") or ())
+    """Inputs of a batch the model's own processor did not make (synthesized token ids, hand
+    recipes, placeholders): a probe fed those is not independent of the harness' choices. Labels
+    are the head's loss contract and always the harness'."""
+    own = tuple(rules_mod.rules()["probe"].get("own_input_sources") or ("processor",))
     sources = getattr(batch, "sources", None) or {}
     labels = set(getattr(batch, "labels", None) or ())
     out = []
@@ -321,10 +330,22 @@ def not_independent(batch: Any) -> list[str]:
         if name in labels or not isinstance(value, torch.Tensor):
             continue
         source = str(sources.get(name, ""))
-        if source.startswith("processor") or name in tokenizer_like:
+        if source.startswith(own):
             continue
         out.append(f"{name}={source or 'synthetic'}")
     return sorted(out)
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor() -> Iterator[None]:
+    """FakeTensorMode logs every op that raises under it; the probe reports the error itself."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 class ProbeTimeout(TimeoutError):

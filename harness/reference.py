@@ -42,8 +42,8 @@ def reference_pass(tier: Any, opts: Any, journal: Journal, cases: list[Case], ru
     """Re-run on the reference the cases of `tier` that need it; returns bookkeeping for run.json."""
     from harness.executors import make_executor
 
-    if blame.is_reference(opts.backend):
-        return {}
+    if blame.is_reference(opts.backend) or not getattr(tier, "reference_rerun", True):
+        return {}  # a tier may opt out (`reference_rerun = False`): its dead cases stay blamed by rule
     by_id = {c.case_id: c for c in cases}
     need = [by_id[r["case_id"]] for r in journal.records(tier.name) if r["case_id"] in by_id
             and blame.needs_reference(CaseOutcome.from_dict(r["outcome"]), opts.backend)]

@@ -12,6 +12,8 @@ registries; they schedule `Case`s of a tier and get back a `CaseOutcome`. A tier
     execute(case: Case, backend: str) -> ModelCheck | list[StageResult] | CaseOutcome
     execute_many(cases, backend) -> list[...]           # optional, for chunks
     setup(backend: str) -> None                          # optional, once per worker process
+    reference_rerun: bool                                # optional (default True): on a device backend, re-run
+                                                         # dead / unjudged failing cases on cpu to blame them
 
 `--tier` takes a built-in name (`unit`, `representative`, `full`) or `MODULE:ATTR` naming such an
 object (or a class, instantiated without arguments): that is how tests plug in a tier of trivial

@@ -49,8 +49,8 @@ def test_a_wrong_answer_of_the_device_is_the_backends(planted):
 
 
 def test_a_broken_input_recipe_is_the_harness(monkeypatch):
-    """Inputs the harness got wrong fail on cpu too; the unshrunk model with its own inputs passes the
-    stage under FakeTensorMode, so nobody but the harness is to blame."""
+    """Inputs the harness got wrong fail on cpu too; the unshrunk model does not fail the same way with
+    inputs of its own (or there are none independent of the harness), so nobody but the harness is to blame."""
     import harness.check as check
     from harness.inputs import make_inputs
 
@@ -64,7 +64,7 @@ def test_a_broken_input_recipe_is_the_harness(monkeypatch):
     fwd = result.stages["forward"]
     assert fwd.status is Status.ERROR and fwd.blame == "harness"
     ev = fwd.blame_evidence
-    assert ev["reference"]["status"] == "error" and ev["reference_evidence"]["fake_run"]["status"] == "pass"
+    assert ev["reference"]["status"] == "error" and ev["reference_evidence"]["fake_run"]["status"] != "error"
     assert ev["reference_evidence"]["default_build"]["status"] == "pass"
 
 
@@ -80,18 +80,64 @@ def test_a_type_whose_default_config_does_not_build_is_upstream():
 
 def test_a_failure_transformers_itself_makes_the_same_way_is_upstream(monkeypatch):
     """A bug planted in the transformers class fails the shrunk model on cpu and the unshrunk default
-    under FakeTensorMode (different sizes, the same message once numbers are masked)."""
+    under FakeTensorMode fed by the model's own image processor (different sizes, the same message
+    once numbers are masked)."""
+    from transformers.models.vit import modeling_vit
+
+    import harness.inputs as inputs
+
+    def forward(self, pixel_values=None, **kwargs):
+        raise ValueError(f"planted upstream bug: {pixel_values.shape[-1]} pixels wide is not supported")
+
+    monkeypatch.setattr(modeling_vit.ViTModel, "forward", forward)
+    made = inputs.make_inputs
+    if not hasattr(made(_tiny_vit(), _tiny_vit().config, "ViTModel"), "sources"):  # before processor inputs
+        def made_by_processor(*a, **kw):
+            batch = made(*a, **kw)
+            batch.sources = {"pixel_values": "processor:ViTImageProcessor"}
+            return batch
+
+        monkeypatch.setattr(inputs, "make_inputs", made_by_processor)
+    result = check_with_blame(ModelSpec("catalog/vit", "vit", "ViTModel"), "cpu", STAGES)
+    fwd = result.stages["forward"]
+    assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.fake_run"
+    assert fwd.blame_evidence["fake_run"]["error_class"] == "ValueError"
+    assert fwd.blame_evidence["on_reference"] is True
+
+
+def _tiny_vit():
+    from transformers import ViTConfig, ViTModel
+
+    return ViTModel(ViTConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                              image_size=8, patch_size=4))
+
+
+def test_inputs_the_harness_synthesized_make_no_upstream_verdict(monkeypatch):
+    """The same planted bug in a text model: its token ids are the harness' (no tokenizer offline), so the
+    fake run is not independent of the harness and the row stays the harness'."""
     from transformers.models.bert import modeling_bert
 
     def forward(self, input_ids=None, **kwargs):
         raise ValueError(f"planted upstream bug: hidden size {self.config.hidden_size} is not supported")
 
     monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
-    result = check_with_blame(BERT, "cpu", STAGES)
-    fwd = result.stages["forward"]
-    assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.fake_run"
-    assert fwd.blame_evidence["fake_run"]["error_class"] == "ValueError"
-    assert fwd.blame_evidence["on_reference"] is True
+    fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "harness" and fwd.blame_evidence["fake_run"]["status"] == "not_run"
+    assert "input_ids=synthetic" in fwd.blame_evidence["fake_run"]["harness_inputs"]
+
+
+def test_a_missing_input_is_always_the_harness(monkeypatch):
+    import harness.check as check
+    from harness.inputs import make_inputs
+
+    def without_ids(model, config, architecture, seed=0, **kw):
+        batch = make_inputs(model, config, architecture, seed=seed, **kw)
+        batch.kwargs.clear()
+        return batch
+
+    monkeypatch.setattr(check, "make_inputs", without_ids)
+    fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
+    assert fwd.status is Status.ERROR and fwd.blame == "harness" and fwd.blame_evidence["rule"] == "harness_message"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("natten") is not None, reason="natten is installed here")
