@@ -23,6 +23,14 @@ from harness.inputs.base import BATCH, ConfigScope, Maker
 from harness.inputs.expr import evaluate
 
 
+def _real_tensors():
+    """Processors work on numpy arrays: under a FakeTensorMode (the blame probe's unshrunk run) the
+    raw data and the processor's output must stay real tensors (the fake mode accepts them)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
 @dataclass
 class ProcessorOutput:
     name: str  # class name, recorded as the source of every tensor it gave
@@ -183,13 +191,14 @@ def processor_inputs(kind: str, model_type: str, scope: ConfigScope, maker: Make
     if cls is None:
         return None
     try:
-        if kind == "audio":
-            proc = build_feature_extractor(cls, scope, rules)
-            tensors = run_feature_extractor(proc, maker, scope, rules, equal_lengths)
-        else:
-            proc = build_image_processor(cls, scope, height, width, rules)
-            extra = _formula_values(rules["image"].get("call_by_class", {}).get(cls.__name__, {}), scope)
-            tensors = run_image_processor(proc, maker, channels, height, width, frames, extra)
+        with _real_tensors():
+            if kind == "audio":
+                proc = build_feature_extractor(cls, scope, rules)
+                tensors = run_feature_extractor(proc, maker, scope, rules, equal_lengths)
+            else:
+                proc = build_image_processor(cls, scope, height, width, rules)
+                extra = _formula_values(rules["image"].get("call_by_class", {}).get(cls.__name__, {}), scope)
+                tensors = run_image_processor(proc, maker, channels, height, width, frames, extra)
     except Exception as exc:  # noqa: BLE001 - a processor that does not work here: fall back
         return ProcessorOutput(cls.__name__, error=f"{type(exc).__name__}: {str(exc)[:160]}")
     return ProcessorOutput(cls.__name__, tensors)

@@ -84,32 +84,15 @@ def test_a_failure_transformers_itself_makes_the_same_way_is_upstream(monkeypatc
     once numbers are masked)."""
     from transformers.models.vit import modeling_vit
 
-    import harness.inputs as inputs
-
     def forward(self, pixel_values=None, **kwargs):
         raise ValueError(f"planted upstream bug: {pixel_values.shape[-1]} pixels wide is not supported")
 
     monkeypatch.setattr(modeling_vit.ViTModel, "forward", forward)
-    made = inputs.make_inputs
-    if not hasattr(made(_tiny_vit(), _tiny_vit().config, "ViTModel"), "sources"):  # before processor inputs
-        def made_by_processor(*a, **kw):
-            batch = made(*a, **kw)
-            batch.sources = {"pixel_values": "processor:ViTImageProcessor"}
-            return batch
-
-        monkeypatch.setattr(inputs, "make_inputs", made_by_processor)
     result = check_with_blame(ModelSpec("catalog/vit", "vit", "ViTModel"), "cpu", STAGES)
     fwd = result.stages["forward"]
     assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.fake_run"
     assert fwd.blame_evidence["fake_run"]["error_class"] == "ValueError"
     assert fwd.blame_evidence["on_reference"] is True
-
-
-def _tiny_vit():
-    from transformers import ViTConfig, ViTModel
-
-    return ViTModel(ViTConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
-                              image_size=8, patch_size=4))
 
 
 def test_inputs_the_harness_synthesized_make_no_upstream_verdict(monkeypatch):
