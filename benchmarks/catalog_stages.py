@@ -97,6 +97,19 @@ def _shrink_worker(conn) -> None:
         conn.send(row)
 
 
+class _Rows(list):
+    """The results list; each row is also handed to `on_row` as it arrives (streamed to --rows)."""
+
+    def __init__(self, on_row=None):
+        super().__init__()
+        self.on_row = on_row
+
+    def append(self, row) -> None:
+        super().append(row)
+        if self.on_row:
+            self.on_row(row)
+
+
 class Pool:
     """N worker processes; a task that exceeds `timeout` or kills its worker becomes a row."""
 
@@ -112,8 +125,8 @@ class Pool:
         child.close()
         return {"proc": proc, "conn": parent, "task": None, "start": 0.0}
 
-    def map(self, tasks: list[dict], on_fail, progress=None):
-        queue, results = list(tasks), []
+    def map(self, tasks: list[dict], on_fail, progress=None, on_row=None):
+        queue, results = list(tasks), _Rows(on_row)
         while queue or any(s["task"] is not None for s in self.slots):
             for i, s in enumerate(self.slots):
                 if s["task"] is None and queue:
@@ -207,7 +220,8 @@ def stage_counts(rows: list[dict], weight_key: str | None = None, tasks: dict | 
     return {s: dict(c) for s, c in counts.items()}
 
 
-def run_backend(backend: str, tasks: list[dict], stages: list[str], workers: int, timeout: float) -> tuple[list[dict], float]:
+def run_backend(backend: str, tasks: list[dict], stages: list[str], workers: int, timeout: float,
+                on_row=None) -> tuple[list[dict], float]:
     t0 = time.monotonic()
     pool = Pool(_worker, (backend, stages), workers, timeout)
     done = [0]
@@ -219,7 +233,7 @@ def run_backend(backend: str, tasks: list[dict], stages: list[str], workers: int
             done[0] = n
 
     try:
-        rows = pool.map(tasks, on_fail, progress)
+        rows = pool.map(tasks, on_fail, progress, on_row)
     finally:
         pool.close()
     return rows, time.monotonic() - t0
@@ -249,6 +263,32 @@ def run_shrink(tasks: list[dict], workers: int, timeout: float) -> dict:
         "over_budget": sorted(({"model_type": r["model_type"], "parameters": r["parameters"]} for r in ok if r["parameters"] >= budget),
                               key=lambda r: -r["parameters"]),
     }
+
+
+def _kept_rows(path: Path) -> list[dict]:
+    """Check rows of an earlier, interrupted run (--resume); a torn last line is dropped."""
+    rows = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if row.get("kind") == "check":
+                rows.append({k: v for k, v in row.items() if k != "kind"})
+    return rows
+
+
+def _stream(path: Path, kept: list[dict]):
+    """Write each check row to `path` as soon as it arrives: a run that is stopped loses nothing."""
+    with path.open("w") as f:
+        for r in kept:
+            f.write(json.dumps({"kind": "check", **r}, default=str) + "\n")
+
+    def write(row: dict) -> None:
+        with path.open("a") as f:
+            f.write(json.dumps({"kind": "check", **row}, default=str) + "\n")
+    return write
 
 
 def full_config_tasks(path: Path) -> list[dict]:
@@ -288,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument("--shrink-only", action="store_true")
+    p.add_argument("--no-shrink", action="store_true", help="skip the shrinker pass (only the stages)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --rows: keep the check rows already in the file and run only the models missing there")
     p.add_argument("--full-configs", type=Path, default=ROOT.parent / "shared" / "data" / "hub" / "full_configs.jsonl")
     p.add_argument("--rows", type=Path, help="write every result row here (JSON lines)")
     p.add_argument("--json", action="store_true")
@@ -303,9 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         unit = "pairs" if args.pairs else "types"
     out: dict[str, Any] = {"models": len(tasks), "unit": unit, "load": {"start": os.getloadavg()}}
     shrink_tasks = [t for t in tasks if t["base"]] if not args.pairs else tasks
-    out["shrink"] = {} if args.heads_only or args.configs else {
+    out["shrink"] = {} if args.heads_only or args.configs or args.no_shrink else {
         "catalog_base_types" if not args.pairs else "catalog_pairs": run_shrink(shrink_tasks, args.workers, args.timeout)}
-    if args.full_configs.is_file() and not args.pairs and not args.configs:
+    if args.full_configs.is_file() and not args.pairs and not args.configs and not args.no_shrink:
         out["shrink"]["full_configs"] = run_shrink(full_config_tasks(args.full_configs), args.workers, args.timeout)
     if not args.json:
         for name, s in out["shrink"].items():
@@ -317,8 +360,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.stages:
             stages = [s for s in args.stages.split(",") if s]
         out["backends"] = {}
+        kept = _kept_rows(args.rows) if args.resume and args.rows else []
+        stream = _stream(args.rows, kept) if args.rows else None
         for backend in args.backends.split(","):
-            rows, seconds = run_backend(backend, tasks, stages, args.workers, args.timeout)
+            before = [r for r in kept if r.get("backend") == backend]
+            done = {r["model_id"] for r in before}
+            todo = [t for t in tasks if t["model_id"] not in done]
+            rows, seconds = run_backend(backend, todo, stages, args.workers, args.timeout,
+                                        (lambda r, b=backend: stream(dict(r, backend=b))) if stream else None)
+            rows = [r for r in before if r["model_id"] in {t["model_id"] for t in tasks}] + list(rows)
             rows_out += [dict(r, backend=backend) for r in rows]
             entry = {"seconds": round(seconds, 1), "models": len(rows), "stages": stage_counts(rows),
                      "blame": blame_counts(rows), "attributable": attributable(rows)}
@@ -345,14 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(f"load average: start {out['load']['start']}, end {out['load']['end']}")
     if args.rows:
-        with args.rows.open("w") as f:
+        with args.rows.open("a") as f:
             for name, s in out["shrink"].items():
                 for fail in s["failures"]:
                     f.write(json.dumps({"kind": "shrink_failure", "set": name, **fail}) + "\n")
                 for big in s["over_budget"]:
                     f.write(json.dumps({"kind": "over_budget", "set": name, **big}) + "\n")
-            for r in rows_out:
-                f.write(json.dumps({"kind": "check", **r}, default=str) + "\n")
     if args.json:
         print(json.dumps(out, default=str))
     return 0
