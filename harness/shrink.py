@@ -407,6 +407,9 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
             budget = rules()["targets"]["max_parameters"]
             if isinstance(params, int) and params >= budget:
                 shrunk, params, changes = fit_budget(shrunk, lambda d: validate(build_config(mt, d)), budget)
+                if changes and level == "full":  # halved widths: the cross-config ties hold again
+                    _apply_references(shrunk, rules())
+                    params = validate(build_config(mt, shrunk))
                 cfg = build_config(mt, shrunk)
             cfg._shrink_level = level
             cfg._shrink_errors = errors

@@ -89,6 +89,10 @@ def shrink_modalities(d: dict, r: dict) -> None:
             d[f] = target
         elif isinstance(v, list) and len(v) == 2 and all(is_int(x) for x in v) and max(v) > target:
             d[f] = [target, target]
+    per_image = t["image_patches_per_side"] ** 2
+    for f in r.get("image_token_count_fields") or ():
+        if is_int(d.get(f)) and d[f] > per_image:
+            d[f] = per_image
     a = r["audio"]
     for f in a["source_position_fields"]:
         if is_int(d.get(f)) and d[f] > t["audio_source_positions"]:

@@ -15,13 +15,28 @@ from harness.inputs.processors import processor_inputs
 from harness.inputs.recipes import recipes
 
 VISION_LEVELS = ("vision_config", "backbone_config", "encoder_config", "encoder", "vision_encoder_config")
+OWN_VISION_LEVELS = ("vision_config", "encoder_config", "encoder", "vision_encoder_config")
+
+
+def vision_level(config, levels=VISION_LEVELS):
+    """The config level that describes the images: the first of `levels`, descended while that
+    level nests another (t5gemma2: config.encoder.vision_config) and names no image size itself."""
+    level = subconfig(config, *levels)
+    for _ in range(3):
+        if level is None or get(level, "image_size", "img_size") is not None:
+            break
+        deeper = subconfig(level, *levels)
+        if deeper is None:
+            break
+        level = deeper
+    return level
 
 
 def image_shape(config) -> tuple[int, int, int]:
     """(channels, height, width) the model takes. A swappable backbone's image_size is nominal
     (DETR-like models take any size): those get at least `min_backbone_image_size`, so every
     feature level of a stride-64 pyramid keeps some pixels."""
-    vision = subconfig(config, *VISION_LEVELS) or config
+    vision = vision_level(config) or config
     size = get(vision, "image_size", "img_size", default=get(config, "image_size", default=32))
     if isinstance(size, (list, tuple)):
         h, w = int(size[0]), int(size[-1])
@@ -38,13 +53,13 @@ def image_shape(config) -> tuple[int, int, int]:
 
 def _has_fixed_size(config) -> bool:
     """Whether the model's own vision level (not a swappable backbone) names an image size."""
-    vision = subconfig(config, "vision_config", "encoder_config", "encoder", "vision_encoder_config") or config
+    vision = vision_level(config, OWN_VISION_LEVELS) or config
     return get(vision, "image_size", "img_size") is not None
 
 
 def frame_count(config) -> int | None:
     v = recipes()["video"]
-    vision = subconfig(config, *VISION_LEVELS)
+    vision = vision_level(config)
     for level in ([vision] if vision is not None else []) + [config]:
         n = get(level, *v["frame_fields"])
         if isinstance(n, int) and n > 0:

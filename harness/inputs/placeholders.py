@@ -12,8 +12,22 @@ import torch
 from harness.inputs.base import BATCH, ModelInputs, get
 
 
+def _owners(model) -> list:
+    """Where a feature method may live: the model, its inner `model`, and their encoders
+    (encoder-decoder multimodal models such as t5gemma2 encode the images in the encoder)."""
+    out = [model, getattr(model, "model", None)]
+    for owner in list(out):
+        get_encoder = getattr(owner, "get_encoder", None)
+        try:
+            enc = get_encoder() if callable(get_encoder) else None
+        except Exception:  # noqa: BLE001 - no encoder
+            enc = None
+        out.append(enc if enc is not owner else None)
+    return out
+
+
 def _feature_method(model, names: list[str]):
-    for owner in (model, getattr(model, "model", None)):
+    for owner in _owners(model):
         for n in names:
             fn = getattr(owner, n, None) if owner is not None else None
             if fn is not None:

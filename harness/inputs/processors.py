@@ -13,6 +13,7 @@ the caller falls back to a recipe or the generic synthesizer.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,18 +63,43 @@ def _resolve(names: list[str]):
     return None
 
 
+@functools.cache
+def composite_type(model_type: str) -> str | None:
+    """The model type whose config holds this one as a sub-config (qwen3_omni_moe_thinker ->
+    qwen3_omni_moe, t5gemma2_encoder -> t5gemma2): a part of a composite model is fed by the
+    composite's processor. Found by name prefix, confirmed by the composite's `sub_configs`."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    parts = model_type.split("_")
+    for cut in range(len(parts) - 1, 0, -1):
+        parent = "_".join(parts[:cut])
+        if parent not in CONFIG_MAPPING_NAMES:
+            continue
+        try:
+            subs = getattr(CONFIG_MAPPING[parent], "sub_configs", None) or {}
+        except Exception:  # noqa: BLE001 - a config class that does not import here
+            continue
+        if any(getattr(sub, "model_type", None) == model_type for sub in subs.values()):
+            return parent
+    return None
+
+
+def _mapped(mapping: dict, model_type: str, overrides: dict) -> list[str]:
+    names = _class_names(overrides.get(model_type)) or _class_names(mapping.get(model_type))
+    parent = None if names else composite_type(model_type)
+    return names or (_class_names(overrides.get(parent)) or _class_names(mapping.get(parent)) if parent else [])
+
+
 def image_processor_class(model_type: str, overrides: dict):
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
 
-    names = _class_names(overrides.get(model_type)) or _class_names(IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type))
-    return _resolve(names)
+    return _resolve(_mapped(IMAGE_PROCESSOR_MAPPING_NAMES, model_type, overrides))
 
 
 def feature_extractor_class(model_type: str, overrides: dict):
     from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES
 
-    names = _class_names(overrides.get(model_type)) or _class_names(FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type))
-    return _resolve(names)
+    return _resolve(_mapped(FEATURE_EXTRACTOR_MAPPING_NAMES, model_type, overrides))
 
 
 def _formula_values(formulas: dict[str, Any], scope: ConfigScope) -> dict[str, Any]:

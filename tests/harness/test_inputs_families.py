@@ -56,6 +56,11 @@ FAMILIES = [
     ("grounding-dino", "GroundingDinoForObjectDetection", {"input_ids": "recipe:grounding-dino"}, True),
     ("sam", "SamModel", {"input_points": "recipe:", "input_boxes": "recipe:", "pixel_values": "processor:SamImageProcessor"}, False),
     ("vision-encoder-decoder", "VisionEncoderDecoderModel", {"decoder_input_ids": "synthetic"}, True),
+    # a vision tower nested in the encoder (config.encoder.vision_config), image tokens pooled to the
+    # shrunk patch grid, the feature method on the encoder
+    ("t5gemma2", "T5Gemma2Model", {"pixel_values": "processor:Gemma3ImageProcessor",
+                                   "input_ids": "synthetic+image_placeholders"}, False),
+    ("gemma3", "Gemma3ForConditionalGeneration", {"input_ids": "synthetic+image_placeholders"}, True),
     # encoder-decoder classification pools the decoder at the input's eos tokens
     ("bart", "BartForSequenceClassification", {"decoder_input_ids": "synthetic:shifted_input_ids"}, True),
     ("t5", "T5ForSequenceClassification", {"decoder_input_ids": "synthetic:shifted_input_ids"}, True),
@@ -155,3 +160,17 @@ def test_recipe_formulas_are_safe():
         evaluate("config.__class__", {"config": object()})
     with pytest.raises(NameError):
         evaluate("missing_field + 1", {})
+
+
+def test_a_part_of_a_composite_model_is_fed_by_the_composites_processor():
+    from harness.inputs.processors import composite_type, feature_extractor_class
+
+    assert composite_type("qwen3_omni_moe_thinker") == "qwen3_omni_moe"
+    assert composite_type("bert") is None
+    assert feature_extractor_class("qwen3_omni_moe_thinker", {}).__name__ == "WhisperFeatureExtractor"
+
+
+def test_image_tokens_fit_the_shrunk_patch_grid():
+    cfg = resolve_config(ModelSpec("test/gemma3", "gemma3", "Gemma3Model"))
+    patches = (cfg.vision_config.image_size // cfg.vision_config.patch_size) ** 2
+    assert cfg.mm_tokens_per_image <= patches
