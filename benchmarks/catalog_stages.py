@@ -131,7 +131,14 @@ class Pool:
             for i, s in enumerate(self.slots):
                 if s["task"] is None and queue:
                     s["task"], s["start"] = queue.pop(0), time.monotonic()
-                    s["conn"].send(s["task"])
+                    try:
+                        s["conn"].send(s["task"])
+                    except (BrokenPipeError, OSError):  # the idle worker died: a fresh one takes the task
+                        s["conn"].close()
+                        task = s["task"]
+                        self.slots[i] = s = self._spawn()
+                        s["task"], s["start"] = task, time.monotonic()
+                        s["conn"].send(task)
             busy = [s for s in self.slots if s["task"] is not None]
             ready = wait([s["conn"] for s in busy] + [s["proc"].sentinel for s in busy], timeout=1.0)
             now = time.monotonic()
@@ -328,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument("--shrink-only", action="store_true")
+    p.add_argument("--sample", help="K/N: only every N-th model, starting at the K-th (a deterministic sample)")
     p.add_argument("--no-shrink", action="store_true", help="skip the shrinker pass (only the stages)")
     p.add_argument("--resume", action="store_true",
                    help="with --rows: keep the check rows already in the file and run only the models missing there")
@@ -343,8 +351,11 @@ def main(argv: list[str] | None = None) -> int:
         unit = "full_configs"
     else:
         tasks = catalog_specs(args.pairs, types, args.limit, args.heads_only)
+    if args.sample:
+        k, n = (int(x) for x in args.sample.split("/"))
+        tasks = tasks[k - 1::n]  # a deterministic systematic sample: every n-th, starting at the k-th
         unit = "pairs" if args.pairs else "types"
-    out: dict[str, Any] = {"models": len(tasks), "unit": unit, "load": {"start": os.getloadavg()}}
+    out: dict[str, Any] = {"models": len(tasks), "unit": unit, "sample": args.sample, "load": {"start": os.getloadavg()}}
     shrink_tasks = [t for t in tasks if t["base"]] if not args.pairs else tasks
     out["shrink"] = {} if args.heads_only or args.configs or args.no_shrink else {
         "catalog_base_types" if not args.pairs else "catalog_pairs": run_shrink(shrink_tasks, args.workers, args.timeout)}
