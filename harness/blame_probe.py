@@ -156,6 +156,13 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
         evidence["why"] = (f"the unshrunk config does not build its class, so {stage} cannot be probed; the "
                            "harness' shrunk model did build")
         return Blame.HARNESS.value, {"rule": "default", **evidence}
+    attr = probe_config_attribute(f"{row.reason} {row.message}")
+    if attr:
+        evidence["config_attribute"] = attr
+        if attr.get("status") == "missing_in_default":
+            evidence["why"] = (f"the modeling code reads {attr['config_class']}.{attr['attribute']}, which the "
+                               "config class does not define even with its own defaults")
+            return Blame.UPSTREAM.value, {"rule": "upstream.config_attribute", **evidence}
     fake = probe_fake(spec, arch, stage, seed)
     evidence["fake_run"] = fake
     if fake.get("status") != "pass" and same_way(row, fake):
@@ -168,6 +175,29 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
     else:
         evidence["why"] = f"the unshrunk model does not fail {stage} the same way under FakeTensorMode"
     return Blame.HARNESS.value, {"rule": "default", **evidence}
+
+
+_CONFIG_ATTRIBUTE = re.compile(r"'(\w+Config)' object has no attribute '(\w+)'")
+
+
+def probe_config_attribute(text: str) -> dict[str, Any]:
+    """A failure "'XConfig' object has no attribute 'y'": does X built from its own defaults (no
+    harness change at all) have y? If not, transformers' modeling code reads a field its config
+    class never defines. {} when the message is not of that form."""
+    import transformers
+
+    match = _CONFIG_ATTRIBUTE.search(text or "")
+    if not match:
+        return {}
+    name, attribute = match.groups()
+    out: dict[str, Any] = {"config_class": name, "attribute": attribute}
+    try:
+        with quiet_transformers(), _deadline():
+            default = getattr(transformers, name)()
+    except Exception as exc:  # noqa: BLE001 - inconclusive
+        return {**out, "status": "inconclusive", "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    present = hasattr(default, attribute)
+    return {**out, "status": "present_in_default" if present else "missing_in_default"}
 
 
 def run_architecture(spec: ModelSpec) -> str:

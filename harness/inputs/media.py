@@ -79,8 +79,10 @@ def _take(out: ModelInputs, tensors: dict[str, torch.Tensor], sig: set[str], sou
     return taken
 
 
-def _grid_patches(m: Maker, config, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """qwen-vl layout: flattened patches plus a (t, h, w) grid per sample."""
+def _grid_patches(m: Maker, config, frames: int, model_type: str = "") -> tuple[torch.Tensor, torch.Tensor]:
+    """qwen-vl layout: flattened patches plus a (t, h, w) grid per sample. Types listed under
+    `grid_patch_layouts: merged_channels_last` (inkling2) take one (p*merge, p*merge, channels)
+    image block per merged token instead."""
     c, _, _ = image_shape(config)
     vision = subconfig(config, "vision_config") or config
     p = int(get(vision, "patch_size", default=14))
@@ -92,6 +94,10 @@ def _grid_patches(m: Maker, config, frames: int) -> tuple[torch.Tensor, torch.Te
     # them); with t = 1 both layouts agree
     t = 1
     grid = torch.tensor([[t, gh, gw]] * BATCH)
+    if (recipes().get("grid_patch_layouts") or {}).get(model_type) == "merged_channels_last":
+        # the grid counts merged tokens here
+        grid = torch.tensor([[t, gh // merge, gw // merge]] * BATCH)
+        return m.randn(BATCH * t * (gh // merge) * (gw // merge), p * merge, p * merge, c), grid
     return m.randn(BATCH * t * gh * gw, c * tp * p * p), grid
 
 
@@ -114,7 +120,7 @@ def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
     elif proc is not None and proc.error:
         out.notes.append(f"{proc.name} failed: {proc.error}")
     if "image_grid_thw" in sig or "grid_thw" in sig:
-        out.kwargs["pixel_values"], out.kwargs["image_grid_thw"] = _grid_patches(m, config, 1)
+        out.kwargs["pixel_values"], out.kwargs["image_grid_thw"] = _grid_patches(m, config, 1, model_type)
         out.sources["pixel_values"] = out.sources["image_grid_thw"] = "synthetic"
     elif frames:
         out.kwargs["pixel_values"] = m.randn(BATCH, frames, c, h, w)
@@ -135,7 +141,7 @@ def add_videos(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
         return
     frames = frame_count(config) or recipes()["video"]["default_frames"]
     if "video_grid_thw" in sig:
-        out.kwargs[name], out.kwargs["video_grid_thw"] = _grid_patches(m, config, frames)
+        out.kwargs[name], out.kwargs["video_grid_thw"] = _grid_patches(m, config, frames, model_type)
         out.sources[name] = out.sources["video_grid_thw"] = "synthetic"
         return
     c, h, w = image_shape(config)

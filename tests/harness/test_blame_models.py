@@ -157,3 +157,31 @@ def test_a_passing_model_has_no_blame():
     result = check_with_blame(BERT, "cpu", STAGES)
     assert all(r.status is Status.PASS and r.blame == "" and r.blame_evidence == {} for r in result.stages.values())
     assert torch.is_grad_enabled()
+
+
+def test_a_config_field_the_config_class_never_defines_is_upstream(monkeypatch):
+    """The modeling code reads a config attribute that the config class lacks even with its own
+    defaults (qwen3_omni_moe_thinker reads vision_start_token_id in transformers 5.24): upstream."""
+    from transformers.models.bert import modeling_bert
+
+    def forward(self, input_ids=None, **kwargs):
+        return self.config.planted_field_nobody_defines
+
+    monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
+    fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.config_attribute"
+    assert fwd.blame_evidence["config_attribute"] == {"config_class": "BertConfig",
+                                                      "attribute": "planted_field_nobody_defines",
+                                                      "status": "missing_in_default"}
+
+
+def test_a_config_field_the_harness_removed_is_the_harness(monkeypatch):
+    """The same error for a field the default config has (the harness' config lost it): harness."""
+    from transformers.models.bert import modeling_bert
+
+    def forward(self, input_ids=None, **kwargs):
+        raise AttributeError("'BertConfig' object has no attribute 'hidden_act'")
+
+    monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
+    fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "harness" and fwd.blame_evidence["config_attribute"]["status"] == "present_in_default"

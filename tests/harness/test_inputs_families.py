@@ -61,6 +61,8 @@ FAMILIES = [
     ("t5gemma2", "T5Gemma2Model", {"pixel_values": "processor:Gemma3ImageProcessor",
                                    "input_ids": "synthetic+image_placeholders"}, False),
     ("gemma3", "Gemma3ForConditionalGeneration", {"input_ids": "synthetic+image_placeholders"}, True),
+    # patch-grid images in the merged channels-last layout (its processor needs torchvision)
+    ("inkling2", "Inkling2ForConditionalGeneration", {"input_ids": "synthetic+image_placeholders"}, True),
     # encoder-decoder classification pools the decoder at the input's eos tokens
     ("bart", "BartForSequenceClassification", {"decoder_input_ids": "synthetic:shifted_input_ids"}, True),
     ("t5", "T5ForSequenceClassification", {"decoder_input_ids": "synthetic:shifted_input_ids"}, True),
