@@ -82,9 +82,16 @@ def shrink_ssm(d: dict, r: dict, hidden: int) -> None:
 def shrink_modalities(d: dict, r: dict) -> None:
     t = r["targets"]
     patch = next((d[f] for f in r["patch_size_fields"] if is_int(d.get(f))), None)
+    # a hierarchical model (convnext, swin) halves its patch grid before each later stage: the
+    # grid must keep at least one patch at the last stage
+    stages = next((len(d[f]) for f in r["stage_depth_list_fields"] if isinstance(d.get(f), list) and d[f]), 1)
+    # (windowed attention, swin: a whole window there; the window size the type's override sets)
+    window = r["overrides"].get(d.get("model_type"), {}).get("window_size", d.get("window_size"))
+    window = window if is_int(window) and stages > 1 else 1
+    per_side = max(t["image_patches_per_side"], 2 ** (stages - 1) * window)
     for f in r["image_size_fields"]:
         v = d.get(f)
-        target = (patch or 8) * t["image_patches_per_side"]
+        target = (patch or 8) * per_side
         if is_int(v) and v > target:
             d[f] = target
         elif isinstance(v, list) and len(v) == 2 and all(is_int(x) for x in v) and max(v) > target:
