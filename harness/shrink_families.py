@@ -15,6 +15,11 @@ def shrink_experts(d: dict, r: dict, hidden: int) -> None:
     for f in r["expert_intermediate_fields"]:
         if is_int(d.get(f)) and d[f] > hidden:
             d[f] = hidden
+    fill = r.get("fill_none_experts_per_token")
+    if fill and any(is_int(d.get(f)) and d[f] > 1 for f in r["expert_count_fields"]):
+        for f in r["experts_per_token_fields"]:
+            if f in d and d[f] is None:  # the default leaves the router's top-k unset (deepseek_v2)
+                d[f] = fill
     top_k = next((d[f] for f in r["experts_per_token_fields"] if is_int(d.get(f)) and d[f] > 0), 1)
     gf = r["expert_group_fields"]
     groups = d.get(gf["groups"]) if is_int(d.get(gf["groups"])) and d[gf["groups"]] > 1 else None

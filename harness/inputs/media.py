@@ -14,8 +14,8 @@ from harness.inputs.expr import defined
 from harness.inputs.processors import processor_inputs
 from harness.inputs.recipes import recipes
 
-VISION_LEVELS = ("vision_config", "backbone_config", "encoder_config", "encoder", "vision_encoder_config")
-OWN_VISION_LEVELS = ("vision_config", "encoder_config", "encoder", "vision_encoder_config")
+VISION_LEVELS = ("vision_config", "image_config", "backbone_config", "encoder_config", "encoder", "vision_encoder_config")
+OWN_VISION_LEVELS = ("vision_config", "image_config", "encoder_config", "encoder", "vision_encoder_config")
 
 
 def vision_level(config, levels=VISION_LEVELS):
