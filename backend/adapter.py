@@ -51,6 +51,12 @@ class NeuronBackend:
 
         return precision()
 
+    def rounded_inputs(self) -> dict[str, tuple[str, ...]]:
+        """The matmul class of precision.yaml in mode bf16 (its fp32 inputs are rounded), else none."""
+        from backend.precision import matmul_class, precision
+
+        return dict(matmul_class()) if precision() == "bf16" else {}
+
     def reset_peak_memory(self) -> None:
         from backend import device_module
 

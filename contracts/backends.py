@@ -56,6 +56,13 @@ class Backend(Protocol):
         """The numeric mode tolerances are loosened for: "exact", or e.g. "bf16" (auto-cast)."""
         ...
 
+    def rounded_inputs(self) -> dict[str, tuple[str, ...]]:
+        """What the device computes in, where it is not the tensors' dtype: op packet (e.g.
+        "aten.mm") -> names of the float32 arguments it rounds to bfloat16 in the current precision
+        mode. The numerics reference rounds the same arguments (harness.numerics_reference), so
+        only the device's own error is judged. Empty: computes as the dtypes say."""
+        ...
+
     def reset_peak_memory(self) -> None: ...
 
     def peak_memory(self) -> int | None: ...  # bytes since reset_peak_memory, None when unknown
@@ -115,6 +122,9 @@ class TorchDeviceBackend:
 
     def precision_mode(self) -> str:
         return "exact"
+
+    def rounded_inputs(self) -> dict[str, tuple[str, ...]]:
+        return {}
 
     def reset_peak_memory(self) -> None:
         mod = self._module()

@@ -81,14 +81,24 @@ class Verdict(str, enum.Enum):
     Separate from Status, which says how a stage ended."""
 
     PASS = "PASS"  # as good as the baseline: passes (or is unchanged and not failing)
-    FAIL = "FAIL"  # new failure: failing now, neither failing in the baseline nor expected
-    XFAIL = "XFAIL"  # known failure: matches an expectation, or failed in the baseline too
+    # new failure: failing now, neither failing in the baseline nor expected; or a changed failure:
+    # failing in both, but the error class or the failing op is not the baseline's (another bug)
+    FAIL = "FAIL"
+    XFAIL = "XFAIL"  # known failure: matches an expectation, or failed the same way in the baseline
     IMPROVED = "IMPROVED"  # passes now but failed / was not attempted in the baseline, or was expected to fail
     MISSING = "MISSING"  # in the baseline, absent from the run
     FLAKY = "FLAKY"  # status changed, and the case is on the flaky list
+    # same status as the baseline, but the stage gained a CPU-fallback op or its fallback count
+    # rose: a regression of its own, hidden by neither a pass nor an older failure
+    FALLBACK_REGRESSION = "FALLBACK_REGRESSION"
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.value
+
+
+#: Verdicts that are regressions: any of them makes `harness compare` exit 1 (reports.gate may
+#: keep only those blamed on the backend).
+REGRESSION_VERDICTS = (Verdict.FAIL, Verdict.FALLBACK_REGRESSION)
 
 
 class Blame(str, enum.Enum):

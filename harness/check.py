@@ -7,9 +7,10 @@
     <Status.PASS: 'pass'>
 
 Stages run in MODEL_STAGES order: load (shrink, build with seeded random weights, move to the
-device), forward, backward (loss.backward with gradients on the device), compile (torch.compile
-with the backend's compiler), numerics (device output vs a CPU float64 reference), on_device (no
-op fell back to the CPU during the run). A stage whose prerequisite did not pass is
+device), forward, backward (loss.backward with gradients on the device), compile (the training
+step compiled with the backend's compiler, checked against eager: harness.compile_stage),
+numerics (outputs and parameter gradients vs the CPU float64 reference: harness.numerics_stage),
+on_device (no op fell back to the CPU during the run). A stage whose prerequisite did not pass is
 `not_attempted` with the reason; what the backend cannot report is `not_attempted` too. A model
 problem never raises out of `check_model`: every stage ends in a Status.
 """
@@ -19,20 +20,22 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
-from contracts.backends import Backend, fallback_count, fallback_ops, get_backend
+from contracts.backends import fallback_count, fallback_ops, get_backend
 from contracts.errors import classify
 from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import MODEL_STAGES, Status
 from harness.inputs import make_inputs
+from harness.compile_stage import compile_stage
 from harness.models import architecture_of, build_model, parameter_count, resolve_config
-from harness.numerics import compare_outputs, float_tensors
+from harness.numerics import float_tensors
+from harness.numerics_stage import numerics_stage
 from harness.quiet import quiet_transformers
-from harness.train_mode import buffers_snapshot, restore_buffers
+from harness.stage_run import StageFailed, StageRun, StageSkipped, to_device, tracked
+from harness.step import NoLoss, train_mode, training_loss
 
 #: stage -> the stages that must have passed before it can run
 PREREQUISITES: dict[str, tuple[str, ...]] = {
@@ -45,59 +48,9 @@ PREREQUISITES: dict[str, tuple[str, ...]] = {
 }
 
 
-class StageFailed(Exception):
-    """A stage ran to an answer and the answer was wrong (status fail, with a reason)."""
-
-    def __init__(self, reason: str, metrics: dict[str, Any] | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.metrics = metrics or {}
-
-
-class StageSkipped(Exception):
-    def __init__(self, reason: str, status: Status = Status.SKIPPED):
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-
-
-@dataclass
-class _Run:
-    spec: ModelSpec
-    adapter: Backend
-    seed: int
-    result: ModelCheck
-    config: Any = None
-    cpu_model: Any = None
-    model: Any = None
-    inputs: Any = None
-    cpu_kwargs: dict = field(default_factory=dict)
-    kwargs: dict = field(default_factory=dict)
-    output: Any = None
-    fallback_events: list = field(default_factory=list)
-
-
-def _to(x: Any, device: torch.device, dtype: torch.dtype | None = None) -> Any:
-    if isinstance(x, torch.Tensor):
-        x = x.to(device)
-        return x.to(dtype) if dtype is not None and x.is_floating_point() else x
-    if isinstance(x, dict):
-        return {k: _to(v, device, dtype) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to(v, device, dtype) for v in x)
-    return x
-
-
-def _detach_cpu(output: Any) -> list[torch.Tensor]:
-    return [t.detach().to("cpu") for t in float_tensors(output)]
-
-
-def _tracked(run: _Run, fn: Callable[[], Any]) -> Any:
-    with run.adapter.track_fallbacks() as events:
-        value = fn()
-        run.adapter.synchronize()
-    run.fallback_events.extend(events)
-    return value
+_Run = StageRun  # the name harness.blame_probe imports
+_to = to_device
+_tracked = tracked
 
 
 # --------------------------------------------------------------------------- stages
@@ -137,34 +90,19 @@ def _forward(run: _Run) -> dict[str, Any]:
     return {"outputs": len(tensors)}
 
 
-def _loss(output: Any) -> tuple[torch.Tensor, str]:
-    loss = getattr(output, "loss", None)
-    if isinstance(output, dict) and loss is None:
-        loss = output.get("loss")
-    if isinstance(loss, torch.Tensor) and loss.requires_grad:
-        return loss.float().sum(), "labels"
-    # masked logits are -inf by design (grounding models): the surrogate uses the finite entries
-    parts = [t.float()[torch.isfinite(t)].pow(2).mean() for t in float_tensors(output)
-             if t.requires_grad and bool(torch.isfinite(t).any())]
-    if not parts:
-        raise StageSkipped("no output depends on a trainable parameter")
-    return torch.stack(parts).sum(), "surrogate"
-
-
 def _backward(run: _Run) -> dict[str, Any]:
     """The forward again in train mode (dropout is 0: the same values as in eval mode), then
     backward; buffers a train-mode forward updates (BatchNorm running stats) are restored."""
-    saved = buffers_snapshot(run.model)
-    run.model.train()
-    try:
+    with train_mode(run.model):
         torch.manual_seed(run.seed)
         with quiet_transformers():
             output = _tracked(run, lambda: run.model(**run.kwargs))
-        loss, source = _loss(output)
+        try:
+            loss, source = training_loss(output)
+        except NoLoss as exc:
+            raise StageSkipped(str(exc)) from None
         _tracked(run, loss.backward)
-    finally:
-        run.model.eval()
-        restore_buffers(run.model, saved)
+    run.train_output, run.loss = output, loss.detach()
     params = [p for p in run.model.parameters() if p.requires_grad]
     with_grad = [p for p in params if p.grad is not None]
     metrics = {"loss_source": source, "loss": float(loss.detach().to("cpu")), "mode": "train",
@@ -176,51 +114,6 @@ def _backward(run: _Run) -> dict[str, Any]:
         raise StageFailed(f"{len(off)} gradients on {off[0]}, not on the device", metrics)
     if not math.isfinite(metrics["loss"]):
         raise StageFailed("loss is not finite", metrics)
-    return metrics
-
-
-def _compile(run: _Run) -> dict[str, Any]:
-    if run.adapter.compile_backend is None:
-        raise StageSkipped(f"backend {run.adapter.name} has no torch.compile backend", Status.NOT_ATTEMPTED)
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    counters.clear()
-    compiled = torch.compile(run.model, backend=run.adapter.compile_backend)
-    torch.manual_seed(run.seed)
-    with torch.no_grad(), quiet_transformers():
-        out = _tracked(run, lambda: compiled(**run.kwargs))
-    graphs = int(counters["stats"]["unique_graphs"])
-    frames = int(counters["frames"]["ok"])
-    breaks = int(sum(counters["graph_break"].values()))
-    run.result.graphs = graphs
-    run.result.recompiles = max(0, frames - graphs) if graphs else 0
-    metrics = {"graphs": graphs, "graph_breaks": breaks, "frames": frames}
-    if run.output is not None:
-        cmp = compare_outputs(_detach_cpu(out), _detach_cpu(run.output))
-        metrics["vs_eager"] = cmp.to_dict()
-    torch._dynamo.reset()
-    return metrics
-
-
-def _numerics(run: _Run) -> dict[str, Any]:
-    ref_model = copy.deepcopy(run.cpu_model).to(torch.float64)
-    torch.manual_seed(run.seed)
-    with torch.no_grad(), quiet_transformers():
-        try:
-            reference = ref_model(**_to(run.cpu_kwargs, torch.device("cpu"), torch.float64))
-            ref_kind = "cpu_float64"
-        except Exception:  # noqa: BLE001 - a model that cannot run in float64: float32 reference
-            reference, ref_kind = None, "cpu_float32"
-        torch.manual_seed(run.seed)
-        eager = run.cpu_model(**run.cpu_kwargs)
-    if reference is None:
-        reference = eager
-    cmp = compare_outputs(_detach_cpu(run.output), _detach_cpu(reference), _detach_cpu(eager))
-    metrics = {"reference": ref_kind, **cmp.to_dict()}
-    if not cmp.passed:
-        raise StageFailed(cmp.reason or f"mismatch ({cmp.method})", metrics)
     return metrics
 
 
@@ -236,7 +129,7 @@ def _on_device(run: _Run) -> dict[str, Any]:
 
 STAGE_FUNCTIONS: dict[str, Callable[[_Run], dict[str, Any]]] = {
     "load": _load, "forward": _forward, "backward": _backward,
-    "compile": _compile, "numerics": _numerics, "on_device": _on_device,
+    "compile": compile_stage, "numerics": numerics_stage, "on_device": _on_device,
 }
 
 

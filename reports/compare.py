@@ -3,14 +3,20 @@
 The comparison vocabulary (contracts.status.Verdict; separate from Status, which says how a stage ended):
 
     PASS      as good as the baseline: passes (or is unchanged and not failing)
-    FAIL      new failure: failing now, and neither failing in the baseline nor expected
-    XFAIL     known failure: matches an expectation (reports.expectations), or failed in the baseline too
+    FAIL      new failure: failing now, and neither failing in the baseline nor expected; or a
+              changed failure: failing in both, with another error class or failing op
+    XFAIL     known failure: matches an expectation (reports.expectations), or failed the same way in the
+              baseline
     IMPROVED  passes now but failed / was not attempted in the baseline, or was expected to fail
     MISSING   in the baseline, absent from the run
     FLAKY     status changed, and the case is on reports/data/flaky.yaml
+    FALLBACK_REGRESSION  same status, but a new CPU-fallback op or a higher fallback count
+
+Changed failures and fallback regressions are found by reports/hidden_regressions.py.
 
 A stage that passed in the baseline and is now skipped or not attempted is a FAIL: coverage was
-lost, and the detail says why. The exit code is non-zero when there is any FAIL.
+lost, and the detail says why. The exit code is non-zero when a regression (FAIL,
+FALLBACK_REGRESSION: contracts.status.REGRESSION_VERDICTS) gates (reports.gate).
 
 Usage::
 
@@ -35,6 +41,7 @@ import yaml
 from contracts.status import Verdict
 from reports.expectations import Rule, for_backend, load_expectations, load_flaky
 from reports.verdicts import verdict_of
+from reports import hidden_regressions
 
 KEY = ["tier", "case_id", "stage"]
 
@@ -107,7 +114,8 @@ class Comparison:
 
         return {
             "run": self.run, "baseline": self.baseline, "counts": self.counts, "exit_code": self.exit_code,
-            "new_failures": rows(Verdict.FAIL), "improved": rows(Verdict.IMPROVED),
+            "new_failures": rows(Verdict.FAIL), "fallback_regressions": rows(Verdict.FALLBACK_REGRESSION),
+            "improved": rows(Verdict.IMPROVED),
             "missing": rows(Verdict.MISSING), "flaky": rows(Verdict.FLAKY), "xfail": rows(Verdict.XFAIL),
             "metrics": {"worse": [asdict(m) for m in self.metrics if m.direction == "worse"],
                         "better": [asdict(m) for m in self.metrics if m.direction == "better"]},
@@ -177,6 +185,7 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
     flaky = for_backend(load_flaky() if flaky is None else flaky, backend)
     metrics = [m for m in metric_rules() if m in run.columns and m in baseline.columns]
     cols = KEY + ["status", "model_ids", "blame"] + metrics
+    cols += [c for c in hidden_regressions.available(run, baseline) if c not in cols]
 
     def side(df: pd.DataFrame) -> pd.DataFrame:  # object keys: pandas cannot merge empty Arrow-backed keys
         df = df if "blame" in df else df.assign(blame=None)
@@ -207,6 +216,7 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
         if verdict is not Verdict.PASS and ids is None:  # model ids only where someone will read them
             ids = _ids(ids_run[i] if st is not None else ids_base[i])
         verdicts.append(CaseVerdict(*key, verdict, st, bs, detail, ids or [], blames[i]))
+    hidden_regressions.refine(merged, verdicts)
     return Comparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold), gate=gate)
 
 

@@ -4,7 +4,7 @@
 new FAIL verdict whose row's blame is `backend`, or has no blame (a run written before blame
 existed, or a row nobody judged: not knowing whose it is must not let it through). New failures
 blamed on the harness are listed as the harness' own debt; upstream and environment ones are
-listed too. `--gate all` gates on every new failure, whoever's.
+listed too. A FALLBACK_REGRESSION gates whatever the row's blame (a lost lowering is the device's). `--gate all` gates on every new failure, whoever's.
 
     from reports.gate import gated, by_blame
     gated(comparison, "backend")   # the CaseVerdicts that make the exit code 1
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from contracts.status import Blame, Verdict
+from contracts.status import REGRESSION_VERDICTS, Blame, Verdict
 
 GATES = ("backend", "all")
-#: Verdicts that are regressions (may gate); the comparison module owns their meaning.
-REGRESSIONS = (Verdict.FAIL,)
+#: Verdicts that are regressions (may gate): a new or changed failure, a fallback regression.
+REGRESSIONS = REGRESSION_VERDICTS
 
 
 def _blame(v: Any) -> str:
@@ -36,7 +36,9 @@ def gated(comparison: Any, gate: str = "backend") -> list[Any]:
     found = regressions(comparison)
     if gate == "all":
         return found
-    return [v for v in found if _blame(v) in ("", Blame.BACKEND.value)]
+    # a fallback regression is the device's by definition (a lowering it lost), whatever the row's
+    # blame says about the stage's own failure
+    return [v for v in found if v.verdict is Verdict.FALLBACK_REGRESSION or _blame(v) in ("", Blame.BACKEND.value)]
 
 
 def by_blame(comparison: Any) -> dict[str, list[Any]]:

@@ -25,6 +25,7 @@ from markupsafe import Markup
 
 from contracts.status import STATUS_VALUES, Verdict
 from reports import plots, upstream
+from reports.gate import regressions
 from reports.compare import Comparison
 from reports.coverage import BLAME_KEYS, Coverage, fmt_rate, levels, summarize
 from reports.history import load_history
@@ -82,8 +83,8 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
     svgs = {"history": plots.history_svg(points), "levels": plots.levels_svg(cov.levels),
             "fallbacks": plots.fallback_svg(cov.top_fallback_ops),
             "upstream_heatmap": plots.heatmap_svg(up.heatmap) if up else None}
-    new_failures = sorted(comparison.of(Verdict.FAIL), key=lambda v: (v.blame or "") not in ("", "backend")) \
-        if comparison else []  # the backend's (and unjudged) regressions first
+    new_failures = sorted(regressions(comparison), key=lambda v: (v.blame or "") not in ("", "backend")) \
+        if comparison else []  # every regression verdict (new/changed failures, fallback regressions); the backend's first
     blame_rows: dict[tuple[str, str], dict[str, int]] = {}
     for r in cov.failures_by_blame:
         blame_rows.setdefault((r["tier"], r["stage"]), {})[r["blame"]] = r["cases"]

@@ -1,4 +1,5 @@
-"""`harness compare RUN BASELINE`: each case PASS / FAIL / XFAIL / IMPROVED / MISSING / FLAKY."""
+"""`harness compare RUN BASELINE`: each case PASS / FAIL / XFAIL / IMPROVED / MISSING / FLAKY /
+FALLBACK_REGRESSION."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ EPILOG = """examples:
   harness compare runs/today baseline --json > compare.json
   harness compare runs/today baseline --expectations my_expectations.yaml --time-threshold 1.0
 
-verdicts: PASS, FAIL (new failure), XFAIL (known: reports/data/expectations.yaml or failing in the
-baseline too), IMPROVED, MISSING (in the baseline, not in the run), FLAKY (reports/data/flaky.yaml).
-gate: by default only new failures blamed on the backend (or not judged) fail the comparison; new
+verdicts: PASS, FAIL (new failure, or a changed failure: another error class or failing op than in
+the baseline), XFAIL (known: reports/data/expectations.yaml or failing the same way in the
+baseline), IMPROVED, MISSING (in the baseline, not in the run), FLAKY (reports/data/flaky.yaml),
+FALLBACK_REGRESSION (same status, but a new CPU-fallback op or a higher fallback count; gates).
+gate: by default only regressions blamed on the backend (or not judged) fail the comparison; new
 failures blamed on the harness are listed as its own debt, upstream/environment ones listed too.
 --gate all fails on every new failure.
 exit codes: 0 nothing gates, 1 a gated new failure (or, with --strict, MISSING/IMPROVED), 2 bad input.
@@ -58,7 +61,7 @@ def _print_text(result) -> None:
         print(f"\nmetrics worse ({len(worse)}):")
         for m in worse[:30]:
             print(f"  {m.tier}/{m.case_id} [{m.stage}] {m.metric}: {m.baseline:g} -> {m.current:g}")
-    if counts["IMPROVED"] or counts["FAIL"]:
+    if counts["IMPROVED"] or counts["FAIL"] or counts["FALLBACK_REGRESSION"]:
         print(f"\nif the changes are intended, update the baseline: {result.update_command}")
 
 
@@ -77,7 +80,7 @@ def _print_gate(result) -> None:
         if rows:
             print(f"\n{title} ({len(rows)}):")
             for v in rows[:50]:
-                print(f"  FAIL     {v.tier}/{v.case_id} [{v.stage}] [blame: {v.blame or 'none'}] {v.detail}")
+                print(f"  {v.verdict.value:8} {v.tier}/{v.case_id} [{v.stage}] [blame: {v.blame or 'none'}] {v.detail}")
             if len(rows) > 50:
                 print(f"  ... {len(rows) - 50} more (--json for all)")
 

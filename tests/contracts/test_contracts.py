@@ -28,7 +28,8 @@ def test_closed_vocabularies_of_other_issues_have_one_home():
     assert [b.value for b in Blame] == ["backend", "upstream", "environment", "harness"]
     assert [u.value for u in UpstreamSkip] == ["pytorch-applicability", "backend-unsupported",
                                                "no-native-lowering", "reference-error"]
-    assert [v.value for v in Verdict] == ["PASS", "FAIL", "XFAIL", "IMPROVED", "MISSING", "FLAKY"]
+    assert [v.value for v in Verdict] == ["PASS", "FAIL", "XFAIL", "IMPROVED", "MISSING", "FLAKY",
+                                          "FALLBACK_REGRESSION"]
 
 
 @pytest.mark.parametrize("stages, expected", [

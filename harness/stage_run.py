@@ -1,0 +1,72 @@
+"""What the stages of one model check share: the run's objects, and how a stage ends early.
+
+`harness.check` drives the stages; the longer ones live in modules of their own
+(`harness.compile_stage`, `harness.numerics_stage`) and all take the one `StageRun`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from contracts.backends import Backend
+from contracts.records import ModelCheck, ModelSpec
+from contracts.status import Status
+
+
+class StageFailed(Exception):
+    """A stage ran to an answer and the answer was wrong (status fail, with a reason)."""
+
+    def __init__(self, reason: str, metrics: dict[str, Any] | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.metrics = metrics or {}
+
+
+class StageSkipped(Exception):
+    def __init__(self, reason: str, status: Status = Status.SKIPPED):
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+@dataclass
+class StageRun:
+    spec: ModelSpec
+    adapter: Backend
+    seed: int
+    result: ModelCheck
+    config: Any = None
+    cpu_model: Any = None
+    model: Any = None
+    inputs: Any = None
+    cpu_kwargs: dict = field(default_factory=dict)
+    kwargs: dict = field(default_factory=dict)
+    output: Any = None  # the eager device forward's output (eval mode, with grad)
+    train_output: Any = None  # the eager device training step's output (train mode: the backward stage)
+    loss: Any = None  # the eager device training step's loss (detached)
+    fallback_events: list = field(default_factory=list)
+    reference: Any = None  # harness.numerics_reference.Reference, computed once when first needed
+    reference_forward: str | None = None  # why the forward fails on the cpu reference too ("" passes there)
+
+
+def to_device(x: Any, device: torch.device, dtype: torch.dtype | None = None) -> Any:
+    if isinstance(x, torch.Tensor):
+        x = x.to(device)
+        return x.to(dtype) if dtype is not None and x.is_floating_point() else x
+    if isinstance(x, dict):
+        return {k: to_device(v, device, dtype) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_device(v, device, dtype) for v in x)
+    return x
+
+
+def tracked(run: StageRun, fn: Callable[[], Any]) -> Any:
+    """Run `fn` with the backend's CPU-fallback events collected into the run."""
+    with run.adapter.track_fallbacks() as events:
+        value = fn()
+        run.adapter.synchronize()
+    run.fallback_events.extend(events)
+    return value
