@@ -72,6 +72,13 @@ class NeuronBackend:
 
         device_module.synchronize()
 
+    def op_fingerprints(self) -> dict[str, Any]:
+        """Per-op fingerprints of lowering and kernels (backend/fingerprints.py): the harness runs
+        the cases whose ops changed since the baseline first."""
+        from backend.fingerprints import op_fingerprints
+
+        return op_fingerprints()
+
     def describe(self) -> dict[str, Any]:
         from backend.fallback import fallback_mode
         from backend.lowering import current_table

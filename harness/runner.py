@@ -30,6 +30,8 @@ from contracts.records import Case, CaseOutcome
 from contracts.rows import case_rows
 from contracts.settings import resolve_limits
 from harness.journal import Journal
+from harness import ordering
+from harness.ordering import DEFAULT_ORDER
 from harness.reference import blamed, reference_outcomes, reference_pass
 from harness.tiers import TierInputs, load_tier, tier_chunk_size
 from harness.workers import WorkerLimits
@@ -60,6 +62,9 @@ class RunOptions:
     progress: bool = True
     tier_options: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)  # extra run metadata for runs.parquet
+    order: str = DEFAULT_ORDER  # execution order: likely failures first, or as listed (harness.ordering)
+    baseline: str | None = None  # the baseline the order learns from (None: $HARNESS_BASELINE_DIR, ./baseline)
+    use_baseline: bool = True
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -218,12 +223,19 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     run_dir = Path(opts.out)
     tier = load_tier(opts.tier)
     meta = open_run_dir(run_dir, opts)
+    probe = ordering.start_probe(opts.backend)  # in parallel with the listing
     cases = list_cases(tier, opts, run_dir)
     list_seconds = time.monotonic() - t0
+    t_probe = time.monotonic()
+    fingerprints = ordering.finish_probe(probe)
+    probe_seconds = time.monotonic() - t_probe
+    if fingerprints:  # runs.parquet keeps them: this run can be the next one's baseline
+        meta[ordering.FINGERPRINT_KEY] = fingerprints
     journal = Journal(run_dir)
     try:
         done = journal.done(tier.name)
-        todo = [c for c in cases if c.case_id not in done]
+        todo = ordering.execution_order(tier.name, [c for c in cases if c.case_id not in done], opts, run_dir,
+                                        fingerprints)
         wanted = {c.case_id for c in cases}
         size = tier_chunk_size(tier)
         chunks = [(todo[i: i + size], size > 1) for i in range(0, len(todo), size)]
@@ -264,6 +276,6 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     summary.update({"run_id": meta["run_id"], "run_dir": str(run_dir), "backend": opts.backend,
                     "shard": meta.get("shard"), "executor": opts.executor, "workers": opts.workers,
                     "resumed": len(cases) - len(todo), "ran": len(todo), "seconds": round(seconds, 3),
-                    "list_seconds": round(list_seconds, 3),
+                    "list_seconds": round(list_seconds, 3), "probe_seconds": round(probe_seconds, 3),
                     "results": str(paths["results"])})
     return summary
