@@ -1,6 +1,6 @@
 """Bug-finding power: plant each fault of a suite, run the quick nightly's tiers clean and faulted.
 
-    python benchmarks/bug_detection.py [--json] [--faults A,B] [--tiers unit,full] [--jobs 2]
+    python benchmarks/bug_detection.py [--json] [--faults A,B] [--tiers unit,full] [--jobs 2] [--order both]
 
 The tiers are those of `harness nightly --quick` (harness/data/nightly.toml: unit tier subset,
 representative tier, full tier subset), each run with `harness run` into WORKDIR. One clean run is
@@ -18,6 +18,15 @@ all (NEURON_FAULT_LOG). `--json` prints `faults` (per-fault records), `detected`
 >= 80% of op-level faults (every fault except compile-only and lost-lowering ones).
 Faulted runs get shorter timeouts than the nightly's (--timeout-factor x the slowest clean case,
 at least --min-timeout), so a planted hang costs minutes, not hours.
+
+Ordering (issue 13): with `--order both` (the default) every fault runs twice, once with the cases
+in listing order (`--order listed`: the figures above) and once likely failures first
+(`--order likely-failures` with the clean run as the baseline: its failing cases first, then the
+cases whose ops' fingerprints differ from the clean run's - the planted fault's op -, see
+harness/ordering.py). `--json` adds `ordering`: the median time to the first detection with and
+without the order over the faults both detected, their ratio (target <= 1/3) and whether the two
+orders detected the same rows (they must: ordering changes no result); each fault record gets
+`ordered` (its first detection with the order).
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OK = "pass"
 TARGET_NIGHTLY = 0.95
 TARGET_UNIT_OP_LEVEL = 0.80
+TARGET_ORDERED_RATIO = 1 / 3
+ORDERED_DIR = "faults-ordered"
 
 
 # ------------------------------------------------------------------------------------ plans
@@ -67,7 +78,8 @@ def tier_plans(tiers: list[str] | None, limits: dict[str, int] | None = None) ->
 
 
 def run_tiers(out: Path, plans: list[dict[str, Any]], env: dict[str, str], workers: int,
-              timeouts: dict[str, float], cases_from: Path | None = None) -> dict[str, Any]:
+              timeouts: dict[str, float], cases_from: Path | None = None, order: str = "listed",
+              baseline: Path | None = None) -> dict[str, Any]:
     """Run the tiers in order with `harness run` into out/<tier>; timings in out/timing.json.
 
     A tier already finished in out/ (timing.json) is kept, so an interrupted benchmark resumes."""
@@ -87,7 +99,9 @@ def run_tiers(out: Path, plans: list[dict[str, Any]], env: dict[str, str], worke
             for f in (cases_from / name).glob("cases-*.json"):
                 shutil.copy(f, run_dir / f.name)
         cmd = [sys.executable, "-m", "harness", "run", "--tier", name, "--out", str(run_dir), "--workers",
-               str(workers), "--timeout", f"{timeouts[name]:.0f}", "--no-progress", "--json"]
+               str(workers), "--timeout", f"{timeouts[name]:.0f}", "--no-progress", "--json", "--order", order]
+        if baseline is not None:
+            cmd += ["--baseline", str(baseline)]
         if plan["limit"]:
             cmd += ["--limit", str(plan["limit"])]
         start = time.time()
@@ -258,16 +272,41 @@ def _faulted_timeouts(clean_dir: Path, plans: list, factor: float, floor: float)
 
 
 def run_fault(fault: dict[str, Any] | None, label: str, base: Path, plans: list, workers: int,
-              timeouts: dict[str, float], rerun: bool) -> Path:
-    run_dir = base / "faults" / label
+              timeouts: dict[str, float], rerun: bool, order: str = "listed") -> Path:
+    """One faulted nightly: listing order into faults/LABEL, likely failures first (the clean run
+    as the baseline) into faults-ordered/LABEL."""
+    ordered = order != "listed"
+    run_dir = base / (ORDERED_DIR if ordered else "faults") / label
     if rerun and run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     fault_file = run_dir / "fault.yaml"
     fault_file.write_text(yaml.safe_dump({"version": 1, "faults": [fault] if fault else []}, sort_keys=False))
     run_tiers(run_dir, plans, _env(base, fault_file, run_dir / "fired.jsonl"), workers, timeouts,
-              cases_from=base / "clean")
+              cases_from=base / "clean", order=order, baseline=base / "clean" if ordered else None)
     return run_dir
+
+
+def ordering_summary(listed: list[dict[str, Any]], ordered: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median time to the first detection with and without the order, over faults both caught."""
+    by_name = {r["name"]: r for r in ordered}
+    pairs = [(r["first_detection_seconds"], by_name[r["name"]]["first_detection_seconds"]) for r in listed
+             if r["name"] in by_name and r["first_detection_seconds"] is not None
+             and by_name[r["name"]]["first_detection_seconds"] is not None]
+    def median(xs: list[float]) -> float | None:
+        xs = sorted(xs)
+        if not xs:
+            return None
+        mid = len(xs) // 2
+        return xs[mid] if len(xs) % 2 else round((xs[mid - 1] + xs[mid]) / 2, 1)
+    without, with_ = median([a for a, _ in pairs]), median([b for _, b in pairs])
+    ratio = round(with_ / without, 3) if with_ is not None and without else None
+    differ = [r["name"] for r in listed if r["name"] in by_name and
+              sorted(r["caught_by"]) != sorted(by_name[r["name"]]["caught_by"])]
+    return {"faults_compared": len(pairs), "median_first_detection_seconds_listed": without,
+            "median_first_detection_seconds_ordered": with_, "ordered_over_listed": ratio,
+            "target": round(TARGET_ORDERED_RATIO, 4), "met": ratio is not None and ratio <= TARGET_ORDERED_RATIO,
+            "detections_differ": differ}
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -294,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="run only the first N cases of TIER instead of the quick nightly's limit (repeatable; "
                         "a different figure than the quick nightly's)")
     p.add_argument("--jobs", type=int, default=2, help="faulted runs at a time (default 2)")
+    p.add_argument("--order", choices=("both", "listed", "likely-failures"), default="both",
+                   help="faulted runs in listing order, likely failures first, or both (default; the "
+                        "with/without figure of issue 13)")
     p.add_argument("--workers", type=int, default=1, help="workers per tier run (default 1)")
     p.add_argument("--out", help="work directory, kept and reused: the clean run and finished faults are "
                                  "not run again (default: a temporary directory, removed)")
@@ -338,13 +380,14 @@ def main(argv: list[str] | None = None) -> int:
         if broken:
             raise SystemExit(f"bug_detection: the clean run of tier {broken[0]} failed: {clean[broken[0]]['stderr']}")
         timeouts = _faulted_timeouts(base / "clean", plans, args.timeout_factor, args.min_timeout)
-        jobs = [(None, "_control")] if not args.no_control else []
-        jobs += [(f, f["name"]) for f in faults]
+        orders = ["listed", "likely-failures"] if args.order == "both" else [args.order]
+        jobs = [(None, "_control", "listed")] if not args.no_control else []
+        jobs += [(f, f["name"], o) for o in orders for f in faults]
         print(f"bug_detection: clean run done in {time.time() - t0:.0f}s; {len(faults)} faults, "
               f"{args.jobs} at a time; faulted timeouts {timeouts}", file=sys.stderr)
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            futures = {pool.submit(run_fault, f, label, base, plans, args.workers, timeouts, args.rerun): label
-                       for f, label in jobs}
+            futures = {pool.submit(run_fault, f, label, base, plans, args.workers, timeouts, args.rerun, o):
+                       f"{label} ({o})" for f, label, o in jobs}
             for n, fut in enumerate(concurrent.futures.as_completed(futures), 1):
                 fut.result()
                 print(f"bug_detection: [{n}/{len(jobs)}] {futures[fut]} done ({time.time() - t0:.0f}s)",
@@ -357,8 +400,18 @@ def main(argv: list[str] | None = None) -> int:
                 rows = detections(rows_of(base / "clean" / t), rows_of(base / "faults" / "_control" / t), set())
                 flaky[t] = {(d["case_id"], d["stage"]) for d in rows}
                 control_rows[t] = [{k: d[k] for k in ("case_id", "stage", "status", "reason")} for d in rows]
-        records = [analyse(f, base / "faults" / f["name"], base / "clean", plans, flaky) for f in faults]
+        primary = "faults" if "listed" in orders else ORDERED_DIR
+        records = [analyse(f, base / primary / f["name"], base / "clean", plans, flaky) for f in faults]
+        ordered = None
+        if args.order == "both":
+            ordered = [analyse(f, base / ORDERED_DIR / f["name"], base / "clean", plans, flaky) for f in faults]
+            for r, o in zip(records, ordered):
+                r["ordered"] = {k: o[k] for k in ("first_detection_seconds", "caught_by", "seconds")}
+                r["ordered"]["first"] = {t: e.get("first") for t, e in o["tiers"].items() if e.get("first")}
         summary = summarize(records, plans, faults, quick_nightly=not args.tiers and not limits)
+        summary["order"] = args.order
+        if ordered is not None:
+            summary["ordering"] = ordering_summary(records, ordered)
         clean_t = json.loads((base / "clean" / "timing.json").read_text())
         summary.update({
             "control": control_rows if not args.no_control else None,
@@ -383,6 +436,11 @@ def main(argv: list[str] | None = None) -> int:
               + (f" ({rate:.0%})" if rate is not None else "")
               + "; per tier: " + ", ".join(f"{t} {v['detected']}" for t, v in summary["per_tier"].items()))
         u = summary["unit_op_level"]
+        if summary.get("ordering"):
+            o = summary["ordering"]
+            print(f"median first detection: listed {o['median_first_detection_seconds_listed']} s, likely failures "
+                  f"first {o['median_first_detection_seconds_ordered']} s (ratio {o['ordered_over_listed']}, "
+                  f"target <= {o['target']:.2f}) over {o['faults_compared']} faults")
         print(f"unit tier, op-level faults: {u['detected']} / {u['faults']}; never fired: "
               f"{', '.join(summary['never_fired']) or 'none'}; wall {summary['wall_seconds']:.0f}s, "
               f"load {summary['load_average']}")

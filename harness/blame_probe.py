@@ -37,6 +37,7 @@ from contracts.backends import get_backend
 from contracts.errors import classify
 from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import FAILING, MODEL_STAGES, Blame, Status
+from contracts.timing import phase
 from harness import blame as rules_mod
 from harness.check import PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class
@@ -85,6 +86,7 @@ def judge_run(run: _Run, wanted: list[str]) -> None:
 
 # ------------------------------------------------------------------------- the reference re-run
 
+@phase("reference")  # the nightly's time shares (contracts.timing)
 def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
     """The failing stages (and their prerequisites) of `run` on the reference backend.
 
@@ -130,6 +132,7 @@ def _no_grad_leak() -> Iterator[None]:
 
 # ------------------------------------------------------------------- judging a reference failure
 
+@phase("blame")  # upstream/environment probes (contracts.timing)
 def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed: int = 0) -> tuple[str, dict[str, Any]]:
     """environment / upstream / harness for a stage that failed on the reference backend."""
     evidence: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import torch
 
+from contracts.timing import phase
 from harness.quiet import quiet_transformers
 from harness.shrink import shrink_config
 from harness.train_mode import prepare_config, zero_dropout_modules
@@ -86,6 +87,7 @@ def count_parameters_meta(config, architecture: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+@phase("shrink")  # the nightly's time shares (contracts.timing)
 def resolve_config(spec, *, validate_architecture: bool = True):
     """The spec's config (partial or full) completed with defaults, then shrunk.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 import tomllib
 import uuid
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ class NightlyOptions:
     max_cases: int | None = None  # overrides the tiers' recycling period
     progress: bool = True
     config_path: str | None = None
+    order: str = "likely-failures"  # execution order within each tier (harness.ordering)
 
 
 def _run_id(out: Path) -> str:
@@ -72,6 +74,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
     from contracts.settings import resolve_limits
     from harness.tiers import load_tier
 
+    t_start = time.monotonic()
     out = Path(opts.out)
     config = load_config(opts.quick, opts.config_path)
     run_id = _run_id(out)
@@ -89,7 +92,8 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
                                   registry=(opts.registry or tcfg.get("registry")) if name == "unit" else None,
                                   models=models,
                                   limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=timeout, max_cases=max_cases),
-                                  run_id=run_id, progress=opts.progress,
+                                  run_id=run_id, progress=opts.progress, order=opts.order,
+                                  baseline=opts.baseline, use_baseline=opts.use_baseline,
                                   tier_options={k: tcfg[k] for k in ("ops", "dtypes") if k in tcfg},
                                   meta={"nightly": "quick" if opts.quick else "full"})
             tiers[tier.name] = run_tier(run_opts)
@@ -98,11 +102,27 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
     result: dict[str, Any] = {"run_id": run_id, "out": str(out), "mode": "quick" if opts.quick else "full",
                               "backend": opts.backend, "tiers": tiers,
                               "tier_errors": sorted(n for n, t in tiers.items() if "error" in t)}
+    t_report = time.monotonic()
     result.update(_report(out, opts))
+    result["report_seconds"] = round(time.monotonic() - t_report, 3)
+    result["seconds"] = round(time.monotonic() - t_start, 3)
+    _record_timings(out, result)
     gated = result.get("gated_failures")
     failed = bool(result["tier_errors"]) or bool(result.get("new_failures") if gated is None else gated)
     result["exit_code"] = 1 if failed else 0
     return result
+
+
+def _record_timings(out: Path, result: dict[str, Any]) -> None:
+    """The night's wall times in DIR/nightly.json beside its run id (benchmarks/nightly_time.py reads
+    them; the tiers' own stage times are in DIR/<tier>/run.json)."""
+    marker = out / NIGHTLY_FILE
+    data = json.loads(marker.read_text()) if marker.exists() else {}
+    data["timings"] = {"seconds": result["seconds"], "report_seconds": result["report_seconds"],
+                       "tiers": {n: t.get("wall_seconds") for n, t in result["tiers"].items()}}
+    tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, marker)
 
 
 def _report(out: Path, opts: NightlyOptions) -> dict[str, Any]:

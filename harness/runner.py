@@ -264,18 +264,27 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
                           + seconds, "executor": opts.executor, "workers": opts.workers,
                           "inputs": {"registry": opts.registry, "models": opts.models, "limit": opts.limit}})
         _write_json(run_dir / RUN_FILE, meta)
+        t_ref = time.monotonic()
         tier_meta.update(reference_pass(tier, opts, journal, cases, run_dir))
+        timings = {"list_seconds": round(list_seconds, 3), "probe_seconds": round(probe_seconds, 3),
+                   "reference_seconds": round(time.monotonic() - t_ref, 3)}
+        tier_meta["timings"] = timings
         _write_json(run_dir / RUN_FILE, meta)
+        t_tables = time.monotonic()
         paths = write_tables(run_dir, journal, meta)
+        timings["tables_seconds"] = round(time.monotonic() - t_tables, 3)
     finally:
         journal.close()
     from reports.coverage import tier_summary
     from reports.tables import read_results
 
+    t_summary = time.monotonic()
     summary = tier_summary(read_results(run_dir), tier.name, wanted)
+    timings["summary_seconds"] = round(time.monotonic() - t_summary, 3)
+    timings["wall_seconds"] = round(time.monotonic() - t0, 3)
+    _write_json(run_dir / RUN_FILE, meta)
     summary.update({"run_id": meta["run_id"], "run_dir": str(run_dir), "backend": opts.backend,
                     "shard": meta.get("shard"), "executor": opts.executor, "workers": opts.workers,
                     "resumed": len(cases) - len(todo), "ran": len(todo), "seconds": round(seconds, 3),
-                    "list_seconds": round(list_seconds, 3), "probe_seconds": round(probe_seconds, 3),
-                    "results": str(paths["results"])})
+                    **timings, "results": str(paths["results"])})
     return summary

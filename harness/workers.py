@@ -37,6 +37,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from contracts import timing
 from contracts.backends import resolved_backend
 from contracts.errors import status_of
 from contracts.records import Case, CaseOutcome
@@ -100,6 +101,7 @@ class IsolatedWorker:
 
     # -- lifecycle -------------------------------------------------------------------------
     def _start(self) -> None:
+        started = time.monotonic()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         self.log_path = self.log_dir / f"worker-{self.name}-{self.starts}-{os.getpid()}.log"
@@ -121,6 +123,8 @@ class IsolatedWorker:
             self._kill()
             raise RuntimeError(f"worker for tier {self.tier_ref!r} failed to start: {msg[1]}")
         self._stages = tuple(msg[2])
+        # spawn -> ready (interpreter, imports, tier.setup): journaled with the next outcome
+        self._startup_seconds = round(time.monotonic() - started, 3)
 
     def _child_env(self) -> dict[str, str]:
         env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
@@ -251,6 +255,9 @@ class IsolatedWorker:
                         for d in msg[1]:
                             out = CaseOutcome.from_dict(d)
                             out.worker.update({"pid": self.proc.pid, "worker": self.name})
+                            if self._startup_seconds is not None:
+                                out.worker["startup_seconds"] = self._startup_seconds
+                                self._startup_seconds = None
                             results[out.case_id] = out
                         self.cases_in_process += len(msg[1])
                         inflight = []
@@ -287,6 +294,7 @@ class IsolatedWorker:
 
     _deadline = 0.0
     _deadline_s = 0.0
+    _startup_seconds: float | None = None
 
 
 # ------------------------------------------------------------------------------- child side
@@ -312,6 +320,14 @@ def _backend_info(backend: str) -> dict[str, Any]:
 
 
 def _execute_one(tier: Any, case: Case, backend: str) -> CaseOutcome:
+    out = _execute_untimed(tier, case, backend)
+    phases = timing.take()
+    if phases:
+        out.worker["phases"] = phases
+    return out
+
+
+def _execute_untimed(tier: Any, case: Case, backend: str) -> CaseOutcome:
     t0 = time.monotonic()
     try:
         result = tier.execute(case, backend)
@@ -346,6 +362,7 @@ def _child_main(fd: int) -> None:
         if hasattr(tier, "setup"):
             tier.setup(backend)
         stages = list(tier.stages)
+        timing.take()  # what setup did is start-up, not the first case's
     except BaseException as exc:  # noqa: BLE001
         conn.send(("fatal", _short(f"{type(exc).__name__}: {exc}")))
         return
@@ -361,13 +378,19 @@ def _child_main(fd: int) -> None:
         if msg[2] and hasattr(tier, "execute_many"):
             conn.send(("begin", [c.case_id for c in cases]))
             t0 = time.monotonic()
+            timing.take()
             try:
                 raw = list(tier.execute_many(cases, backend))
                 if len(raw) != len(cases):
                     raise ValueError(f"execute_many returned {len(raw)} results for {len(cases)} cases")
                 each = (time.monotonic() - t0) / len(cases)
                 outs = [from_result(c, r, tier.stages, seconds=each) for c, r in zip(cases, raw)]
+                phases = {k: round(v / len(cases), 6) for k, v in timing.take().items()}  # a chunk's, per case
+                for o in outs:
+                    if phases:
+                        o.worker["phases"] = dict(phases)
             except Exception:  # noqa: BLE001 - the chunk failed as a whole: retry each case alone
+                timing.take()
                 outs = []
                 for c in cases:
                     outs.append(_execute_one(tier, c, backend))

@@ -21,6 +21,7 @@ import torch
 from contracts.backends import fallback_ops
 from contracts.records import StageResult
 from contracts.status import Status
+from contracts.timing import phase
 from registry import scaling
 from registry.constraints import infer_constraints, is_metadata_only, unreplayable_reason
 from registry.encoding import ABBREV_DTYPES, DTYPE_ABBREVS, UnreplayableError, decode_scalar, find_opaque, parse_signature, signature_hash
@@ -274,6 +275,7 @@ def _upcast(value: Any) -> Any:
     return value
 
 
+@phase("reference")  # the nightly's time shares (contracts.timing)
 def _reference(func: Any, args: list, kwargs: dict) -> Any:
     """CPU outputs (plus mutated args). Mixed 16/32-bit calls that CUDA accepts and the CPU kernel
     rejects (layer-norm backward with f16 input and f32 stats) get an f32-upcast reference, which

@@ -82,3 +82,18 @@ def test_small_real_run_catches_a_fault_on_the_first_unit_cases(tmp_path):
     assert by_name["cumsum-nan"]["caught_by"] == [] and out["missed"] == ["cumsum-nan"]
     assert out["never_fired"] == ["cumsum-nan"] and "targets" not in out  # a subset: no target verdict
     assert out["control"] == {"unit": []}
+
+
+def test_the_ordering_figure_is_the_median_first_detection_over_faults_both_orders_caught():
+    def rec(name, seconds, caught=("unit",)):
+        return {"name": name, "first_detection_seconds": seconds, "caught_by": list(caught)}
+
+    listed = [rec("a", 90.0), rec("b", 30.0), rec("c", 60.0), rec("d", None, ()), rec("e", 12.0)]
+    ordered = [rec("a", 10.0), rec("b", 5.0), rec("c", 20.0), rec("d", 7.0), rec("e", 3.0, ("unit", "full"))]
+    got = bd.ordering_summary(listed, ordered)
+    assert got["faults_compared"] == 4  # d: not caught in listing order, no pair
+    assert got["median_first_detection_seconds_listed"] == 45.0  # median of 12, 30, 60, 90
+    assert got["median_first_detection_seconds_ordered"] == 7.5  # median of 3, 5, 10, 20
+    assert got["ordered_over_listed"] == round(7.5 / 45.0, 3) and got["met"]
+    assert got["detections_differ"] == ["d", "e"]  # ordering must change no detection: flagged
+    assert bd.ordering_summary([rec("a", None, ())], [rec("a", None, ())])["ordered_over_listed"] is None

@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", "--in", dest="models", metavar="PATH", help="full tier population: a crawl "
                         "store dir or a snapshot .jsonl[.gz] (default: the offline catalog)")
     parser.add_argument("--baseline", metavar="DIR", help="baseline (default: $HARNESS_BASELINE_DIR, else ./baseline)")
-    parser.add_argument("--no-baseline", action="store_true", help="skip the comparison")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the comparison (and order cases without "
+                        "the baseline's failures and fingerprints)")
     parser.add_argument("--config", metavar="TOML", help="nightly settings (default: the bundled nightly.toml)")
     add_common(parser)
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
                           representatives=args.representatives, models=args.models, baseline=args.baseline,
                           use_baseline=not args.no_baseline, timeout=args.timeout, max_cases=args.max_cases_per_worker,
                           limits=WorkerLimits(memory_bytes=args.memory_limit),
-                          progress=not args.no_progress, config_path=args.config)
+                          progress=not args.no_progress, config_path=args.config, order=args.order)
     try:
         result = run_nightly(opts)
     except ValueError as exc:

@@ -58,6 +58,10 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         help="RSS limit per worker, e.g. 8G (default), 0 for none")
     parser.add_argument("--max-cases-per-worker", type=int, metavar="N",
                         help="recycle a worker process after N cases (default per tier: unit 20000, models 100)")
+    parser.add_argument("--order", choices=("likely-failures", "listed"), default="likely-failures",
+                        help="execution order: cases that failed in the baseline first, then cases whose ops "
+                             "changed since it, each by download weight (default; results do not depend on it), "
+                             "or as the tier lists them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -78,6 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "matching the name or name.variant (e.g. 'add,nn.functional.*'; default: all of op_db)")
     parser.add_argument("--dtypes", metavar="LIST", help="upstream tier: dtypes to run, e.g. float32,bfloat16 "
                         "(default: every dtype each OpInfo declares for the CPU)")
+    parser.add_argument("--baseline", metavar="DIR", help="baseline the execution order learns from "
+                        "(default: $HARNESS_BASELINE_DIR, else ./baseline; none: listing order by weight)")
     add_common(parser)
 
 
@@ -111,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     opts = RunOptions(tier=args.tier, out=args.out, backend=args.backend, shard=shard, workers=args.workers,
                       executor=args.executor, ray_address=args.ray_address, registry=args.registry,
                       models=args.models, limit=args.limit, limits=limits_from(args, tier),
-                      progress=not args.no_progress, tier_options=options)
+                      progress=not args.no_progress, tier_options=options, order=args.order,
+                      baseline=args.baseline)
     try:
         summary = run_tier(opts)
     except (RunDirMismatch, FileNotFoundError, ValueError, RuntimeError) as exc:

@@ -2,8 +2,8 @@
 
 Each case's payload names an action the worker performs: pass, fail, raise, memerror, timeouterror,
 segv, hang, oom (allocate until the memory watchdog kills the worker), exit, sleep:SECONDS, env (report
-the worker's thread variables as metrics), device:ACTION (ACTION on a device, pass on the cpu reference). The case list is a
-JSON file given as `--models FILE` ([{"id": ..., "action": ...}, ...]); without it, DEFAULT_CASES.
+the worker's thread variables as metrics), phase:NAME (pass inside a contracts.timing phase),
+device:ACTION (ACTION on a device, pass on the cpu reference). The case list is a JSON file given as `--models FILE` ([{"id": ..., "action": ...}, ...]); without it, DEFAULT_CASES.
 It imports nothing heavy so worker processes start in a fraction of a second.
 """
 
@@ -49,6 +49,11 @@ def _act(action: str, backend: str = "cpu") -> list[StageResult]:
             time.sleep(0.005)
     if action == "exit":
         os._exit(3)
+    if action.startswith("phase:"):  # pass, inside the timed phase NAME (contracts.timing)
+        from contracts.timing import phase
+
+        with phase(action.split(":", 1)[1]):
+            return _act("pass")
     if action.startswith("sleep:"):
         time.sleep(float(action.split(":", 1)[1]))
         return _act("pass")
