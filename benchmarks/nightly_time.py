@@ -197,15 +197,14 @@ def run_cpu_side(neuron_dir: Path, out: Path, tiers: list[str], fraction: float,
         meta = json.loads((neuron_dir / name / "run.json").read_text())["tiers"][name]
         inputs = meta.get("inputs") or {}
         sample = data["cases"][::step]
-        (run_dir / f"cases-{name}.json").write_text(json.dumps({"key": data["key"], "cases": sample}))
         tier_ref = EAGER_REPRESENTATIVE if name == "representative" else name
         cmd = [sys.executable, "-m", "harness", "run", "--tier", tier_ref, "--backend", "cpu", "--out", str(run_dir),
                "--workers", str(workers), "--order", "listed", "--no-progress", "--json"]
         for flag, key in (("--limit", "limit"), ("--registry", "registry"), ("--models", "models")):
             if inputs.get(key):
                 cmd += [flag, str(inputs[key])]
-        if tier_ref != name:  # the plug-in's case list is keyed by its own name: the same sample under it
-            _seed_cases(run_dir, name, tier_ref, sample, inputs)
+        # keyed as this command will key it (its tier name, no --ops/--dtypes): it runs exactly the sample
+        _seed_cases(run_dir, name, tier_ref, sample, inputs)
         proc = subprocess.run(cmd, env=_env(None), cwd=ROOT, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"nightly_time: cpu side of {name} failed: {proc.stderr[-1000:]}", file=sys.stderr)
@@ -215,7 +214,8 @@ def run_cpu_side(neuron_dir: Path, out: Path, tiers: list[str], fraction: float,
 
 
 def _seed_cases(run_dir: Path, name: str, tier_ref: str, sample: list, inputs: dict[str, Any]) -> None:
-    """Save the sample under the key the plug-in tier's run will look for, so it runs these cases."""
+    """Save the sample under the key the cpu side's `harness run` will look for, so it runs these
+    cases and lists nothing (a plug-in tier's name, an upstream tier's --ops selection differ)."""
     from harness.runner import RunOptions, _cases_key
 
     key = _cases_key(RunOptions(tier=tier_ref, out=run_dir, registry=inputs.get("registry"),
