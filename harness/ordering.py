@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from contracts.records import Case
 from contracts.status import FAILING_VALUES
@@ -302,8 +302,10 @@ def order_cases(cases: list[Case], baseline: BaselineFacts | None, changed: Chan
 
 
 def execution_order(tier: str, todo: list[Case], opts: Any, run_dir: Path,
-                    fingerprints: dict[str, Any] | None) -> list[Case]:
-    """The runner's hook: `todo` in the order `opts.order` asks for; why, in order-<tier>.json."""
+                    fingerprints: dict[str, Any] | None | Callable[[], dict[str, Any] | None]) -> list[Case]:
+    """The runner's hook: `todo` in the order `opts.order` asks for; why, in order-<tier>.json.
+    `fingerprints` (this run's, or a callable that waits for them) is consulted only when the
+    baseline has fingerprints to compare with."""
     if opts.order == "listed" or len(todo) < 2:
         return todo
     if opts.order not in ORDERS:
@@ -312,7 +314,10 @@ def execution_order(tier: str, todo: list[Case], opts: Any, run_dir: Path,
 
     path = opts.baseline or (current().baseline_dir if opts.use_baseline else None)
     baseline = load_baseline(path) if opts.use_baseline or opts.baseline else None
-    changed = changed_ops(baseline.fingerprints if baseline else None, fingerprints)
+    if baseline is not None and baseline.fingerprints:
+        changed = changed_ops(baseline.fingerprints, fingerprints() if callable(fingerprints) else fingerprints)
+    else:
+        changed = Changed()
     index = None
     if changed.keys and any(not isinstance(c.payload.get("op"), str) for c in todo):
         types = {**(baseline.model_types if baseline else {}), **model_types_of(todo)}

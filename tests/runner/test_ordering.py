@@ -189,3 +189,22 @@ def test_the_runner_runs_baseline_failures_first_with_the_same_results_and_shard
 def test_fingerprints_of_a_backend_without_them_are_none():
     assert ordering.fingerprints_of("cpu") is None
     assert ordering.collect_fingerprints(None) is None
+
+
+def test_the_probe_is_waited_for_only_when_the_baseline_has_fingerprints_to_compare(tmp_path):
+    cases = [unit("a", "aten.mm.default", 2), unit("b", "aten.add.Tensor", 1)]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    asked = []
+
+    def probe():
+        asked.append(1)
+        return fp(**{"aten.mm": "1", "aten.add": "2"})
+
+    without = _baseline_dir(tmp_path / "plain", ["e"])  # a baseline recorded without fingerprints
+    ordering.execution_order("unit", cases, _Opts(baseline=str(without)), run_dir, probe)
+    ordering.execution_order("unit", cases, _Opts(order="listed", baseline=str(without)), run_dir, probe)
+    assert asked == []  # nothing to compare with: the first case does not wait for the probe
+    with_fp = _baseline_dir(tmp_path / "fp", ["e"], fp(**{"aten.mm": "1", "aten.add": "1"}))
+    got = ordering.execution_order("unit", cases, _Opts(baseline=str(with_fp)), run_dir, probe)
+    assert asked == [1] and ids(got) == ["b", "a"]  # aten.add changed: b first
