@@ -422,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                              "after": [round(x, 2) for x in os.getloadavg()]},
             "workdir": str(base) if args.out else None,
         })
+        if args.out:
+            (base / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     finally:
         if not args.out:
             shutil.rmtree(base, ignore_errors=True)
