@@ -377,6 +377,11 @@ def config_class(model_type: str):
     return CONFIG_MAPPING[model_type]
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first non-blank line of an error (transformers' `requires_backends` starts with a newline)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:300]
+
+
 def build_config(model_type: str, d: dict):
     cfg = dict(d)
     cfg.pop("model_type", None)
@@ -401,7 +406,7 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
                 cfg = build_config(mt, shrunk)
                 params = validate(cfg) if validate is not None else None
             except Exception as exc:  # a level the model rejects: try a gentler one
-                errors[level] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                errors[level] = f"{type(exc).__name__}: {_first_line(exc)}"
                 continue
             changes: list[str] = []
             budget = rules()["targets"]["max_parameters"]

@@ -209,3 +209,16 @@ def test_every_full_hub_config_of_a_known_type_shrinks_under_budget(full_configs
         params = count_parameters_meta(shrunk_cfg, architecture_of(spec))
         assert params < BUDGET, (row["id"], params)
         assert "quantization_config" not in shrunk_cfg.to_dict() or not shrunk_cfg.to_dict()["quantization_config"]
+
+
+def test_a_level_the_model_rejects_keeps_the_first_nonblank_line_of_its_error():
+    """transformers' requires_backends errors start with a newline: the reason must still name the cause."""
+    from harness.shrink import ShrinkError
+
+    def validate(cfg):
+        raise ImportError("\nDinatModel requires the natten library but it was not found in your environment.\n")
+
+    with pytest.raises(ShrinkError) as info:
+        shrink_config({"model_type": "bert"}, "bert", validate=validate)
+    assert "requires the natten library" in str(info.value)
+    assert all("natten" in reason for reason in info.value.errors.values())
