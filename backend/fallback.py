@@ -48,6 +48,8 @@ class FallbackEvent:
     reason: str  # "no-lowering" | "dtype" | "data-dependent-shape"
     frame: str  # first user frame outside torch/transformers/backend: "path/to/file.py:123"
     count: int = 1
+    # first frame in the model's own code: "transformers/models/llama/modeling_llama.py:412"
+    model_frame: str | None = None
 
     def key(self) -> tuple:
         return (
@@ -56,6 +58,7 @@ class FallbackEvent:
             tuple(self.input_dtypes),
             self.reason,
             self.frame,
+            self.model_frame,
         )
 
 
@@ -110,17 +113,52 @@ def _skip_dirs() -> tuple[str, ...]:
 
 _SKIP: tuple[str, ...] | None = None
 
+#: Where a model's own code lives: a frame under one of these is the event's model frame. The
+#: default finds the modeling files of transformers; NEURON_MODEL_CODE_ROOTS (os.pathsep-separated
+#: directories) or :func:`set_model_code_roots` add roots of other model code.
+MODEL_CODE_ENV_VAR = "NEURON_MODEL_CODE_ROOTS"
+MODEL_CODE_MARKER = f"{os.sep}transformers{os.sep}models{os.sep}"
+_model_roots: tuple[str, ...] = tuple(
+    os.path.abspath(p) + os.sep for p in os.environ.get(MODEL_CODE_ENV_VAR, "").split(os.pathsep) if p)
 
-def _user_frame_of(frame) -> str | None:
+
+def set_model_code_roots(roots: "list[str] | tuple[str, ...]") -> tuple[str, ...]:
+    """Directories whose files count as model code (besides transformers/models/); returns the old ones."""
+    global _model_roots
+    previous, _model_roots = _model_roots, tuple(os.path.abspath(str(p)) + os.sep for p in roots)
+    return previous
+
+
+def _model_location(filename: str, lineno: int) -> str | None:
+    """``transformers/models/x/modeling_x.py:LINE`` or ``ROOTNAME/rel/path.py:LINE``; None if not model code."""
+    at = filename.find(MODEL_CODE_MARKER)
+    if at >= 0:
+        return f"{filename[at + 1:]}:{lineno}"
+    for root in _model_roots:
+        if filename.startswith(root):
+            return f"{os.path.basename(root[:-1])}{os.sep}{filename[len(root):]}:{lineno}"
+    return None
+
+
+def _frames_of(frame) -> tuple[str | None, str | None]:
+    """(user frame, model frame) from one walk up the stack: the model frame is the innermost
+    frame in model code, the user frame the first outside torch/transformers/backend/stdlib."""
     global _SKIP
     if _SKIP is None:
         _SKIP = _skip_dirs()
+    model = None
     while frame is not None:
         filename = frame.f_code.co_filename
+        if model is None:
+            model = _model_location(filename, frame.f_lineno)
         if not filename.startswith(_SKIP) and not filename.startswith("<"):
-            return f"{filename}:{frame.f_lineno}"
+            return f"{filename}:{frame.f_lineno}", model
         frame = frame.f_back
-    return None
+    return None, model
+
+
+def _user_frame_of(frame) -> str | None:
+    return _frames_of(frame)[0]
 
 
 def user_frame() -> str:
@@ -130,9 +168,16 @@ def user_frame() -> str:
     the frame is the user line that started backward (found on the waiting thread), marked
     ``(backward)``.
     """
-    found = _user_frame_of(sys._getframe(1))
+    return frames()[0]
+
+
+def frames() -> tuple[str, str | None]:
+    """(user frame, model frame) of the current op call: see :func:`user_frame`. The model frame
+    (first frame in model code, see MODEL_CODE_ENV_VAR) is None when no model code is on the
+    stack, e.g. for backward ops, which the autograd engine runs from its own thread."""
+    found, model = _frames_of(sys._getframe(1))
     if found:
-        return found
+        return found, model
     # (this thread's own frame is dropped at once: a local naming it would be a reference cycle
     # that keeps the fallback op's arguments, and their device memory, alive until a GC pass)
     others = sys._current_frames()
@@ -147,8 +192,8 @@ def user_frame() -> str:
         if in_autograd:
             other = _user_frame_of(frame)
             if other:
-                return f"{other} (backward)"
-    return "<unknown>"
+                return f"{other} (backward)", model
+    return "<unknown>", model
 
 
 # ---------------------------------------------------------------- recording
@@ -195,8 +240,9 @@ def record_fallback(
     if getattr(_suspension, "depth", 0):
         return FallbackEvent(op, [], [], str(reason), "<suspended>", 0)
     shapes, dtypes = _describe(args, kwargs)
-    where = frame if frame is not None else user_frame()
-    event = FallbackEvent(op, shapes, dtypes, str(reason), where, 1)
+    # the stack is walked only here, when a fallback is recorded (never on the native path)
+    where, model_where = (frame, None) if frame is not None else frames()
+    event = FallbackEvent(op, shapes, dtypes, str(reason), where, 1, model_where)
     key = event.key()
     with _lock:
         existing = _events.get(key)
@@ -207,7 +253,7 @@ def record_fallback(
         for store, out in zip(_collectors, _collector_lists):
             mine = store.get(key)
             if mine is None:
-                mine = FallbackEvent(op, shapes, dtypes, str(reason), where, 1)
+                mine = FallbackEvent(op, shapes, dtypes, str(reason), where, 1, model_where)
                 store[key] = mine
                 out.append(mine)
             else:

@@ -5,7 +5,11 @@ Why: what users run every night must be one command that always ends with a comp
 result. Each tier runs into DIR/<tier>/ (a resumable run directory, all sharing one run id), a
 tier that cannot run at all is recorded and the others still run, then `harness report` writes
 DIR/report.html, JUnit XML and DIR/failure_groups.json (failures by probable root cause) and the comparison with the baseline decides the exit code.
-Settings per mode (limits, timeouts) are data: harness/data/nightly.toml.
+Settings per mode (limits, timeouts) are data: harness/data/nightly.toml. `--models CRAWL` (a
+crawl store directory) also gives the representative tier its models: the crawl is classified
+and its representatives selected (agents.classify, agents.select) unless a current selection is
+already there. A limited tier (the quick nightly) keeps the cases chosen for coverage (the unit
+tier: every (op, dtype) before any repeats; the model tiers: harness.quick_subset).
 """
 
 from __future__ import annotations
@@ -79,8 +83,18 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
     config = load_config(opts.quick, opts.config_path)
     run_id = _run_id(out)
     tiers: dict[str, Any] = {}
+    try:
+        selection = crawl_representatives(opts)
+    except Exception as exc:  # noqa: BLE001 - the representative tier is recorded as unable to run
+        selection = {"source": "crawl", "dir": None, "error": f"{type(exc).__name__}: {exc}"}
+    if selection.get("dir"):
+        opts = replace(opts, representatives=selection["dir"])
     for name in config.get("tiers", ["unit", "representative", "full", "upstream"]):
         tcfg = config.get(name, {})
+        if name == "representative" and selection.get("error"):
+            tiers[name] = {"tier": name, "error": f"selecting representatives from {opts.models} failed: "
+                                                  f"{selection['error']}"}
+            continue
         try:
             tier = load_tier(name)
             timeout, max_cases = resolve_limits(tier, opts.timeout or tcfg.get("timeout") or opts.limits.timeout,
@@ -89,7 +103,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
             models = {"representative": opts.representatives, "full": opts.models}.get(name) or tcfg.get("models")
             run_opts = RunOptions(tier=name, out=out / tier.name, backend=opts.backend, workers=opts.workers,
                                   executor=opts.executor, ray_address=opts.ray_address,
-                                  registry=(opts.registry or tcfg.get("registry")) if name == "unit" else None,
+                                  registry=opts.registry or tcfg.get("registry"),  # model tiers: coverage order
                                   models=models,
                                   limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=timeout, max_cases=max_cases),
                                   run_id=run_id, progress=opts.progress, order=opts.order,
@@ -100,7 +114,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - one tier that cannot run must not lose the others
             tiers[name] = {"tier": name, "error": f"{type(exc).__name__}: {exc}"}
     result: dict[str, Any] = {"run_id": run_id, "out": str(out), "mode": "quick" if opts.quick else "full",
-                              "backend": opts.backend, "tiers": tiers,
+                              "backend": opts.backend, "tiers": tiers, "representatives": selection,
                               "tier_errors": sorted(n for n, t in tiers.items() if "error" in t)}
     t_report = time.monotonic()
     result.update(_report(out, opts))
@@ -123,6 +137,32 @@ def _record_timings(out: Path, result: dict[str, Any]) -> None:
     tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, marker)
+
+
+def crawl_representatives(opts: NightlyOptions) -> dict[str, Any]:
+    """Where the representative tier's models come from: `--representatives DIR`, else the crawl
+    given as `--models DIR` (classified and selected here when its representatives.parquet is
+    missing or older than its models.parquet), else the offline catalog's representatives."""
+    if opts.representatives:
+        return {"source": "selection", "dir": str(opts.representatives)}
+    crawl = Path(opts.models) if opts.models else None
+    if crawl is None or not (crawl / "models.parquet").is_file():
+        note = "offline catalog" if crawl is None else f"offline catalog ({crawl} is not a crawl store directory)"
+        return {"source": note, "dir": None}
+    from agents.select import REPRESENTATIVES_FILE
+
+    reps, store = crawl / REPRESENTATIVES_FILE, crawl / "models.parquet"
+    if reps.is_file() and reps.stat().st_mtime >= store.stat().st_mtime:
+        return {"source": "crawl", "dir": str(crawl), "selected": False}
+    from agents.classify import classify_store
+    from agents.select import select, write_selection
+
+    frame, _ = classify_store(crawl, progress=opts.progress)
+    selection = select(frame)
+    write_selection(crawl, selection)
+    return {"source": "crawl", "dir": str(crawl), "selected": True,
+            "representatives": len(selection.representatives), "covered": selection.covered,
+            "universe": selection.universe}
 
 
 def _report(out: Path, opts: NightlyOptions) -> dict[str, Any]:

@@ -100,12 +100,16 @@ def signature_keys(items: list[tuple[str, str, dict[str, Any]]], workers: int = 
         return list(pool.map(_case_key, items, chunksize=max(1, len(items) // (workers * 8))))
 
 
-def sample_members(members: list[Member], limit: int, workers: int = 1) -> list[Member]:
-    """The most downloaded members (ties: stable pseudo-random order) until `limit` distinct
-    architectures are seen: a --limit run does not pay for the signatures of the whole population.
-    Groups may then hold only the members scanned so far (a sample, as --limit says)."""
-    ordered = sorted((m for m in members if m.spec is not None),
-                     key=lambda m: (-m.downloads, hashlib.sha1(m.model_id.encode()).hexdigest()))
+def sample_members(members: list[Member], limit: int, workers: int = 1, registry: str | None = None) -> list[Member]:
+    """Members in coverage order (harness.quick_subset: trait values, interacting pairs and recorded
+    ops; ties by downloads, then a stable hash) until `limit` distinct architectures are seen: a
+    --limit run does not pay for the signatures of the whole population, and its sample covers as
+    much as its size allows. Groups may then hold only the members scanned so far (a sample)."""
+    from harness.quick_subset import coverage_order
+
+    runnable = [m for m in members if m.spec is not None]
+    by_id = {id(m.spec): m for m in runnable}
+    ordered = [by_id[id(s)] for s in coverage_order([m.spec for m in runnable], registry)]
     seen: set[str] = set()
     taken: list[Member] = []
     step = max(8, 2 * limit)
@@ -113,10 +117,10 @@ def sample_members(members: list[Member], limit: int, workers: int = 1) -> list[
         batch = ordered[start: start + step]
         items = [(m.spec.model_type, m.spec.architecture, m.spec.config) for m in batch]
         for m, key in zip(batch, signature_keys(items, workers)):
+            if key not in seen and len(seen) >= limit:
+                return taken  # exactly `limit` architectures, so the runner's cut keeps this order's head
             taken.append(m)
             seen.add(key)
-        if len(seen) >= limit:
-            break
     return taken
 
 

@@ -281,6 +281,8 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
         t_tables = time.monotonic()
         paths = write_tables(run_dir, journal, meta)
         timings["tables_seconds"] = round(time.monotonic() - t_tables, 3)
+        own_figures = callable(getattr(tier, "summarize", None))
+        own_records = [r for r in journal.records(tier.name) if r["case_id"] in wanted] if own_figures else []
     finally:
         journal.close()
     from reports.coverage import tier_summary
@@ -291,6 +293,8 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     timings["summary_seconds"] = round(time.monotonic() - t_summary, 3)
     timings["wall_seconds"] = round(time.monotonic() - t0, 3)
     _write_json(run_dir / RUN_FILE, meta)
+    if own_figures:  # a tier's own figures (the unit tier: shape scaling)
+        summary.update(tier.summarize(own_records))
     summary.update({"run_id": meta["run_id"], "run_dir": str(run_dir), "backend": opts.backend,
                     "shard": meta.get("shard"), "executor": opts.executor, "workers": opts.workers,
                     "resumed": len(cases) - len(todo), "ran": len(todo), "seconds": round(seconds, 3),

@@ -31,6 +31,7 @@ from contracts.backends import get_backend
 from contracts.records import Case, CaseOutcome, ModelCheck, ModelSpec, StageResult
 from contracts.settings import TIER_LIMITS
 from contracts.status import FULL_STAGES, MODEL_STAGES, Status, UNIT_STAGES, UPSTREAM_STAGES, stage_order
+from harness.quick_subset import traits_of  # noqa: F401  (labels every model case's rows)
 
 BUILTIN_TIERS = ("unit", "representative", "full", "upstream")
 
@@ -128,22 +129,9 @@ def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOu
 
         spec = case.spec()
         out = from_result(case, check_with_blame(spec, backend, stages), stages)
-        out.info.setdefault("traits", traits_of(spec))
+        out.info.setdefault("traits", traits_of(spec))  # harness.quick_subset.traits_of
     out.info.update(case.payload.get("info") or {})
     return out
-
-
-def traits_of(spec: ModelSpec) -> dict[str, Any] | None:
-    """The spec's architectural traits (agents.traits) for coverage by trait; None if unavailable."""
-    try:
-        from agents.traits import extract_traits
-
-        level = "full" if len(spec.config) > 5 else ("partial" if spec.config else None)
-        return extract_traits(spec.config, model_type=spec.model_type,
-                              architectures=[spec.architecture] if spec.architecture else None,
-                              config_level=level).to_dict()
-    except Exception:  # noqa: BLE001 - a label must never fail a case
-        return None
 
 
 class UnitTier:
@@ -173,6 +161,11 @@ class UnitTier:
 
         return list(unit_tier.execute_many([c.payload for c in cases], backend))
 
+    def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        from registry import unit_tier
+
+        return {"scaling": unit_tier.scaling_report([CaseOutcome.from_dict(r["outcome"]).stages for r in records])}
+
 
 class RepresentativeTier:
     """The selected representative models (agents.select), every stage."""
@@ -191,6 +184,10 @@ class RepresentativeTier:
         from agents import select
 
         specs = select.load_representatives(inputs.models) if inputs.models else select.default_representatives()
+        if inputs.options.get("limit"):  # a limited run keeps the models that cover the most (harness.quick_subset)
+            from harness.quick_subset import coverage_order
+
+            specs = coverage_order(specs, inputs.registry)
         return [Case.for_spec(s, self.name) for s in specs]
 
     def execute(self, case: Case, backend: str) -> CaseOutcome:
@@ -214,7 +211,7 @@ class FullTier:
         workers = int(inputs.options.get("workers", 1))
         members = load_population(inputs.models)
         if inputs.options.get("limit"):
-            members = sample_members(members, int(inputs.options["limit"]), workers)
+            members = sample_members(members, int(inputs.options["limit"]), workers, registry=inputs.registry)
         return dedupe_cases(members, self.name, workers=workers)
 
     def execute(self, case: Case, backend: str) -> CaseOutcome:

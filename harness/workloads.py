@@ -68,6 +68,7 @@ class SpecResult:
     runs: list[dict[str, Any]] = field(default_factory=list)  # per shape: mode, calls, errors
     error: str = ""
     seconds: float = 0.0
+    device: str = "cpu"  # where the calls were recorded (the device under test)
 
 
 class _Timeout(Exception):
@@ -79,26 +80,55 @@ def _alarm(signum, frame):  # noqa: ARG001
 
 
 def record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...] = SEQ_LENGTHS, tier: str = "representative",
-                timeout: float = 0) -> SpecResult:
-    """Record one model at each sequence length (worker entry point: plain dicts in and out).
+                timeout: float = 0, backend: str = "cpu") -> SpecResult:
+    """Record one model at each sequence length on `backend`'s device (worker entry point: plain
+    dicts in and out). The model and its inputs live on the device, so the registry holds the op
+    mix the device receives (its own decompositions, not the CPU's).
 
     `timeout` (seconds, 0 = none) bounds the whole model via SIGALRM in the worker's main thread."""
     if timeout and hasattr(signal, "SIGALRM"):
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
-            return _record_spec(spec_dict, seq_lengths, tier)
+            return _record_spec(spec_dict, seq_lengths, tier, backend)
         except _Timeout:
             return SpecResult(spec_dict.get("model_id", ""), error=f"timeout after {timeout:g}s", seconds=timeout)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
-    return _record_spec(spec_dict, seq_lengths, tier)
+    return _record_spec(spec_dict, seq_lengths, tier, backend)
 
 
-def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: str) -> SpecResult:
+def _build_on(device: Any, build: Any) -> Any:
+    """The model on `device`: built on the CPU and moved (real tensors), or built right there under
+    FakeTensorMode (moving a module of fake parameters fails in Module._apply's tensor swap)."""
+    import torch
+    from torch._guards import detect_fake_mode
+
+    if device.type == "cpu":
+        return build()
+    if detect_fake_mode() is not None:
+        with torch.device(device):
+            return build()
+    return build().to(device)
+
+
+def _to_device(value: Any, device: Any) -> Any:
     import torch
 
+    if isinstance(value, torch.Tensor):
+        return value if value.device == device else value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
+def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: str, backend: str) -> SpecResult:
+    import torch
+
+    from contracts.backends import get_backend
     from harness import inputs as model_inputs
     from harness import models
     from registry.recorder import record_workload
@@ -108,18 +138,42 @@ def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: 
     t0 = time.perf_counter()
     out = SpecResult(spec.model_id)
     try:
+        device = get_backend(backend).device
+    except Exception as exc:  # noqa: BLE001 - a device that cannot load records nothing, says why
+        out.error = f"backend {backend!r} failed to load: {type(exc).__name__}: {exc}"[:300]
+        return out
+    out.device = device.type
+    try:
         config = models.resolve_config(spec)
         arch = models.architecture_of(spec)
-        prefer_fake = models.count_parameters_meta(config, arch) >= current().record_fake_min_params
     except Exception as exc:  # noqa: BLE001 - a model that cannot be shrunk is reported
         out.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         out.seconds = time.perf_counter() - t0
         return out
+    # Shrunk models are small: build the real one once and count its parameters (a meta build to
+    # count first cost as much); a large one is dropped and recorded on fake tensors instead.
+    prebuilt: list = []
+    prefer_fake = False
+    try:
+        model = models.build_model(config, arch, seed=0)
+        prefer_fake = models.parameter_count(model) >= current().record_fake_min_params
+        if not prefer_fake:
+            prebuilt.append(model)
+        del model
+    except Exception:  # noqa: BLE001 - record_workload builds again and reports the error
+        pass
+
+    def build() -> Any:
+        if prebuilt:
+            return _build_on(device, prebuilt.pop)
+        return _build_on(device, lambda: models.build_model(config, arch, seed=0))
+
     for seq in seq_lengths:
         outcome = record_workload(
-            lambda: models.build_model(config, arch, seed=0),
-            lambda m, seq=seq: model_inputs.make_inputs(m, config, arch, seed=0, seq=seq).kwargs,
+            build,
+            lambda m, seq=seq: _to_device(model_inputs.make_inputs(m, config, arch, seed=0, seq=seq).kwargs, device),
             model_id=spec.model_id, tier=tier, weight=float(spec.downloads or 0), prefer_fake=prefer_fake,
+            device=device.type,
         )
         out.entries.extend(outcome.entries)
         out.runs.append({"seq": seq, "mode": outcome.mode, "calls": outcome.calls, "phases": outcome.phases,

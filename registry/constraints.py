@@ -156,6 +156,9 @@ def _constraint(rule: dict, enc: dict, args: list, kwargs: dict, i: int | None) 
         if high is None:
             return None
         c: dict[str, Any] = {"kind": "index", "low": 0, "high": max(high, 1), "source": "semantics"}
+        special = _special(rule.get("special"), args, kwargs)
+        if special is not None:
+            c["special"] = [special]
         unique = bool(rule.get("unique"))
         if "unique_unless" in rule:
             unique = not bool(_arg(args, kwargs, rule["unique_unless"]))
@@ -167,6 +170,17 @@ def _constraint(rule: dict, enc: dict, args: list, kwargs: dict, i: int | None) 
     if kind == "range":
         return {"kind": "range", "low": rule.get("low", 0), "high": rule.get("high", 8), "source": "semantics"}
     return {"kind": kind, "source": "semantics"}
+
+
+def _special(spec: dict | None, args: list, kwargs: dict) -> int | None:
+    """A value with a meaning of its own (padding index, ignore index) that replay plants as a
+    boundary value; None when the call has none (e.g. padding_idx -1, below `min`)."""
+    if not spec:
+        return None
+    value = _arg(args, kwargs, spec["value_of"])
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return value if value >= spec.get("min", value) else None
 
 
 def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]) -> dict[str, dict]:
@@ -183,7 +197,7 @@ def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]
                 continue  # (floats are never observed: see _observe)
             if t.numel() == 0 or t.is_meta:
                 continue
-            if type(t).__name__ == "FakeTensor" or t.device.type not in ("cpu",):
+            if type(t).__name__ == "FakeTensor":  # no values (a device tensor has: recorded on the device)
                 continue
             c = _observe(t)
             if c:
@@ -192,6 +206,8 @@ def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]
 
 
 def _observe(t: torch.Tensor) -> dict | None:
+    if t.device.type != "cpu" and (t.dtype == torch.bool or not (t.dtype.is_floating_point or t.dtype.is_complex)):
+        t = t.to("cpu")  # one copy per new signature; the reductions then cost the device nothing
     with torch.no_grad():
         if t.dtype == torch.bool:
             count = int(t.sum())  # exact: masked_scatter / boolean index_put need this many Trues

@@ -48,14 +48,20 @@ class ImportResult:
     lines: int = 0  # call lines ("cnt: ...") seen
     cases: int = 0  # call lines that became runnable cases
     unreplayable: list[Unreplayable] = field(default_factory=list)
+    scaled: dict[int, int] = field(default_factory=dict)  # scale factor -> cases replayed scaled down
+    shape_budget: int = 0  # the replay budget (elements of the largest tensor) the decision used
 
     def to_dict(self) -> dict:
         reasons: dict[str, int] = {}
         for u in self.unreplayable:
-            reasons[u.reason] = reasons.get(u.reason, 0) + 1
+            key = u.reason.split(" (", 1)[0] if u.reason.startswith("recorded under autocast") else u.reason
+            reasons[key] = reasons.get(key, 0) + 1
         return {
             "lines": self.lines,
             "cases": self.cases,
+            "scaled": sum(self.scaled.values()),
+            "scaled_by_factor": {str(k): v for k, v in sorted(self.scaled.items())},
+            "shape_budget": self.shape_budget,
             "unreplayable": len(self.unreplayable),
             "signatures": len(self.registry),
             "ops": len(self.registry.ops()),
@@ -176,10 +182,18 @@ def _check(op: str, args: list, kwargs: dict) -> None:
         raise UnreplayableError(f"argument of type {opaque} cannot be rebuilt")
 
 
-def import_oplog(path: str | Path, model: str | None = None, tier: str = "oplog") -> ImportResult:
+def import_oplog(path: str | Path, model: str | None = None, tier: str = "oplog",
+                 shape_budget: int | None = None) -> ImportResult:
+    """Every call line: a case, or unreplayable with the reason. The decision is the replay's own
+    (registry.replay.plan, with the same shape budget): a line called replayable here is replayed
+    at run time, scaled by the factor counted here; lines recorded under autocast whose mixed
+    16/32-bit call the CPU kernel rejects as recorded are unreplayable (no reference to compare with)."""
+    from registry import scaling
+    from registry.replay import CaseSpec, plan
+
     path = Path(path)
     model = model or path.stem
-    result = ImportResult(Registry())
+    result = ImportResult(Registry(), shape_budget=shape_budget or scaling.budget())
     op = ""
     for lineno, raw in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         line = raw.strip()
@@ -204,6 +218,15 @@ def import_oplog(path: str | Path, model: str | None = None, tier: str = "oplog"
         count = int(call.group(1))
         entry = Entry(op, signature(args, kwargs), infer_constraints(op, args, kwargs), [],
                       [Provenance(model, tier, "oplog", "oplog", 0.0, count)])
+        p = plan(CaseSpec.from_entry(entry), result.shape_budget)
+        reason = p.skip or (p.expected.rejected and
+                            "recorded under autocast: the CPU kernel rejects the mixed 16/32-bit call as recorded "
+                            f"({p.expected.rejected[:160]}), so there is no reference to compare with")
+        if reason:
+            result.unreplayable.append(Unreplayable(lineno, op, line[:200], reason))
+            continue
+        if p.factor != 1:
+            result.scaled[p.factor] = result.scaled.get(p.factor, 0) + 1
         result.registry.add(entry)
         result.cases += 1
     return result

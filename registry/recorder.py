@@ -40,8 +40,8 @@ def _fp(v: Any) -> Any:
     Hot path (every op call): tensors first, plain loops, no recursion for flat tuples."""
     if isinstance(v, _Tensor):
         if v.layout is torch.strided:
-            return (v.shape, v.dtype, v.stride(), v.storage_offset())
-        return (v.layout, v.shape, v.dtype)
+            return (v.shape, v.dtype, v.stride(), v.storage_offset(), v.device.type)
+        return (v.layout, v.shape, v.dtype, v.device.type)
     cls = type(v)
     if cls is tuple or cls is list:
         return tuple([_fp(x) for x in v])
@@ -52,8 +52,35 @@ def _fp(v: Any) -> Any:
     if cls is torch.dtype or cls is torch.layout or cls is torch.memory_format:
         return v
     if cls is torch.device:
-        return "device"
+        return ("device", v.type)
     return ("r", cls.__name__, repr(v))
+
+
+def _device_types(v: Any, out: set[str]) -> set[str]:
+    """Device types of the tensors and devices in an argument (nested lists/tuples/dicts)."""
+    if isinstance(v, _Tensor):
+        out.add(v.device.type)
+    elif isinstance(v, torch.device):
+        out.add(v.type)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _device_types(x, out)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _device_types(x, out)
+    return out
+
+
+def receives(device: str | None, args: Any, kwargs: dict | None) -> bool:
+    """Does `device` (a device type, None: any) receive this call? Yes when a tensor argument lives
+    on it or the call names it (a factory's or a copy's `device=`). A call made entirely on other
+    devices (a model part left on the CPU, a CPU-only decomposition) is not the device's."""
+    if device is None:
+        return True
+    found = _device_types(args, set())
+    if kwargs:
+        _device_types(kwargs, found)
+    return device in found if found else device == "cpu"  # naming no device: made on the CPU
 
 
 @dataclass
@@ -64,6 +91,7 @@ class _Seen:
     outputs: list = field(default_factory=list)
     counts: collections.Counter = field(default_factory=collections.Counter)
     index: int = -1  # position in OpRecorder._order (the native hook's handle)
+    ignored: bool = False  # made on another device than the one recorded (see `receives`)
 
 
 def _native_module():
@@ -94,8 +122,9 @@ class OpRecorder(TorchDispatchMode):
         # class would add costs ~25 us per op, a third of the recording overhead on tiny models.
         return False
 
-    def __init__(self, observe_values: bool = True, native: bool = True) -> None:
+    def __init__(self, observe_values: bool = True, native: bool = True, device: str | None = None) -> None:
         super().__init__()
+        self.device = device  # record only the calls this device type receives (None: every call)
         self._phase = "forward"
         self._phases: dict[str, int] = {}
         self.observe_values = observe_values
@@ -167,8 +196,12 @@ class OpRecorder(TorchDispatchMode):
         seen = self._seen.get(key)
         if seen is not None:
             return seen, False
-        a_enc, k_enc = encode_args(args, kwargs)
         op = str(func)
+        if not receives(self.device, args, kwargs):  # counted under its fingerprint, never an entry
+            seen = self._seen[key] = _Seen(op, "", {}, index=len(self._order), ignored=True)
+            self._order.append(seen)
+            return seen, False
+        a_enc, k_enc = encode_args(args, kwargs)
         constraints = infer_constraints(op, a_enc, k_enc)
         if self.observe_values:
             constraints.update(observe_constraints(args, kwargs, constraints))
@@ -185,7 +218,7 @@ class OpRecorder(TorchDispatchMode):
         if new:
             seen.outputs = _encode_outputs(out)
         seen.counts[self.phase] += 1
-        self._calls += 1
+        self._calls += not seen.ignored
         return out
 
     def _native_first(self, func, args, kwargs) -> tuple[int, bool]:
@@ -204,13 +237,18 @@ class OpRecorder(TorchDispatchMode):
             return
         names = {i: p for p, i in self._phases.items()}
         for index, phase, n in counts:
-            self._order[index].counts[names[phase]] += n
+            seen = self._order[index]
+            seen.counts[names[phase]] += n
+            if seen.ignored:
+                calls -= n
         self._calls += calls
 
     def entries(self, model_id: str, tier: str, mode: str, weight: float) -> list[Entry]:
         self._take_native_counts()
         out = []
         for s in self._seen.values():
+            if s.ignored:
+                continue
             prov = [Provenance(model_id, tier, phase, mode, float(weight), n) for phase, n in sorted(s.counts.items())]
             out.append(Entry(s.op, s.signature, dict(s.constraints), s.outputs, prov))
         return out
@@ -308,14 +346,16 @@ def record_workload(
     phases: Iterable[str] = PHASES,
     prefer_fake: bool = True,
     native: bool = True,
+    device: str | None = None,
 ) -> RecordOutcome:
     """Record one model: under FakeTensorMode first, real tensors if fake fails (never raises).
     `native=False` records real tensors with the Python dispatch mode even when backend.native
-    is loaded (see OpRecorder)."""
+    is loaded (see OpRecorder). `device` (a device type): only the calls that device receives
+    become entries (a part of the model left on the CPU is not the device's op mix)."""
     phases = list(phases)
     fake_error = ""
     if prefer_fake:
-        rec = OpRecorder(observe_values=False)
+        rec = OpRecorder(observe_values=False, device=device)
         try:
             with FakeTensorMode(allow_non_fake_inputs=True):
                 torch.manual_seed(0)
@@ -325,12 +365,15 @@ def record_workload(
             return RecordOutcome(model_id, rec.entries(model_id, tier, "fake", weight), "fake", rec.calls, phases=done)
         except Exception as exc:  # noqa: BLE001 - any failure means: try real tensors
             fake_error = _short_error(exc)
-    rec = OpRecorder(observe_values=True, native=native)
+    rec = OpRecorder(observe_values=True, native=native, device=device)
     try:
         torch.manual_seed(0)
         model = build()
         inputs = make_inputs(model)
         done = run_phases(rec, model, inputs, phases)
     except Exception as exc:  # noqa: BLE001 - a broken model is an outcome, not a crash
-        return RecordOutcome(model_id, [], "failed", rec.calls, fake_error, _short_error(exc))
+        # the calls made before the failure are real calls of the model (the last one may be the
+        # op the device failed on): kept, and the outcome says it failed
+        return RecordOutcome(model_id, rec.entries(model_id, tier, "real", weight), "failed", rec.calls, fake_error,
+                             _short_error(exc))
     return RecordOutcome(model_id, rec.entries(model_id, tier, "real", weight), "real", rec.calls, fake_error, phases=done)

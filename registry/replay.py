@@ -22,9 +22,10 @@ from contracts.backends import fallback_ops
 from contracts.records import StageResult
 from contracts.status import Status
 from contracts.timing import phase
-from registry import scaling
+from registry import boundaries, scaling
 from registry.constraints import infer_constraints, is_metadata_only, unreplayable_reason
-from registry.encoding import ABBREV_DTYPES, DTYPE_ABBREVS, UnreplayableError, decode_scalar, find_opaque, parse_signature, signature_hash
+from registry.encoding import DTYPE_ABBREVS, UnreplayableError, find_opaque, parse_signature, signature_hash
+from registry.inputs import BuiltTensor, build_args, build_tensor, materialize  # noqa: F401  (re-exported)
 from registry.tolerances import Tolerance, tolerance_for
 
 
@@ -59,129 +60,6 @@ def resolve_op(op: str) -> torch._ops.OpOverload:
         return getattr(getattr(getattr(torch.ops, ns), packet), overload)
     except (AttributeError, RuntimeError) as exc:
         raise UnreplayableError(f"op {op} does not exist in torch {torch.__version__}") from exc
-
-
-# -- inputs ---------------------------------------------------------------------------------------
-
-def _storage_size(shape: list[int], stride: list[int], offset: int) -> int:
-    if any(s == 0 for s in shape):
-        return offset
-    return offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
-
-
-def _values(shape: list[int], dtype: torch.dtype, c: dict | None, gen: torch.Generator) -> torch.Tensor:
-    """Values for a logical tensor of `shape` that satisfy constraint `c`."""
-    kind = (c or {}).get("kind")
-    n_shape = list(shape)
-    if dtype == torch.bool:
-        density = float((c or {}).get("density", 0.5))
-        if c and c.get("source") == "observed":
-            # as many Trues as the model had (recorded, or from the density for older recordings)
-            numel = int(torch.Size(n_shape).numel())
-            count = min(numel, int(c.get("count", round(density * numel))))
-            flat = torch.zeros(numel, dtype=torch.bool)
-            flat[torch.randperm(numel, generator=gen)[:count]] = True
-            return flat.reshape(n_shape)
-        return torch.rand(n_shape, generator=gen) < density
-    if not (dtype.is_floating_point or dtype.is_complex):
-        if kind == "offsets" and n_shape:
-            high = int(c["high"])
-            cuts = torch.randint(0, high + 1, n_shape, generator=gen).sort(dim=-1).values
-            cuts[..., -1] = high
-            return cuts.to(dtype)
-        if kind in ("index", "range"):
-            low, high = int(c.get("low", 0)), int(c.get("high", 1))
-            high = max(high, low + 1)
-            if c.get("unique") and n_shape:
-                return _unique_index(n_shape, high, c.get("unique_dim"), gen).to(dtype)
-            return torch.randint(low, high, n_shape, generator=gen).to(dtype)
-        low = 1 if kind in ("nonzero", "positive") else 0
-        hi = 2 if dtype == torch.uint8 and kind is None else 8
-        return torch.randint(low, max(hi, low + 1), n_shape, generator=gen).to(dtype)
-    if dtype.is_complex:
-        return torch.randn(n_shape, generator=gen, dtype=torch.complex64).to(dtype)
-    base = torch.randn(n_shape, generator=gen)
-    if kind == "positive":
-        base = torch.rand(n_shape, generator=gen) + 0.5
-    elif kind == "unit_interval":
-        base = torch.rand(n_shape, generator=gen) * 0.98 + 0.01
-    elif kind == "nonzero":
-        base = torch.where(base >= 0, base + 0.5, base - 0.5)
-    elif kind == "sorted" and n_shape:
-        base = base.sort(dim=-1).values
-    return base.to(dtype)
-
-
-def _unique_index(shape: list[int], high: int, dim: Any, gen: torch.Generator) -> torch.Tensor:
-    """Indices without repeats along `dim` (or overall), when there are enough distinct values."""
-    if isinstance(dim, int) and -len(shape) <= dim < len(shape):
-        d = dim % len(shape)
-        if shape[d] <= high:
-            scores = torch.rand([*shape[:d], high, *shape[d + 1:]], generator=gen)
-            return scores.argsort(dim=d).narrow(d, 0, shape[d])
-    n = 1
-    for s in shape:
-        n *= s
-    if n <= high:
-        return torch.randperm(high, generator=gen)[:n].reshape(shape)
-    return torch.randint(0, high, shape, generator=gen)
-
-
-@dataclass
-class BuiltTensor:
-    cpu: torch.Tensor
-    base: torch.Tensor | None  # the backing storage, when the layout is not plain contiguous
-    shape: list[int]
-    stride: list[int] | None
-    offset: int
-
-    def to(self, device: torch.device) -> torch.Tensor:
-        """A fresh copy on `device` (a cross-device .to() already copies; on cpu, clone)."""
-        copy = (lambda t: t.clone()) if device.type == "cpu" else (lambda t: t.to(device))
-        if self.base is None:
-            return copy(self.cpu)
-        return copy(self.base).as_strided(self.shape, self.stride, self.offset)
-
-
-def build_tensor(enc: dict, c: dict | None, gen: torch.Generator) -> BuiltTensor:
-    dtype = ABBREV_DTYPES[enc["dt"]]
-    shape = [int(s) for s in enc["T"]]
-    stride, offset = enc.get("st"), int(enc.get("off", 0))
-    if stride is None and offset == 0:
-        return BuiltTensor(_values(shape, dtype, c, gen), None, shape, None, 0)
-    stride = stride or _contiguous(shape)
-    size = _storage_size(shape, stride, offset)
-    base = _values([size], dtype, c, gen)
-    return BuiltTensor(base.as_strided(shape, stride, offset), base, shape, stride, offset)
-
-
-def _contiguous(shape: list[int]) -> list[int]:
-    from registry.encoding import contiguous_strides
-
-    return contiguous_strides(shape)
-
-
-def build_args(a_enc: list, k_enc: dict, constraints: dict, gen: torch.Generator) -> tuple[Any, Any]:
-    """Encoded args -> a structure with `BuiltTensor` leaves (device placement comes later)."""
-
-    def walk(enc: Any, path: str) -> Any:
-        if isinstance(enc, dict) and "T" in enc:
-            return build_tensor(enc, constraints.get(path), gen)
-        if isinstance(enc, list):
-            return [walk(x, f"{path}.{i}") for i, x in enumerate(enc)]
-        return ("scalar", enc)
-
-    return [walk(x, f"a.{i}") for i, x in enumerate(a_enc)], {k: walk(v, f"k.{k}") for k, v in k_enc.items()}
-
-
-def materialize(built: Any, device: torch.device) -> Any:
-    if isinstance(built, BuiltTensor):
-        return built.to(device)
-    if isinstance(built, list):
-        return [materialize(x, device) for x in built]
-    if isinstance(built, dict):
-        return {k: materialize(v, device) for k, v in built.items()}
-    return decode_scalar(built[1], device)
 
 
 # -- comparison -----------------------------------------------------------------------------------
@@ -275,25 +153,35 @@ def _upcast(value: Any) -> Any:
     return value
 
 
+@dataclass
+class Reference:
+    """The CPU's outputs (plus mutated args). `rejected` is the error of the call as recorded when
+    the CPU kernel refused it and the outputs come from an f32 upcast of its 16-bit inputs."""
+
+    outputs: list[Any] | None
+    rejected: str = ""
+
+
 @phase("reference")  # the nightly's time shares (contracts.timing)
-def _reference(func: Any, args: list, kwargs: dict) -> Any:
-    """CPU outputs (plus mutated args). Mixed 16/32-bit calls that CUDA accepts and the CPU kernel
-    rejects (layer-norm backward with f16 input and f32 stats) get an f32-upcast reference, which
-    `compare` casts to the backend's 16-bit output dtype: returned as a 1-tuple to say so."""
+def _reference(func: Any, args: list, kwargs: dict) -> Reference:
+    """Mixed 16/32-bit calls that CUDA accepts and the CPU kernel rejects (layer-norm backward with
+    f16 input and f32 stats, recorded under autocast) get an f32-upcast reference, which `compare`
+    casts to the backend's 16-bit output dtype; `outputs` is None when even that fails."""
     with torch.no_grad():
         try:
             out = func(*args, **kwargs)
-            return _flatten(out) + _mutated(func, args, kwargs)
-        except Exception:  # noqa: BLE001
+            return Reference(_flatten(out) + _mutated(func, args, kwargs))
+        except Exception as exc:  # noqa: BLE001
             if not any(isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
                        for t in _flatten([args, list(kwargs.values())])):
                 raise
+            rejected = f"{type(exc).__name__}: {_normalize(exc)}"
         up_args, up_kwargs = _upcast(args), {k: _upcast(v) for k, v in kwargs.items()}
         try:
             out = _flatten(func(*up_args, **up_kwargs)) + _mutated(func, up_args, up_kwargs)
         except Exception:  # noqa: BLE001
-            return None
-        return (out,)
+            return Reference(None, rejected)
+        return Reference(out, rejected)
 
 
 # -- replay ---------------------------------------------------------------------------------------
@@ -310,15 +198,24 @@ def _seed(spec: CaseSpec) -> int:
     return int(signature_hash(spec.op, spec.signature)[:8], 16)
 
 
-def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | None = None) -> StageResult:
-    """Run one case on `adapter`'s device and on CPU; a StageResult, never an exception."""
-    t0 = time.perf_counter()
-    metrics: dict[str, Any] = {"native": None, "fallback_ops": [], "max_abs_err": None}
+@dataclass
+class Plan:
+    """How a case is replayed, decided once for import and run alike: the (possibly scaled) call,
+    its boundary variants, the base variant's inputs and CPU reference. `skip` says why the case
+    cannot be replayed (then nothing else is set)."""
 
-    def result(status: Status, **kw: Any) -> StageResult:
-        return StageResult(stage="op", status=status, failing_op=kw.pop("failing_op", ""),
-                           seconds=time.perf_counter() - t0, metrics=metrics, **kw)
+    skip: str = ""
+    func: Any = None
+    a_enc: list = field(default_factory=list)
+    k_enc: dict = field(default_factory=dict)
+    factor: int = 1
+    variants: list = field(default_factory=list)  # [(name, constraints)], the base variant first
+    built: tuple = ()
+    expected: Reference | None = None
 
+
+def plan(spec: CaseSpec, max_numel: int | None = None) -> Plan:
+    """Decide how to replay `spec` within the shape budget (never raises)."""
     try:
         reason = unreplayable_reason(spec.op)
         if reason:
@@ -332,54 +229,112 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
         constraints = {**spec.constraints, **infer_constraints(spec.op, a_enc, k_enc)}
         fitted = scaling.fit(func, a_enc, k_enc, constraints, max_numel)
     except (UnreplayableError, scaling.TooLargeError) as exc:
-        return result(Status.SKIPPED, reason=f"unreplayable: {exc}")
+        return Plan(skip=f"unreplayable: {exc}")
     except Exception as exc:  # noqa: BLE001 - a malformed case is reported, not raised
-        return result(Status.SKIPPED, reason=f"unreplayable: cannot build inputs ({type(exc).__name__}: {_normalize(exc)})")
-
+        return Plan(skip=f"unreplayable: cannot build inputs ({type(exc).__name__}: {_normalize(exc)})")
     # A scaled call that the CPU rejects (meta kernels check less than CPU kernels) is retried at
     # full size when that is within the hard cap.
     attempts = [fitted]
     if fitted[3] != 1 and scaling.max_numel(a_enc, k_enc) <= scaling.hard_cap(max_numel):
         attempts.append((a_enc, k_enc, constraints, 1))
     for n, (fa, fk, fc, factor) in enumerate(attempts):
-        metrics.pop("scaled_by", None)
-        if factor != 1:
-            metrics["scaled_by"] = factor
+        variants = boundaries.variants(fa, fk, fc)
         try:
-            built_a, built_k = build_args(fa, fk, fc, torch.Generator().manual_seed(_seed(spec)))
-            cpu_args, cpu_kwargs = materialize(built_a, torch.device("cpu")), materialize(built_k, torch.device("cpu"))
-            expected = _reference(func, cpu_args, cpu_kwargs)
-            break
+            built = build_args(fa, fk, variants[0][1], torch.Generator().manual_seed(_seed(spec)))
+            expected = _reference(func, materialize(built[0], _CPU), materialize(built[1], _CPU))
         except Exception as exc:  # noqa: BLE001 - the case itself is invalid on the reference
             if n == len(attempts) - 1:
-                return result(Status.SKIPPED, reason=f"cpu reference raised {type(exc).__name__}: {_normalize(exc)}")
-    if expected is None:
-        return result(Status.SKIPPED, reason="cpu reference raised even with 16-bit inputs upcast to f32")
-    if isinstance(expected, tuple):
-        expected, metrics["reference"] = expected[0], "f32-upcast"
+                return Plan(skip=f"cpu reference raised {type(exc).__name__}: {_normalize(exc)}")
+            continue
+        if expected.outputs is None:
+            return Plan(skip="cpu reference raised even with 16-bit inputs upcast to f32")
+        return Plan("", func, fa, fk, factor, variants, built, expected)
+    raise AssertionError("unreachable")  # pragma: no cover
 
-    device = adapter.device
+
+def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | None = None) -> StageResult:
+    """Run one case on `adapter`'s device and on CPU; a StageResult, never an exception."""
+    t0 = time.perf_counter()
+    metrics: dict[str, Any] = {"native": None, "fallback_ops": [], "max_abs_err": None}
+
+    def result(status: Status, **kw: Any) -> StageResult:
+        return StageResult(stage="op", status=status, failing_op=kw.pop("failing_op", ""),
+                           seconds=time.perf_counter() - t0, metrics=metrics, **kw)
+
+    p = plan(spec, max_numel)
+    if p.skip:
+        return result(Status.SKIPPED, reason=p.skip)
+    if p.factor != 1:
+        metrics["scaled_by"] = p.factor
+    skipped: list[str] = []
+    built, expected = p.built, p.expected
+    for i, (name, vc) in enumerate(p.variants):
+        if i:  # the boundary variants: same seed, other values for one input
+            try:
+                built = build_args(p.a_enc, p.k_enc, vc, torch.Generator().manual_seed(_seed(spec)))
+                expected = _reference(p.func, materialize(built[0], _CPU), materialize(built[1], _CPU))
+            except Exception:  # noqa: BLE001 - invalid on the reference (e.g. a mask count the op needs)
+                expected = Reference(None)
+            if expected.outputs is None:
+                skipped.append(name)
+                continue
+        bad = _run_on_device(spec, p.func, built, expected, adapter, mode, metrics)
+        if bad is not None:
+            status, kw = bad
+            if i:
+                kw["reason"] = f"{kw['reason']} (boundary variant {name})"
+            return result(status, **kw)
+    metrics["variants"] = len(p.variants) - len(skipped)
+    if skipped:
+        metrics["variants_skipped"] = skipped
+    return result(Status.PASS)
+
+
+_CPU = torch.device("cpu")
+
+
+def _run_on_device(spec: CaseSpec, func: Any, built: tuple, expected: Reference, adapter: Any, mode: str,
+                   metrics: dict[str, Any]) -> tuple[Status, dict[str, Any]] | None:
+    """Run one built variant on the device and compare; None when it passes, else (status, fields)."""
+    if expected.rejected:
+        metrics["reference"] = "f32-upcast"
     try:
-        dev_args, dev_kwargs = materialize(built_a, device), materialize(built_k, device)
+        dev_args, dev_kwargs = materialize(built[0], adapter.device), materialize(built[1], adapter.device)
     except Exception as exc:  # noqa: BLE001 - moving inputs is already backend work
-        return result(Status.ERROR, reason="inputs could not be moved to the device", error_class=type(exc).__name__,
-                      message=_normalize(exc), failing_op="aten._to_copy.default")
-
+        return Status.ERROR, dict(reason="inputs could not be moved to the device", error_class=type(exc).__name__,
+                                  message=_normalize(exc), failing_op="aten._to_copy.default")
     try:
         with adapter.track_fallbacks() as events, torch.no_grad():
             actual_out = func(*dev_args, **dev_kwargs)
         actual = _flatten(actual_out) + _mutated(func, dev_args, dev_kwargs)
         actual = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in actual]
     except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
-        return result(Status.ERROR, error_class=type(exc).__name__, message=_normalize(exc), failing_op=spec.op,
-                      reason="op raised on the backend")
-    metrics["fallback_ops"] = fallback_ops(events)
+        raised = f"{type(exc).__name__}: {_normalize(exc)}"
+        if expected.rejected and _same_error(raised, expected.rejected):
+            # the CPU kernel refuses the call as recorded (mixed 16/32-bit, recorded under autocast)
+            # exactly so: not the backend's failure, and there is no as-recorded reference
+            return Status.SKIPPED, dict(reason=f"unreplayable: the CPU kernel rejects the call as recorded "
+                                               f"and the backend raises the same ({expected.rejected[:160]})")
+        return Status.ERROR, dict(error_class=type(exc).__name__, message=_normalize(exc), failing_op=spec.op,
+                                  reason="op raised on the backend")
+    ops = fallback_ops(events)
+    metrics["fallback_ops"] = sorted(set(metrics.get("fallback_ops") or []) | set(ops))
     if adapter.device_type == "cpu":
         metrics["native"] = True
-    else:
-        metrics["native"] = (not events) if adapter.reports_fallbacks else None
-    cmp = compare(spec.op, expected, actual, mode, upcast="reference" in metrics)
-    metrics["max_abs_err"] = cmp.max_abs_err
+    elif adapter.reports_fallbacks:
+        metrics["native"] = bool(metrics.get("native", True) is not False and not events)
+    cmp = compare(spec.op, expected.outputs, actual, mode, upcast=bool(expected.rejected))
+    if cmp.max_abs_err is not None:
+        worst = metrics.get("max_abs_err")
+        metrics["max_abs_err"] = cmp.max_abs_err if worst is None else max(worst, cmp.max_abs_err)
     if not cmp.ok:
-        return result(Status.FAIL, reason=f"mismatch: {cmp.reason}", failing_op=spec.op)
-    return result(Status.PASS)
+        return Status.FAIL, dict(reason=f"mismatch: {cmp.reason}", failing_op=spec.op)
+    return None
+
+
+def _same_error(a: str, b: str) -> bool:
+    """The same error class and message once device names are set aside (neuron vs cpu)."""
+    def norm(text: str) -> str:
+        return re.sub(r"\b(cpu|neuron|privateuseone|cuda)\b", "DEV", text.lower())
+
+    return norm(a) == norm(b)

@@ -11,6 +11,7 @@ than the op). Neither function raises for an op problem; each payload gets exact
 
 from __future__ import annotations
 
+import re
 import time
 from importlib import resources
 from pathlib import Path
@@ -39,13 +40,38 @@ def default_registry_path() -> Path:
 def cases(registry_path: str | None = None) -> list[Case]:
     """Every registry row as a unit-tier Case (payload: op, signature, constraints, case_id).
 
-    None: $HARNESS_REGISTRY, else the bundled registry. Order: heaviest download weight first."""
+    None: $HARNESS_REGISTRY, else the bundled registry. Order: coverage first (`coverage_order`),
+    so any head of the list (`--limit N`, the quick nightly) covers every (op, dtype) of the
+    registry before it repeats one."""
     out = []
     for entry in Registry.load(registry_path or default_registry_path()):
         spec = CaseSpec.from_entry(entry)
         out.append(Case(case_id=entry.case_id, tier="unit", payload=spec.to_payload(),
                         model_ids=entry.models, weight=entry.weight))
-    out.sort(key=lambda c: -c.weight)  # stable: equal weights keep registry order
+    return coverage_order(out)
+
+
+def op_dtype(case: Case) -> tuple[str, str]:
+    """(op, dtype) of a case: the distinct dtypes of its tensor arguments, sorted ("f16+f32")."""
+    dtypes = sorted(set(re.findall(r'"dt":\s*"(\w+)"', case.payload.get("signature", ""))))
+    return str(case.payload.get("op", "")), "+".join(dtypes) or "-"
+
+
+def coverage_order(items: list[Case]) -> list[Case]:
+    """Round robin over (op, dtype) groups: round k takes the k-th heaviest case of every group.
+
+    Groups go in the order of their heaviest case (download weight, then op, dtype); within a
+    group heavier cases first, ties by case id. Deterministic and blind to results, so a quick
+    subset is the same sample every night."""
+    groups: dict[tuple[str, str], list[Case]] = {}
+    for c in items:
+        groups.setdefault(op_dtype(c), []).append(c)
+    for members in groups.values():
+        members.sort(key=lambda c: (-c.weight, c.case_id))
+    order = sorted(groups, key=lambda k: (-groups[k][0].weight, k))
+    out: list[Case] = []
+    for k in range(max((len(g) for g in groups.values()), default=0)):
+        out.extend(groups[key][k] for key in order if k < len(groups[key]))
     return out
 
 
@@ -84,3 +110,24 @@ def execute_many(payloads: Iterable[dict[str, Any]], backend: str) -> list[list[
     mode = adapter.precision_mode()
     _one_thread()
     return [[_run(p, adapter, mode)] for p in payloads]
+
+
+def scaling_report(stage_lists: Iterable[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Cases replayed scaled down (by factor) and cases skipped as unreplayable (by reason), with
+    the shape budget: the run-time side of `harness registry import`'s count."""
+    from registry import scaling
+
+    scaled: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    for stages in stage_lists:
+        for st in stages:
+            factor = (st.get("metrics") or {}).get("scaled_by")
+            if factor:
+                scaled[str(factor)] = scaled.get(str(factor), 0) + 1
+            reason = st.get("reason") or ""
+            if st.get("status") == Status.SKIPPED.value and reason.startswith("unreplayable"):
+                key = reason.split(" (", 1)[0][:120]
+                reasons[key] = reasons.get(key, 0) + 1
+    return {"shape_budget": scaling.budget(), "scaled": sum(scaled.values()),
+            "scaled_by_factor": dict(sorted(scaled.items(), key=lambda kv: int(kv[0]))),
+            "unreplayable": sum(reasons.values()), "unreplayable_reasons": reasons}

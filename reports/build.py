@@ -34,7 +34,7 @@ def build_report(rundir: str | Path, baseline: str | Path | None = None, use_bas
         else:
             note = f"No baseline at {where}: make one with `harness baseline update {rundir}`."
     results = read_results(rundir)
-    cov = summarize(results, read_table(rundir, "per_op"))
+    cov = summarize(results, read_table(rundir, "per_op"), read_table(rundir, "fallbacks"))
     groups = _failure_groups(rundir, results)
     html = write_report(rundir, comparison, note, history=history, out=out, coverage=cov, failure_groups=groups,
                         results=results)

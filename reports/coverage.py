@@ -328,8 +328,10 @@ def trait_coverage(per_case: pd.DataFrame) -> list[TraitCoverage]:
                           reached={n: v[n] for n in names}) for k, v in sorted(acc.items())]
 
 
-def top_fallback_ops(per_op: pd.DataFrame, limit: int = 20) -> list[dict[str, Any]]:
-    """Ops ranked by the models they block, then by the download share they block."""
+def top_fallback_ops(per_op: pd.DataFrame, limit: int = 20, fallbacks: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+    """Ops ranked by the models they block, then by the download share they block; with the
+    fallback events (fallbacks.parquet), each op also names the model lines that call it
+    (`model_lines`: model frame -> cases, most cases first)."""
     if per_op.empty:
         return []
     df = per_op[per_op["cases_blocked"].fillna(0) > 0].copy()
@@ -337,9 +339,12 @@ def top_fallback_ops(per_op: pd.DataFrame, limit: int = 20) -> list[dict[str, An
     df = df.sort_values(["models_blocked", "_share", "cases_blocked", "op"], ascending=[False, False, False, True])
     cols = ["tier", "op", "models_blocked", "models_total", "download_share_blocked", "cases_blocked",
             "fallback_calls", "native_calls"]
+    lines = model_lines(fallbacks)
     out = []
     for rec in df[cols].head(limit).to_dict("records"):
-        out.append({k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()})
+        rec = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
+        rec["model_lines"] = lines.get((rec["tier"], rec["op"]), [])
+        out.append(rec)
     return out
 
 
@@ -424,13 +429,33 @@ def blame_shares(c: dict[str, Any], models: float, weight: float) -> dict[str, A
             "attributable_weighted_share": (c["weight_pass"] / attributable_weight) if attributable_weight else None}
 
 
-def summarize(results: pd.DataFrame, per_op: pd.DataFrame | None = None) -> Coverage:
+def model_lines(fallbacks: pd.DataFrame | None, per_op: int = 3) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(tier, op) -> [{"model_frame", "cases"}]: the model code lines where the op fell back."""
+    if fallbacks is None or fallbacks.empty or "model_frame" not in fallbacks.columns:
+        return {}
+    df = fallbacks.dropna(subset=["model_frame"])
+    if df.empty:
+        return {}
+    counts = (df.groupby(["tier", "op", "model_frame"], dropna=True)["case_id"].nunique()
+              .reset_index(name="cases").sort_values(["tier", "op", "cases", "model_frame"],
+                                                     ascending=[True, True, False, True]))
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for tier, op, frame, cases in counts.itertuples(index=False):
+        bucket = out.setdefault((tier, op), [])
+        if len(bucket) < per_op:
+            bucket.append({"model_frame": frame, "cases": int(cases)})
+    return out
+
+
+def summarize(results: pd.DataFrame, per_op: pd.DataFrame | None = None,
+              fallbacks: pd.DataFrame | None = None) -> Coverage:
     per_case = case_levels(results)
     failures, total = backend_failures(results)
     return Coverage(run_ids=sorted(results["run_id"].dropna().unique().tolist()),
                     stages=stage_coverage(results), levels=level_coverage(per_case),
                     traits=trait_coverage(per_case),
-                    top_fallback_ops=top_fallback_ops(per_op if per_op is not None else pd.DataFrame()),
+                    top_fallback_ops=top_fallback_ops(per_op if per_op is not None else pd.DataFrame(),
+                                                      fallbacks=fallbacks),
                     backend_failures=failures, backend_failures_total=total,
                     failures_by_blame=failures_by_blame(results))
 
@@ -438,4 +463,4 @@ def summarize(results: pd.DataFrame, per_op: pd.DataFrame | None = None) -> Cove
 def summarize_run(run_dir) -> Coverage:
     from reports.tables import read_table  # the only I/O, kept at the edge
 
-    return summarize(read_table(run_dir, "results"), read_table(run_dir, "per_op"))
+    return summarize(read_table(run_dir, "results"), read_table(run_dir, "per_op"), read_table(run_dir, "fallbacks"))

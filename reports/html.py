@@ -76,7 +76,7 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
     run_dir = Path(run_dir)
     if results is None:
         results = read_table(run_dir, "results")
-    cov = coverage or summarize(results, read_table(run_dir, "per_op"))
+    cov = coverage or summarize(results, read_table(run_dir, "per_op"), read_table(run_dir, "fallbacks"))
     points = load_history(run_dir, limit=history)
     traits = sorted(cov.traits, key=lambda t: (t.tier, t.trait, -t.models, t.value))
     up = upstream.summarize(results)

@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="nightly directory (created or continued)")
     parser.add_argument("--registry", metavar="PATH", help="unit tier registry (default: the bundled one)")
     parser.add_argument("--representatives", metavar="DIR", help="representative tier selection dir "
-                        "(default: the offline catalog's representatives)")
-    parser.add_argument("--models", "--in", dest="models", metavar="PATH", help="full tier population: a crawl "
+                        "(default: selected from the --models crawl, else the offline catalog's representatives)")
+    parser.add_argument("--models", "--in", dest="models", metavar="PATH", help="full tier population (and, for a "
+                        "crawl store dir, where the representatives are selected from): a crawl "
                         "store dir or a snapshot .jsonl[.gz] (default: the offline catalog)")
     parser.add_argument("--baseline", metavar="DIR", help="baseline (default: $HARNESS_BASELINE_DIR, else ./baseline)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the comparison (and order cases without "
@@ -40,8 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.cli.run import apply_shape_budget
     from harness.nightly import NightlyOptions, run_nightly
     from harness.workers import WorkerLimits
+
+    try:
+        apply_shape_budget(args)
+    except ValueError as exc:
+        print(f"harness nightly: {exc}", file=sys.stderr)
+        return 2
 
     opts = NightlyOptions(out=args.out, quick=args.quick, backend=args.backend, workers=args.workers,
                           executor=args.executor, ray_address=args.ray_address, registry=args.registry,

@@ -14,6 +14,7 @@ HELP = "Shape registry: regenerate from models, import/export op logs, export te
 EPILOG = """examples:
   harness registry regenerate --json                                    # the offline catalog's representatives
   harness registry regenerate --models models.jsonl --out ops.parquet --seq 32
+  harness registry regenerate --workers 2 --executor ray --backend neuron    # on the device under test
   harness registry import GPT2ForSequenceClassification_training.txt --format pytorch-oplog --out gpt2.parquet --json
   harness registry export ops.parquet --format pytorch-oplog --out ops.txt
   harness registry export-tests repro/ --op aten.addmm.default --registry ops.parquet
@@ -22,6 +23,12 @@ EPILOG = """examples:
   harness registry upstream-skips update runs/up --backend neuron       # rewrite the upstream tier's skip list
   harness registry upstream-skips check runs/up --json                  # a run against the skip list
 """
+
+
+def _bytes(text: str) -> int:
+    from harness.cli.run import parse_bytes
+
+    return parse_bytes(text)
 
 
 def default_registry_path() -> Path:
@@ -43,7 +50,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, action="append", metavar="N",
                    help="sequence length to record (repeatable; default 32)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N models")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per model (default 300)")
+    p.add_argument("--backend", metavar="B", help="device the calls are recorded on, so the registry holds the op "
+                   "mix it receives (default: $HARNESS_BACKEND, else neuron); cpu records the CPU's")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local worker processes (default) or Ray actors, as `harness run`")
+    p.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to join (default: $RAY_ADDRESS or a local one)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="seconds per model before its worker is killed (default 300)")
+    p.add_argument("--memory-limit", type=_bytes, metavar="SIZE", help="RSS limit per worker, e.g. 8G (default as "
+                   "`harness run`)")
+    p.add_argument("--keep-run", action="store_true", help="keep the work directory OUT.run/ (journal, per-model "
+                   "registries, results.parquet); a stopped regenerate always keeps it and resumes from it")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -52,6 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("pytorch-oplog",), default="pytorch-oplog")
     p.add_argument("--out", metavar="PATH", required=True)
     p.add_argument("--merge", action="store_true", help="merge into an existing registry at --out")
+    p.add_argument("--shape-budget", type=int, metavar="N", help="elements of a case's largest tensor before it "
+                   "is scaled down, as at run time ($HARNESS_REPLAY_MAX_NUMEL, default 262144)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("export", help="write a registry as an op log")
@@ -104,11 +123,16 @@ def _regenerate(args: argparse.Namespace) -> int:
     if args.limit:
         specs = specs[: args.limit]
     out = Path(args.out) if args.out else default_registry_path()
-    summary = regenerate(specs, out, workers=args.workers, source=source, seq_lengths=tuple(args.seq or SEQ_LENGTHS),
-                         timeout=args.timeout, progress=not args.no_progress)
+    from contracts.settings import current
+
+    backend = args.backend or current().backend
+    summary = regenerate(specs, out, workers=args.workers, source=source, backend=backend,
+                         seq_lengths=tuple(args.seq or SEQ_LENGTHS), timeout=args.timeout, executor=args.executor,
+                         ray_address=args.ray_address, memory_bytes=args.memory_limit,
+                         progress=not args.no_progress, keep_run=args.keep_run)
     d = summary["diff"]
     text = (f"{summary['signatures']} signatures of {summary['ops']} ops from {summary['recorded_models']}/"
-            f"{summary['models']} models ({source}) -> {out}\n"
+            f"{summary['models']} models ({source}, recorded on {backend}) -> {out} in {summary['seconds']:.0f} s\n"
             f"changed: +{d['signatures_added']} / -{d['signatures_removed']} signatures, "
             f"ops added {d['ops_added'] or 'none'}, removed {d['ops_removed'] or 'none'}\n"
             f"failed models: {len(summary['failed'])}")
@@ -124,13 +148,17 @@ def _import(args: argparse.Namespace) -> int:
     if not path.is_file():
         print(f"error: {path}: no such file", file=sys.stderr)
         return 2
-    result = import_oplog(path)
+    if args.shape_budget is not None and args.shape_budget < 1:
+        print("error: --shape-budget must be a positive number of elements", file=sys.stderr)
+        return 2
+    result = import_oplog(path, shape_budget=args.shape_budget)
     registry = result.registry
     if args.merge and Path(args.out).is_file():
         registry = Registry.load(args.out).merge(registry)
     registry.save(args.out)
     summary = result.to_dict() | {"out": str(args.out)}
-    lines = [f"{result.lines} lines: {result.cases} cases, {len(result.unreplayable)} unreplayable -> {args.out}"]
+    lines = [f"{result.lines} lines: {result.cases} cases ({sum(result.scaled.values())} scaled down to the shape "
+             f"budget of {result.shape_budget} elements), {len(result.unreplayable)} unreplayable -> {args.out}"]
     lines += [f"  line {u.line}: {u.op}: {u.reason}" for u in result.unreplayable]
     _emit(args, summary, "\n".join(lines))
     return 0

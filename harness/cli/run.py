@@ -62,8 +62,18 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         help="execution order: cases that failed in the baseline first, then cases whose ops "
                              "changed since it, each by download weight (default; results do not depend on it), "
                              "or as the tier lists them")
+    parser.add_argument("--shape-budget", type=int, metavar="N", help="unit tier: elements of a replayed case's "
+                        "largest tensor before it is scaled down ($HARNESS_REPLAY_MAX_NUMEL, default 262144)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def apply_shape_budget(args: argparse.Namespace) -> None:
+    """--shape-budget -> $HARNESS_REPLAY_MAX_NUMEL, which the worker processes inherit."""
+    if getattr(args, "shape_budget", None):
+        if args.shape_budget < 1:
+            raise ValueError("--shape-budget must be a positive number of elements")
+        os.environ["HARNESS_REPLAY_MAX_NUMEL"] = str(args.shape_budget)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.tiers import load_tier
 
     try:
+        apply_shape_budget(args)
         shard = parse_shard(args.shard)
         tier = load_tier(args.tier)
         options = tier_options(args)
@@ -142,4 +153,8 @@ def format_summary(s: dict) -> str:
         blame = s.get("by_stage_blame", {}).get(stage)
         b = (" | not passed by blame: " + " ".join(f"{k}={v}" for k, v in blame.items())) if blame else ""
         lines.append(f"  {stage:10} " + " ".join(f"{k}={v}" for k, v in c.items()) + w + b)
+    if s.get("scaling"):
+        sc = s["scaling"]
+        lines.append(f"  shapes: {sc['scaled']} cases scaled down, {sc['unreplayable']} unreplayable "
+                     f"(budget {sc['shape_budget']} elements)")
     return "\n".join(lines)

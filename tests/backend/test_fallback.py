@@ -218,3 +218,32 @@ def test_indexing_a_bool_tensor_with_int_indices_is_native():
     with backend.collect_fallbacks() as events:
         torch.arange(4.0, device="neuron")[torch.tensor([True, False, True, True], device="neuron")]
     assert [e.reason for e in events] == ["data-dependent-shape"]
+
+
+def test_model_frame_is_the_first_frame_in_model_code_under_a_configured_root(table_without, tmp_path):
+    from backend.fallback import set_model_code_roots
+
+    table_without("aten.tanh")
+    root = tmp_path / "mymodels"
+    root.mkdir()
+    (root / "modeling_tiny.py").write_text("import torch\n\ndef forward(x):\n    return torch.tanh(x)\n")
+    sys.path.insert(0, str(root))
+    previous = set_model_code_roots([str(root)])
+    try:
+        import modeling_tiny
+
+        x = torch.randn(2, 3, device="neuron")
+        with backend.collect_fallbacks() as events:
+            line = _line()
+            modeling_tiny.forward(x)
+        with backend.collect_fallbacks() as outside:
+            torch.tanh(x)
+    finally:
+        set_model_code_roots(previous)
+        sys.path.remove(str(root))
+        sys.modules.pop("modeling_tiny", None)
+    (event,) = events
+    assert event.model_frame == "mymodels/modeling_tiny.py:4"
+    # the caller frame: the first frame outside torch/transformers/backend (the model file itself here)
+    assert event.frame == f"{root / 'modeling_tiny.py'}:4" and line
+    assert outside[0].model_frame is None  # no model code on the stack

@@ -24,13 +24,15 @@ def test_records_all_phases_with_counts(bert_outcome):
 def test_embedding_indices_are_bounded_by_the_weight_rows(bert_outcome):
     emb = [e for e in bert_outcome.entries if e.op == "aten.embedding.default"]
     by_rows = {parse_signature(e.signature)[0][0]["T"][0]: e.constraints["a.1"] for e in emb}
-    assert by_rows[97] == {"kind": "index", "low": 0, "high": 97, "source": "semantics"}
-    assert by_rows[32]["high"] == 32  # position embeddings
+    # the word embedding's padding index (pad_token_id 0) is a special value replay plants
+    assert by_rows[97] == {"kind": "index", "low": 0, "high": 97, "source": "semantics", "special": [0]}
+    assert by_rows[32]["high"] == 32 and "special" not in by_rows[32]  # position embeddings: padding_idx -1
 
 
 def test_nll_loss_targets_are_bounded_by_the_class_dim(bert_outcome):
     (nll,) = [e for e in bert_outcome.entries if e.op == "aten.nll_loss_forward.default"]
     assert nll.constraints["a.1"]["high"] == 97
+    assert nll.constraints["a.1"]["special"] == [-100]  # the ignore index
 
 
 def test_real_recording_observes_integer_ranges_and_provenance(bert_outcome):
@@ -138,3 +140,51 @@ def test_recorder_counts_repeated_calls_once_per_signature():
         torch.neg(torch.randn(4))
     (e3, e4) = sorted((e for e in rec.entries("m", "manual", "real", 0) if e.op == "aten.neg.default"), key=lambda e: e.signature)
     assert {e3.count, e4.count} == {5, 1}
+
+
+def test_a_model_failing_part_way_keeps_the_calls_made_before():
+    class Half(torch.nn.Module):
+        def forward(self, x):
+            y = torch.neg(x)
+            raise RuntimeError("device kernel failed")
+
+    out = record_workload(Half, lambda m: {"x": torch.randn(3)}, model_id="half", phases=("inference",),
+                          prefer_fake=False)
+    assert out.mode == "failed" and "device kernel failed" in out.error
+    assert [e.op for e in out.entries] == ["aten.neg.default"]
+
+
+@pytest.mark.parametrize("use_native", [False, True])
+def test_only_the_calls_the_device_receives_are_recorded(use_native):
+    """A model part left on the CPU (a position grid, a CPU-only decomposition inside a device
+    kernel) is not the device's op mix: recording for `neuron` keeps only calls on that device."""
+    from contracts.backends import get_backend
+
+    device = get_backend("neuron").device
+    rec = OpRecorder(native=use_native, device=device.type)
+    cpu, dev = torch.randn(3, 5), torch.randn(3, 5).to(device)
+    with rec:
+        torch.exp(cpu)  # same shapes on the CPU first: must not hide the device's call below
+        torch.exp(dev)
+        torch.exp(dev)
+        torch.tanh(cpu)
+        cpu.to(device)  # a copy onto the device is a call the device receives
+        torch.zeros(2, device=device)
+        torch.zeros(2)
+    entries = rec.entries("m", "manual", "real", 0)
+    ops = {e.op: e for e in entries}
+    assert "aten.tanh.default" not in ops and "aten.exp.default" in ops
+    assert ops["aten.exp.default"].count == 2  # the CPU call with the same signature is not counted
+    assert "aten._to_copy.default" in ops
+    assert [e for e in entries if e.op == "aten.zeros.default"] and all(
+        "cpu" not in e.signature for e in entries if e.op == "aten.zeros.default")
+    assert rec.calls == sum(e.count for e in entries)
+    on_cpu = OpRecorder(native=use_native, device="cpu")
+    with on_cpu:
+        torch.zeros(2)  # naming no device: the CPU's
+        torch.exp(dev)
+    assert {e.op for e in on_cpu.entries("m", "manual", "real", 0)} == {"aten.zeros.default"}
+    everything = OpRecorder(native=use_native)
+    with everything:
+        torch.tanh(cpu)
+    assert "aten.tanh.default" in {e.op for e in everything.entries("m", "manual", "real", 0)}

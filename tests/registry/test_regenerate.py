@@ -1,0 +1,46 @@
+"""`harness registry regenerate`: models are cases of the record tier in the runner's isolated,
+resumable worker pool, recorded on the device under test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from contracts.records import ModelSpec
+from harness.regenerate import record_all, regenerate, work_dir
+from registry.store import Registry
+
+BERT = ModelSpec("t/bert", "bert", "BertForMaskedLM", downloads=5)
+GPT2 = ModelSpec("t/gpt2", "gpt2", "GPT2LMHeadModel", downloads=3)
+BROKEN = ModelSpec("t/broken", "bert", "NoSuchModelForAnything")
+
+
+@pytest.mark.slow
+def test_regenerate_on_neuron_resumes_and_reports_failures(tmp_path):
+    out = tmp_path / "reg.parquet"
+    run = tmp_path / "run"
+    first, results, summary = record_all([BERT, BROKEN], run, backend="neuron", workers=2, seq_lengths=(8,),
+                                         progress=False)
+    assert summary["ran"] == 2 and {r["model_id"]: r["status"] for r in results} == {"t/bert": "pass", "t/broken": "error"}
+    assert {r["model_id"]: r.get("device") for r in results}["t/bert"] == "neuron"
+    # a failed model is not re-run on the reference backend: that would record it on the CPU
+    assert "reference_cases" not in json.loads((run / "run.json").read_text())["tiers"]["record"]
+    assert not (run / "reference").exists()
+    # a second call with one model more records only the new one (the journal has the others)
+    again, results, summary = record_all([BERT, BROKEN, GPT2], run, backend="neuron", workers=1, seq_lengths=(8,),
+                                         progress=False)
+    assert summary["resumed"] == 2 and summary["ran"] == 1
+    assert set(again.ops()) >= set(first.ops()) and len(again) > len(first)
+    # the op mix is the device's: no CPU-only decomposition (SDPA's flash kernel for the CPU)
+    assert not any("_for_cpu" in op for op in again.ops())
+    assert any(e.op == "aten.addmm.default" for e in again)
+
+    summary = regenerate([BERT, BROKEN], out, backend="neuron", workers=1, seq_lengths=(8,), progress=False)
+    assert summary["recorded_models"] == 1 and [f["model_id"] for f in summary["failed"]] == ["t/broken"]
+    assert summary["signatures"] == len(Registry.load(out)) and not work_dir(out).exists()
+
+
+def test_work_dir_sits_beside_the_output():
+    assert work_dir(Path("/x/registry.parquet")) == Path("/x/registry.parquet.run")
