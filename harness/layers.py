@@ -67,11 +67,28 @@ def _index_dicts(d: dict, n: int) -> dict[str, dict]:
     return out
 
 
-def _smallest_period(seq: list) -> int:
+def smallest_period(seq: list) -> int:
+    """The shortest q with seq[i] == seq[i + q] for every i (len(seq) when none is shorter)."""
     for q in range(1, len(seq) + 1):
         if all(seq[i] == seq[i + q] for i in range(len(seq) - q)):
             return q
     return len(seq)
+
+
+def rescale_parts(parts: list[int], total: int) -> list[int]:
+    """Integer parts summing to `total`, proportional to `parts` (largest remainder), each at
+    least 1 while `total` allows it."""
+    s = sum(parts)
+    raw = [p * total / s for p in parts]
+    out = [max(1, int(x)) for x in raw]
+    while sum(out) < total:
+        i = max(range(len(raw)), key=lambda j: raw[j] - out[j])
+        out[i] += 1
+    while sum(out) > total:
+        shrinkable = [j for j in range(len(out)) if out[j] > 1] or list(range(len(out)))
+        i = max(shrinkable, key=lambda j: out[j])
+        out[i] -= 1
+    return out
 
 
 def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
@@ -98,7 +115,7 @@ def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
     a = max(prefixes.values(), default=0)
     keep = [i for i in range(a) if i == 0 or sigs[i] != sigs[i - 1]]  # runs of the prefix
     rest = sigs[a:]
-    q = _smallest_period(rest) if rest else 0
+    q = smallest_period(rest) if rest else 0
     if rest and q <= max(1, len(rest) // 2):
         b = a
         while (b - len(keep)) % big_p and b + q < n:

@@ -27,7 +27,7 @@ import yaml
 
 from harness.budget import fit_budget
 from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
-from harness.layers import is_int, select_layers
+from harness.layers import is_int, rescale_parts, select_layers
 from harness.shrink_families import shrink_experts, shrink_mla, shrink_modalities, shrink_ssm, shrink_windows
 
 #: Shrink strengths, strongest first.
@@ -158,20 +158,6 @@ def _heads(d: dict, r: dict) -> tuple[int | None, dict[str, int]]:
     return q_heads, updates
 
 
-def _round_sections(sections: list[int], total: int) -> list[int]:
-    """Scale integer sections to sum to `total`, keeping proportions (largest remainder)."""
-    s = sum(sections)
-    raw = [x * total / s for x in sections]
-    out = [max(1, int(x)) for x in raw]
-    while sum(out) < total:
-        i = max(range(len(raw)), key=lambda j: raw[j] - out[j])
-        out[i] += 1
-    while sum(out) > total:
-        i = max(range(len(out)), key=lambda j: out[j])
-        out[i] -= 1
-    return out
-
-
 def _shrink_rope(d: dict, head_dim: int, old_head_dim: int | None) -> None:
     """Keep rope type and scaling; rescale only what is tied to the head size (mrope sections)."""
     for key in ("rope_parameters", "rope_scaling"):
@@ -183,7 +169,7 @@ def _shrink_rope(d: dict, head_dim: int, old_head_dim: int | None) -> None:
             for sk in ("mrope_section", "mrope_sections"):
                 sec = p.get(sk)
                 if isinstance(sec, list) and sec and all(is_int(x) for x in sec):
-                    p[sk] = _round_sections(sec, max(len(sec), head_dim // 2))
+                    p[sk] = rescale_parts(sec, max(len(sec), head_dim // 2))
     if is_int(d.get("rotary_dim")) and old_head_dim:
         d["rotary_dim"] = max(2, 2 * round(d["rotary_dim"] * head_dim / old_head_dim / 2))
 

@@ -12,28 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.layers import is_int
-
-
-def _rescale(parts: list[int], total: int) -> list[int]:
-    """Integer parts summing to `total`, proportional to `parts`, each at least 1."""
-    s = sum(parts)
-    raw = [p * total / s for p in parts]
-    out = [max(1, int(x)) for x in raw]
-    while sum(out) < total:
-        i = max(range(len(raw)), key=lambda j: raw[j] - out[j])
-        out[i] += 1
-    while sum(out) > total:
-        i = max((j for j in range(len(out)) if out[j] > 1), key=lambda j: out[j])
-        out[i] -= 1
-    return out
-
-
-def _period(seq: list) -> int:
-    for q in range(1, len(seq) + 1):
-        if all(seq[i] == seq[i + q] for i in range(len(seq) - q)):
-            return q
-    return len(seq)
+from harness.layers import is_int, rescale_parts, smallest_period
 
 
 def tie_layer_counts(d: dict, r: dict, old_n: int, new_n: int) -> None:
@@ -42,10 +21,10 @@ def tie_layer_counts(d: dict, r: dict, old_n: int, new_n: int) -> None:
     for group in ties.get("partitions", []):
         values = [d.get(f) for f in group]
         if all(is_int(v) and v > 0 for v in values) and sum(values) == old_n and new_n >= len(group):
-            for f, v in zip(group, _rescale(values, new_n)):
+            for f, v in zip(group, rescale_parts(values, new_n)):
                 d[f] = v
     kinds = next((d[f] for f in ("layer_types", "layers_block_type") if isinstance(d.get(f), list) and len(d[f]) == new_n), None)
-    period = _period(kinds) if kinds else 1
+    period = smallest_period(kinds) if kinds else 1
     for f in ties.get("suffix_counts", []):
         k = d.get(f)
         if is_int(k) and 0 < k < old_n and k >= new_n - period + 1:
