@@ -17,6 +17,9 @@ class NeuronBackend:
     device_type = "neuron"
     reports_fallbacks = True
     compile_backend = "neuron"  # torch.compile(backend="neuron"), registered by `import backend`
+    # The CPU compile that follows the same pipeline (Dynamo -> AOTAutograd, no inductor): what the
+    # harness' cpu reference compiles with when it judges this device's compile failures.
+    reference_compile_backend = "aot_eager"
     simulated = True
 
     def __init__(self, name: str = "neuron") -> None:
@@ -88,7 +91,7 @@ class NeuronBackend:
         info: dict[str, Any] = {
             "backend": self.name, "device": self.device_type, "available": self.is_available(),
             "simulated": self.simulated, "reports_fallbacks": self.reports_fallbacks,
-            "compile_backend": self.compile_backend,
+            "compile_backend": self.compile_backend, "reference_compile_backend": self.reference_compile_backend,
         }
         try:
             table = current_table()

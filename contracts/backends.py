@@ -39,6 +39,9 @@ class Backend(Protocol):
     # declared capabilities
     reports_fallbacks: bool  # track_fallbacks() sees the ops that ran on the CPU instead
     compile_backend: str | None  # name for torch.compile(backend=...); None: cannot compile
+    # optional, read with getattr: `reference_compile_backend`, the CPU torch.compile backend that
+    # follows the same pipeline as compile_backend (e.g. "aot_eager" for an AOTAutograd compiler);
+    # blame's cpu reference compiles with it (harness.blame_probe.compile_reference)
     simulated: bool | None  # True: a simulator; None: not a neuron-like device, the question does not apply
 
     @property

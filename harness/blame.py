@@ -111,10 +111,19 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in keep if row.get(k)}
 
 
-def by_reference(stage: str, ref: dict[str, Any] | None, reference: str) -> tuple[str, dict[str, Any]]:
-    """Blame of a device row from the same stage of the same case on the reference backend."""
+#: device statuses that say the stage did not finish (no answer of the device itself)
+_UNFINISHED = (Status.TIMEOUT.value, Status.CRASH.value, Status.OOM.value)
+
+
+def by_reference(stage: str, ref: dict[str, Any] | None, reference: str,
+                 device_status: str | None = None) -> tuple[str, dict[str, Any]]:
+    """Blame of a device row from the same stage of the same case on the reference backend.
+
+    A device-only stage (on_device) that failed is the device's, unless it did not finish
+    (`device_status` timeout / crash / oom): then it is judged by the reference like any stage,
+    so a timeout on both is the reference's verdict, not evidence against the device."""
     evidence: dict[str, Any] = {"rule": "reference", "reference_backend": reference}
-    if device_only(stage):
+    if device_only(stage) and device_status not in _UNFINISHED:
         evidence["why"] = f"{stage} only exists on a device"
         return Blame.BACKEND.value, evidence
     if ref is None:
@@ -125,7 +134,8 @@ def by_reference(stage: str, ref: dict[str, Any] | None, reference: str) -> tupl
         evidence["why"] = "the reference passes this stage"
         return Blame.BACKEND.value, evidence
     if ref.get("status") not in FAILING_VALUES and not blocked_by(ref):
-        evidence["why"] = "the reference does not fail this stage (it is not applicable there)"
+        evidence["why"] = ("the reference finished where the device did not" if device_status in _UNFINISHED
+                           else "the reference does not fail this stage (it is not applicable there)")
         return Blame.BACKEND.value, evidence
     if ref.get("blame"):
         evidence["why"] = "the reference fails this stage too"
@@ -173,7 +183,7 @@ def _judge_row(row: dict[str, Any], tier: str, backend: str | None, died: bool, 
             return str(first["blame"]), {"rule": "blocked", "blocked_by": prior}
         return "", {}
     if died and have_reference:
-        return by_reference(stage, ref_rows.get(stage), reference_backend())
+        return by_reference(stage, ref_rows.get(stage), reference_backend(), row.get("status"))
     if died:
         if is_reference(backend):
             return worker_death_blame(row)
@@ -184,7 +194,7 @@ def _judge_row(row: dict[str, Any], tier: str, backend: str | None, died: bool, 
     if row.get("status") not in FAILING_VALUES:
         return "", {}  # skipped / not attempted for a reason of the tier's own (e.g. no model class)
     if have_reference:
-        return by_reference(stage, ref_rows.get(stage), reference_backend())
+        return by_reference(stage, ref_rows.get(stage), reference_backend(), row.get("status"))
     return Blame.HARNESS.value, {"rule": "default", "why": note or "no rule pins this failure on anyone else"}
 
 

@@ -71,11 +71,14 @@ def judge_run(run: _Run, wanted: list[str]) -> None:
         ref = reference.get(name)
         ref_dict = ref.to_dict() if ref is not None else None
         if ref is not None and ref.status in FAILING:
-            ref.blame, ref.blame_evidence = judge_reference_failure(run.spec, name, ref, run.seed)
+            compiled = judge_compile_pipeline(row, ref, reference) if name == "compile" else None
+            ref.blame, ref.blame_evidence = compiled or judge_reference_failure(run.spec, name, ref, run.seed)
             ref_dict = ref.to_dict()
-        blame, evidence = rules_mod.by_reference(name, ref_dict, rules_mod.reference_backend())
+        blame, evidence = rules_mod.by_reference(name, ref_dict, rules_mod.reference_backend(), row.status.value)
         if ref is not None and ref.status == Status.PASS:
             evidence["same_model_and_inputs"] = bool(ref.metrics.get("reused_model_and_inputs", True))
+        if name == "compile" and ref is not None:
+            evidence["reference_compile_backend"] = ref.metrics.get("compile_backend", "")
         row.blame, row.blame_evidence = blame, evidence
     dicts = [result.stages[s].to_dict() for s in MODEL_STAGES if s in result.stages]
     rules_mod.complete_stages(dicts, tier="", backend=run.adapter.name)
@@ -93,12 +96,13 @@ def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
     When the device run got as far as building the CPU model and its inputs, the reference uses
     those very objects (a copy of the CPU model, the same input tensors); else it loads afresh
     from the same spec and seed (the shrinker and the inputs are deterministic)."""
-    adapter = get_backend(rules_mod.reference_backend())
+    adapter = compile_reference(get_backend(rules_mod.reference_backend()), run.adapter)
     ref = _Run(spec=run.spec, adapter=adapter, seed=run.seed,
                result=ModelCheck(model_id=run.spec.model_id, backend=adapter.name, model_type=run.spec.model_type,
                                  architecture=run.result.architecture))
     needed: set[str] = set()
-    stack = list(failing)
+    # compile compares with the eager step: the reference's compile has its own eager step to compare with
+    stack = list(failing) + (["forward", "backward"] if "compile" in failing else [])
     while stack:
         s = stack.pop()
         if s not in needed:
@@ -116,7 +120,44 @@ def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
         else:
             with _no_grad_leak():
                 out[name] = _run_stage(ref, name)
+        if name == "compile":
+            out[name].metrics["compile_backend"] = adapter.compile_backend
     return out
+
+
+def compile_reference(reference: Any, device: Any) -> Any:
+    """The reference adapter whose compile stage follows the device's compile pipeline.
+
+    A device declares `reference_compile_backend`: the CPU torch.compile backend that goes the
+    same way as its own compiler (the simulated neuron: Dynamo -> AOTAutograd -> its partitions,
+    so `aot_eager`, not inductor, which decomposes and partitions differently and can hide a
+    failure of AOT autograd). Without a declaration the reference compiles with its own backend."""
+    pipeline = getattr(device, "reference_compile_backend", None)
+    if not pipeline or pipeline == reference.compile_backend:
+        return reference
+    out = copy.copy(reference)
+    out.compile_backend = pipeline
+    return out
+
+
+def judge_compile_pipeline(device: StageResult, ref: StageResult,
+                           reference: dict[str, StageResult]) -> tuple[str, dict[str, Any]] | None:
+    """upstream when the reference, compiled through the device's own pipeline, raises the very
+    error the device raised while its eager step passes: the failure is PyTorch's compile stack
+    (Dynamo / AOT autograd), which both share, not the device's code. None: other rules judge."""
+    if ref.status != Status.ERROR or device.status != Status.ERROR:
+        return None
+    eager = {s: reference[s].status.value for s in ("forward", "backward") if s in reference}
+    if eager.get("forward") != Status.PASS.value or eager.get("backward") not in (Status.PASS.value, Status.SKIPPED.value):
+        return None
+    if not same_way(ref, {"status": "error", "error_class": device.error_class, "message": device.message}):
+        return None
+    return Blame.UPSTREAM.value, {
+        "rule": "upstream.compile_pipeline", "compile_backend": ref.metrics.get("compile_backend", ""),
+        "eager_on_reference": eager, "device_error": f"{device.error_class}: {device.message}"[:300],
+        "reference_error": f"{ref.error_class}: {ref.message}"[:300],
+        "why": ("the CPU compiled through the device's pipeline fails the same way while its eager step "
+                "passes: PyTorch's compile stack (Dynamo / AOT autograd), not the device")}
 
 
 @contextlib.contextmanager

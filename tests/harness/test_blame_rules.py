@@ -91,6 +91,23 @@ def test_a_device_row_is_blamed_by_the_same_case_on_the_reference():
 
 def test_on_device_failures_are_always_the_devices():
     assert blame.by_reference("on_device", {"status": "not_attempted", "reason": "cannot report"}, "cpu")[0] == "backend"
+    assert blame.by_reference("on_device", {"status": "not_attempted", "reason": "cannot report"}, "cpu",
+                              "fail")[0] == "backend"
+
+
+def test_a_timeout_on_the_device_and_on_the_reference_is_no_evidence_against_the_backend():
+    stages = [("load", "timeout", "worker_timeout"), ("forward", "timeout", "worker_timeout"),
+              ("on_device", "timeout", "worker_timeout")]
+    both = blame.complete_outcome(_outcome("representative", *stages, died=True), "neuron",
+                                  reference=_outcome("representative", *stages, died=True))
+    assert set(_blames(both).values()) == {"harness"}  # the reference's verdict: its own timeout
+    assert both.stages[2]["blame_evidence"]["reference"]["status"] == "timeout"
+    # the reference finished the same case: the device's timeout is the device's
+    finished = _outcome("representative", ("load", "pass"), ("forward", "pass"),
+                        ("on_device", "not_attempted", "backend cpu cannot report CPU fallbacks"))
+    alone = blame.complete_outcome(_outcome("representative", *stages, died=True), "neuron", reference=finished)
+    assert _blames(alone) == {"load": "backend", "forward": "backend", "on_device": "backend"}
+    assert "finished where the device did not" in alone.stages[2]["blame_evidence"]["why"]
 
 
 def test_which_outcomes_need_the_runners_reference_pass():

@@ -1,0 +1,57 @@
+"""Blame of the compile stage: the cpu reference compiles through the device's own pipeline."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.backends import get_backend
+from contracts.records import ModelSpec, StageResult
+from contracts.status import Status
+from harness.blame_probe import check_with_blame, compile_reference, judge_compile_pipeline
+
+VIEW = "view size is not compatible with input tensor's size and stride (at least one dimension spans ..."
+
+
+def test_the_compile_reference_follows_the_devices_pipeline():
+    cpu, neuron = get_backend("cpu"), get_backend("neuron")
+    ref = compile_reference(cpu, neuron)
+    assert ref.compile_backend == "aot_eager" == neuron.reference_compile_backend  # AOTAutograd, no inductor
+    assert cpu.compile_backend == "inductor"  # the shared adapter is not changed
+    assert compile_reference(cpu, cpu) is cpu  # a device that declares nothing: the reference's own
+
+
+def _rows(ref_compile, forward="pass", backward="pass"):
+    ref = {"forward": StageResult("forward", forward), "backward": StageResult("backward", backward),
+           "compile": ref_compile}
+    ref_compile.metrics["compile_backend"] = "aot_eager"
+    return ref
+
+
+def test_a_compile_error_the_reference_pipeline_shares_while_eager_passes_is_upstream():
+    device = StageResult("compile", Status.ERROR, error_class="RuntimeError", message=VIEW)
+    same = StageResult("compile", Status.ERROR, error_class="RuntimeError", message=VIEW)
+    blame, ev = judge_compile_pipeline(device, same, _rows(same))
+    assert blame == "upstream" and ev["rule"] == "upstream.compile_pipeline"
+    assert ev["compile_backend"] == "aot_eager" and ev["eager_on_reference"] == {"forward": "pass", "backward": "pass"}
+    assert "view size" in ev["device_error"] and "view size" in ev["reference_error"]
+    # otherwise the other rules judge (the row stays the harness' when nothing else pins it)
+    other = StageResult("compile", Status.ERROR, error_class="RuntimeError", message="another error")
+    assert judge_compile_pipeline(device, other, _rows(other)) is None
+    assert judge_compile_pipeline(device, same, _rows(same, backward="error")) is None  # eager fails too
+    wrong = StageResult("compile", Status.FAIL, reason="compiled step differs from eager")
+    assert judge_compile_pipeline(device, wrong, _rows(wrong)) is None  # a wrong answer is no compile error
+
+
+@pytest.mark.slow
+def test_patchtst_training_step_failing_in_aot_autograd_is_upstream_not_backend(monkeypatch):
+    """PatchTSTForClassification's compiled training step raises in AOT autograd on the device; the
+    CPU compiled with inductor passes, with aot_eager (the device's pipeline) it raises the same."""
+    monkeypatch.setenv("NEURON_COMPILE_COST_SCALE", "0")
+    spec = ModelSpec("catalog/patchtst/PatchTSTForClassification", "patchtst", "PatchTSTForClassification")
+    result = check_with_blame(spec, "neuron", ["compile"])
+    row = result.stages["compile"]
+    assert row.status is Status.ERROR and "view size is not compatible" in row.message
+    assert row.blame == "upstream", row.blame_evidence
+    ev = row.blame_evidence
+    assert ev["reference_compile_backend"] == "aot_eager"
+    assert ev["reference_evidence"]["rule"] == "upstream.compile_pipeline"
