@@ -1,32 +1,46 @@
 """Bug-finding power: plant each fault of a suite, run the quick nightly's tiers clean and faulted.
 
     python benchmarks/bug_detection.py [--json] [--faults A,B] [--tiers unit,full] [--jobs 2] [--order both]
+                                       [--no-fail-fast] [--out WORKDIR]
 
-The tiers are those of `harness nightly --quick` (harness/data/nightly.toml: unit tier subset,
-representative tier, full tier subset), each run with `harness run` into WORKDIR. One clean run is
-made (and reused by later invocations with the same --out); then each fault of the suite
-(backend/faults/suite.yaml, or --suite) is planted alone through NEURON_FAULTS in a run of its own,
---jobs of them at a time. A fault is *caught* by a tier when some (case, stage) row that passes in
-the clean run does not pass in the faulted run. A control run (an empty fault file, same timeouts)
-measures rows that flip without any fault; such rows never count as a detection.
+The tiers are those of `harness nightly --quick` (harness/data/nightly.toml: the unit, representative,
+full and upstream tiers with its limits and op_db selection), each run with `harness run` into
+WORKDIR. One clean run is made (and reused by later invocations with the same --out); then each
+fault of the suite (backend/faults/suite.yaml, or --suite) is planted alone through NEURON_FAULTS
+in a nightly of its own, --jobs of them at a time. A fault is *caught* by a tier when some (case,
+stage) row that passes in the clean run does not pass in the faulted run. A control run (an empty
+fault file, same timeouts, every tier whole) measures rows that flip without any fault; such rows
+never count as a detection.
 
-Per fault: which tiers caught it, the first detecting row (case, stage, status, reason, failing
-op), and the seconds from the start of the faulted nightly (tiers in nightly order) until the
-first detecting case finished (issue 13's time to first detection), and whether the fault fired at
-all (NEURON_FAULT_LOG). `--json` prints `faults` (per-fault records), `detected`, `per_tier`,
+Fail-fast (the default): a faulted nightly stops at its first detecting case, as a CI job would -
+each tier runs `harness run --exitfirst --baseline CLEAN` (harness/failfast.py), and the tiers after
+a detection do not run. So a fault's *first tier* (in nightly order) and its time to first
+detection are measured, not estimated, and a caught fault costs only the time until it is caught.
+A stop whose rows all flip in the control run too is resumed (the run continues where it
+stopped). `--no-fail-fast` runs every tier of every faulted nightly in full: `per_tier` then
+counts what each tier catches on its own (fail-fast, it counts the faults each tier caught first;
+the unit tier, first in the nightly, is measured whole either way).
+
+Per fault: the first tier that caught it, the first detecting row (case, stage, status, reason,
+the op the row names), the seconds from the start of the faulted nightly until that case
+finished (issue 13's time to first detection), and whether the fault fired at all
+(NEURON_FAULT_LOG). `--json` prints `faults` (per-fault records), `detected`, `per_tier`,
 `missed`, plus the targets: the quick nightly catches >= 95% of the suite, the unit tier alone
 >= 80% of op-level faults (every fault except compile-only and lost-lowering ones).
 Faulted runs get shorter timeouts than the nightly's (--timeout-factor x the slowest clean case,
 at least --min-timeout), so a planted hang costs minutes, not hours.
 
-Ordering (issue 13): with `--order both` (the default) every fault runs twice, once with the cases
-in listing order (`--order listed`: the figures above) and once likely failures first
+Ordering (issue 13): with `--order both` (the default) each fault runs in listing order
+(`--order listed`: the figures above) and, when that run caught it, again likely failures first
 (`--order likely-failures` with the clean run as the baseline: its failing cases first, then the
 cases whose ops' fingerprints differ from the clean run's - the planted fault's op -, see
-harness/ordering.py). `--json` adds `ordering`: the median time to the first detection with and
-without the order over the faults both detected, their ratio (target <= 1/3) and whether the two
-orders detected the same rows (they must: ordering changes no result); each fault record gets
-`ordered` (its first detection with the order).
+harness/ordering.py). A fault the listing order missed is not run again by default: the ordered
+nightly runs the same cases (the same case lists), only in another order, and a verdict does not
+depend on the order or on what ran before it in a worker (tests/runner/test_ordering.py,
+tests/compile/test_dynamo_isolation.py), so it would miss it too; `--ordered-missed` runs it
+anyway. `--json` adds `ordering`: the median time to the first detection with and without the
+order over the faults both detected, their ratio (target <= 1/3) and whether the two orders'
+first tiers differ (they must not); each fault record gets `ordered`.
 """
 
 from __future__ import annotations
@@ -46,10 +60,11 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-OK = "pass"
-TARGET_NIGHTLY = 0.95
-TARGET_UNIT_OP_LEVEL = 0.80
-TARGET_ORDERED_RATIO = 1 / 3
+sys.path.insert(0, str(ROOT))
+from benchmarks.bug_detection_analysis import (  # noqa: E402  (re-exported: the tests read them here)
+    OK, TARGET_NIGHTLY, TARGET_ORDERED_RATIO, TARGET_UNIT_OP_LEVEL, analyse, detections, elapsed, fired_of, is_op_level,
+    markdown, max_case_seconds, ordering_summary, rows_of, stop_is_flaky, summarize)
+
 ORDERED_DIR = "faults-ordered"
 
 
@@ -73,178 +88,75 @@ def tier_plans(tiers: list[str] | None, limits: dict[str, int] | None = None) ->
         tier, tcfg = load_tier(name), config.get(name, {})
         limit = (limits or {}).get(name, tcfg.get("limit"))
         plans.append({"tier": name, "limit": limit, "chunk": tier_chunk_size(tier),
-                      "timeout": float(tcfg.get("timeout") or getattr(tier, "timeout", None) or 600.0)})
+                      "timeout": float(tcfg.get("timeout") or getattr(tier, "timeout", None) or 600.0),
+                      # the upstream tier's op_db selection, as `harness nightly --quick` passes it
+                      "options": {k: str(tcfg[k]) for k in ("ops", "dtypes") if k in tcfg}})
     return plans
 
 
 def run_tiers(out: Path, plans: list[dict[str, Any]], env: dict[str, str], workers: int,
               timeouts: dict[str, float], cases_from: Path | None = None, order: str = "listed",
-              baseline: Path | None = None) -> dict[str, Any]:
+              baseline: Path | None = None, fail_fast: bool = False, flaky: dict | None = None) -> dict[str, Any]:
     """Run the tiers in order with `harness run` into out/<tier>; timings in out/timing.json.
 
-    A tier already finished in out/ (timing.json) is kept, so an interrupted benchmark resumes."""
+    A tier already finished in out/ (timing.json) is kept, so an interrupted benchmark resumes.
+    Fail-fast (`harness run --exitfirst` against `baseline`): a tier stops at its first case that
+    regresses, and the tiers after it do not run; a stop whose rows all flip in the control run
+    (`flaky`) is no detection, so that tier is resumed (the runner continues where it stopped)."""
     out.mkdir(parents=True, exist_ok=True)
     timing_path = out / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
     for plan in plans:
         name = plan["tier"]
-        if "limit" in timing.get(name, {}) and timing[name]["limit"] != plan["limit"]:
-            raise SystemExit(f"bug_detection: {out / name} was run with limit {timing[name].get('limit')}, not "
+        t = timing.get(name, {})
+        if "limit" in t and t["limit"] != plan["limit"]:
+            raise SystemExit(f"bug_detection: {out / name} was run with limit {t.get('limit')}, not "
                              f"{plan['limit']}: use another --out")
-        if timing.get(name, {}).get("rc") == 0:
-            continue
-        run_dir = out / name
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if cases_from is not None:  # the same case list, without listing again
-            for f in (cases_from / name).glob("cases-*.json"):
-                shutil.copy(f, run_dir / f.name)
-        cmd = [sys.executable, "-m", "harness", "run", "--tier", name, "--out", str(run_dir), "--workers",
-               str(workers), "--timeout", f"{timeouts[name]:.0f}", "--no-progress", "--json", "--order", order]
-        if baseline is not None:
-            cmd += ["--baseline", str(baseline)]
-        if plan["limit"]:
-            cmd += ["--limit", str(plan["limit"])]
-        start = time.time()
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
-        timing[name] = {"start": start, "end": time.time(), "rc": proc.returncode, "limit": plan["limit"],
-                        "stderr": proc.stderr.strip().splitlines()[-3:] if proc.returncode else []}
-        timing_path.write_text(json.dumps(timing, indent=1))
+        while not (t.get("rc") == 0 and not t.get("stopped")):  # not finished whole
+            if t.get("stopped") and not stop_is_flaky(t, (flaky or {}).get(name, set())):
+                return timing  # a detection: the fail-fast nightly ends here
+            if t and t.get("rc") not in (0, None) and t.get("tried", 0) >= 2:
+                break  # the runner failed twice here: recorded, the next tier runs
+            t = timing[name] = _run_segment(out / name, plan, t, env, workers, timeouts[name], cases_from,
+                                            order, baseline, fail_fast)
+            timing_path.write_text(json.dumps(timing, indent=1))
     return timing
 
 
-# --------------------------------------------------------------------------------- results
-
-def rows_of(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(case_id, stage) -> status, reason, failing op and when the case finished (journal)."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    path = run_dir / "journal.jsonl"
-    if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
+def _run_segment(run_dir: Path, plan: dict[str, Any], t: dict[str, Any], env: dict[str, str], workers: int,
+                 timeout: float, cases_from: Path | None, order: str, baseline: Path | None,
+                 fail_fast: bool) -> dict[str, Any]:
+    """One `harness run` of a tier (a fresh run, or the continuation of a stopped or broken one)."""
+    name = plan["tier"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cases_from is not None:  # the same case list, without listing again
+        for f in (cases_from / name).glob("cases-*.json"):
+            if not (run_dir / f.name).exists():
+                shutil.copy(f, run_dir / f.name)
+    cmd = [sys.executable, "-m", "harness", "run", "--tier", name, "--out", str(run_dir), "--workers",
+           str(workers), "--timeout", f"{timeout:.0f}", "--no-progress", "--json", "--order", order]
+    if baseline is not None:
+        cmd += ["--baseline", str(baseline)]
+    if fail_fast:
+        cmd += ["--exitfirst"]
+    if plan["limit"]:
+        cmd += ["--limit", str(plan["limit"])]
+    for key, value in plan.get("options", {}).items():
+        cmd += [f"--{key}", value]
+    start = time.time()
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    end = time.time()
+    stopped = None
+    if proc.returncode == 1 and fail_fast:
         try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        for st in rec["outcome"].get("stages", []):
-            rows.setdefault((rec["case_id"], st["stage"]), {
-                "status": st["status"], "reason": (st.get("reason") or "")[:200],
-                "failing_op": st.get("failing_op") or "", "at": float(rec.get("journaled_at", 0.0))})
-    return rows
-
-
-def max_case_seconds(run_dir: Path) -> float:
-    worst = 0.0
-    path = run_dir / "journal.jsonl"
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            worst = max(worst, float(json.loads(line)["outcome"].get("seconds") or 0.0))
-        except (ValueError, KeyError):
-            continue
-    return worst
-
-
-def detections(clean: dict, faulted: dict, flaky: set) -> list[dict[str, Any]]:
-    """Rows that pass clean and do not pass faulted (rows that flip in the control excluded)."""
-    found = []
-    for key, row in clean.items():
-        if row["status"] != OK or key in flaky:
-            continue
-        got = faulted.get(key)
-        if got is not None and got["status"] != OK:
-            found.append({"case_id": key[0], "stage": key[1], **got})
-    return sorted(found, key=lambda d: (d["at"], d["case_id"], d["stage"]))
-
-
-def fired_of(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "fired.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
-def analyse(fault: dict[str, Any], run_dir: Path, clean_dir: Path, plans: list, flaky: dict) -> dict[str, Any]:
-    timing = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
-    fired = fired_of(run_dir)
-    record: dict[str, Any] = {
-        "name": fault["name"], "kind": fault["kind"], "category": fault.get("category", ""), "op": fault["op"],
-        "scope": fault.get("scope", "both"), "description": fault.get("description", ""),
-        "fired": bool(fired), "fired_in": sorted({"compiled" if f.get("compiled") else "eager" for f in fired}),
-        "fired_tiers": [p["tier"] for p in plans if any(
-            timing.get(p["tier"], {}).get("start", 1e30) <= f.get("time", 0) <= timing.get(p["tier"], {}).get("end", 0)
-            for f in fired)],
-        "caught_by": [], "tiers": {}, "first_detection_seconds": None,
-    }
-    offset = 0.0
-    for plan in plans:
-        name = plan["tier"]
-        t = timing.get(name, {})
-        found = detections(rows_of(clean_dir / name), rows_of(run_dir / name), flaky.get(name, set()))
-        entry: dict[str, Any] = {"rows": len(found), "cases": len({d["case_id"] for d in found}),
-                                 "seconds": round(t["end"] - t["start"], 1) if t else None}
-        if t.get("rc"):
-            entry["error"] = t.get("stderr")
-        if found:
-            first = found[0]
-            entry["first"] = {k: first[k] for k in ("case_id", "stage", "status", "reason", "failing_op")}
-            entry["first_detection_seconds"] = round(max(0.0, first["at"] - t.get("start", first["at"])), 1)
-            record["caught_by"].append(name)
-            if record["first_detection_seconds"] is None:
-                record["first_detection_seconds"] = round(offset + entry["first_detection_seconds"], 1)
-        record["tiers"][name] = entry
-        if t:
-            offset += t["end"] - t["start"]
-    record["detected"] = bool(record["caught_by"])
-    record["seconds"] = round(offset, 1)
-    return record
-
-
-def is_op_level(fault: dict[str, Any]) -> bool:
-    """A fault a single op's replay can reveal: not compile-only, not a lost lowering."""
-    return fault.get("scope", "both") != "compiled" and fault["kind"] != "fallback"
-
-
-def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str, Any]],
-              quick_nightly: bool = True) -> dict[str, Any]:
-    """The `--json` object; targets only when the plans are the whole quick nightly."""
-    by_name = {f["name"]: f for f in faults}
-    n = len(records)
-    detected = [r for r in records if r["detected"]]
-    per_tier = {}
-    for plan in plans:
-        t = plan["tier"]
-        caught = [r["name"] for r in records if t in r["caught_by"]]
-        per_tier[t] = {"detected": len(caught), "rate": round(len(caught) / n, 4) if n else None}
-    op_level = [r for r in records if is_op_level(by_name[r["name"]])]
-    unit_caught = [r for r in op_level if "unit" in r["caught_by"]]
-    times = sorted(r["first_detection_seconds"] for r in detected if r["first_detection_seconds"] is not None)
-    out = {
-        "faults": records,
-        "detected": len(detected),
-        "per_tier": per_tier,
-        "missed": [r["name"] for r in records if not r["detected"]],
-        "n_faults": n,
-        "detection_rate": round(len(detected) / n, 4) if n else None,
-        "never_fired": [r["name"] for r in records if not r["fired"]],
-        "unit_op_level": {"faults": len(op_level), "detected": len(unit_caught),
-                          "rate": round(len(unit_caught) / len(op_level), 4) if op_level else None},
-        "median_first_detection_seconds": times[len(times) // 2] if times else None,
-        "tiers": [p["tier"] for p in plans],
-        "limits": {p["tier"]: p["limit"] for p in plans},
-    }
-    if quick_nightly:
-        out["targets"] = {
-            "nightly_rate": {"measured": out["detection_rate"], "target": TARGET_NIGHTLY,
-                             "met": bool(n) and out["detection_rate"] >= TARGET_NIGHTLY},
-            "unit_op_level_rate": {"measured": out["unit_op_level"]["rate"], "target": TARGET_UNIT_OP_LEVEL,
-                                   "met": bool(op_level) and out["unit_op_level"]["rate"] >= TARGET_UNIT_OP_LEVEL},
-        }
-    return out
+            stopped = (json.loads(proc.stdout.strip().splitlines()[-1]).get("stopped") or {}).get("regressions")
+        except (ValueError, IndexError, AttributeError):
+            stopped = None
+    rc = 0 if stopped else proc.returncode
+    segs = [*t.get("segments", []), [start, end]]
+    return {"start": segs[0][0], "end": end, "segments": segs, "rc": rc, "limit": plan["limit"],
+            "stopped": stopped, "stops": [*t.get("stops", []), *([stopped[0]] if stopped else [])],
+            "tried": t.get("tried", 0) + 1, "stderr": proc.stderr.strip().splitlines()[-3:] if rc else []}
 
 
 # ------------------------------------------------------------------------------------- main
@@ -272,10 +184,12 @@ def _faulted_timeouts(clean_dir: Path, plans: list, factor: float, floor: float)
 
 
 def run_fault(fault: dict[str, Any] | None, label: str, base: Path, plans: list, workers: int,
-              timeouts: dict[str, float], rerun: bool, order: str = "listed") -> Path:
+              timeouts: dict[str, float], rerun: bool, order: str = "listed", fail_fast: bool = True,
+              flaky: dict | None = None) -> Path:
     """One faulted nightly: listing order into faults/LABEL, likely failures first (the clean run
-    as the baseline) into faults-ordered/LABEL."""
+    as the baseline) into faults-ordered/LABEL. The control (fault None) always runs whole."""
     ordered = order != "listed"
+    fail_fast = fail_fast and fault is not None
     run_dir = base / (ORDERED_DIR if ordered else "faults") / label
     if rerun and run_dir.exists():
         shutil.rmtree(run_dir)
@@ -283,44 +197,67 @@ def run_fault(fault: dict[str, Any] | None, label: str, base: Path, plans: list,
     fault_file = run_dir / "fault.yaml"
     fault_file.write_text(yaml.safe_dump({"version": 1, "faults": [fault] if fault else []}, sort_keys=False))
     run_tiers(run_dir, plans, _env(base, fault_file, run_dir / "fired.jsonl"), workers, timeouts,
-              cases_from=base / "clean", order=order, baseline=base / "clean" if ordered else None)
+              cases_from=base / "clean", order=order, baseline=base / "clean" if ordered or fail_fast else None,
+              fail_fast=fail_fast, flaky=flaky)
     return run_dir
 
 
-def ordering_summary(listed: list[dict[str, Any]], ordered: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median time to the first detection with and without the order, over faults both caught."""
-    by_name = {r["name"]: r for r in ordered}
-    pairs = [(r["first_detection_seconds"], by_name[r["name"]]["first_detection_seconds"]) for r in listed
-             if r["name"] in by_name and r["first_detection_seconds"] is not None
-             and by_name[r["name"]]["first_detection_seconds"] is not None]
-    def median(xs: list[float]) -> float | None:
-        xs = sorted(xs)
-        if not xs:
-            return None
-        mid = len(xs) // 2
-        return xs[mid] if len(xs) % 2 else round((xs[mid - 1] + xs[mid]) / 2, 1)
-    without, with_ = median([a for a, _ in pairs]), median([b for _, b in pairs])
-    ratio = round(with_ / without, 3) if with_ is not None and without else None
-    differ = [r["name"] for r in listed if r["name"] in by_name and
-              sorted(r["caught_by"]) != sorted(by_name[r["name"]]["caught_by"])]
-    return {"faults_compared": len(pairs), "median_first_detection_seconds_listed": without,
-            "median_first_detection_seconds_ordered": with_, "ordered_over_listed": ratio,
-            "target": round(TARGET_ORDERED_RATIO, 4), "met": ratio is not None and ratio <= TARGET_ORDERED_RATIO,
-            "detections_differ": differ}
+def schedule(faults: list[dict[str, Any]], orders: list[str], run, base: Path, plans: list, args, t0: float) -> set:
+    """The control and every fault in listing order, --jobs at a time; with --order both, a fault's
+    likely-failures-first run is queued when its listed run detected it (or always, with
+    --ordered-missed). Returns the faults whose ordered run was not made."""
+    both = len(orders) == 2
+    skipped: set[str] = set()
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        futures: dict[Any, tuple] = {}
+        if not args.no_control:
+            futures[pool.submit(run, None, "_control", "listed")] = (None, "listed")
+        for f in faults:
+            futures[pool.submit(run, f, f["name"], orders[0])] = (f, orders[0])
+        done = 0
+        while futures:
+            finished, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
+            for fut in finished:
+                fault, order = futures.pop(fut)
+                fut.result()
+                done += 1
+                label = fault["name"] if fault else "_control"
+                print(f"bug_detection: [{done}] {label} ({order}) done ({time.time() - t0:.0f}s)", file=sys.stderr)
+                if fault is None or not both or order != orders[0]:
+                    continue
+                caught = analyse(fault, base / "faults" / fault["name"], base / "clean", plans, {})["detected"]
+                if caught or args.ordered_missed:
+                    futures[pool.submit(run, fault, fault["name"], orders[1])] = (fault, orders[1])
+                else:
+                    skipped.add(fault["name"])
+    return skipped
 
 
-def markdown(summary: dict[str, Any]) -> str:
-    lines = ["| fault | category | kind | op | caught by | first detection (s) | fired in |",
-             "|---|---|---|---|---|---|---|"]
-    for r in summary["faults"]:
-        caught = ", ".join(r["caught_by"]) or "**missed**"
-        first = "" if r["first_detection_seconds"] is None else f"{r['first_detection_seconds']:.0f}"
-        fired = ", ".join(r["fired_tiers"]) or "never"
-        if "compiled" in r["fired_in"]:
-            fired += " (compiled)" if r["fired_in"] == ["compiled"] else " (eager + compiled)"
-        lines.append(f"| {r['name']} | {r['category']} | {r['kind']}{' (compiled)' if r['scope'] == 'compiled' else ''}"
-                     f" | `{r['op']}` | {caught} | {first} | {fired} |")
-    return "\n".join(lines)
+def control_flakes(base: Path, plans: list, no_control: bool) -> tuple[dict[str, set], dict[str, list]]:
+    """Rows that pass clean and not in the control run (no fault planted): flakes, never detections."""
+    flaky: dict[str, set] = {}
+    rows_out: dict[str, list] = {}
+    if no_control:
+        return flaky, rows_out
+    for plan in plans:
+        t = plan["tier"]
+        rows = detections(rows_of(base / "clean" / t), rows_of(base / "faults" / "_control" / t), set())
+        flaky[t] = {(d["case_id"], d["stage"]) for d in rows}
+        rows_out[t] = [{k: d[k] for k in ("case_id", "stage", "status", "reason")} for d in rows]
+    return flaky, rows_out
+
+
+def settle(faults: list[dict[str, Any]], orders: list[str], run, base: Path, plans: list, flaky: dict) -> None:
+    """Faulted nightlies that fail-fast stopped only at rows the control run flips too continue
+    (the runner resumes where it stopped) until a real detection or the end."""
+    for order in orders:
+        for f in faults:
+            timing_path = base / (ORDERED_DIR if order != "listed" else "faults") / f["name"] / "timing.json"
+            if not timing_path.exists():
+                continue
+            timing = json.loads(timing_path.read_text())
+            if any(stop_is_flaky(timing.get(p["tier"], {}), flaky.get(p["tier"], set())) for p in plans):
+                run(f, f["name"], order, flaky, rerun=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-factor", type=float, default=3.0)
     p.add_argument("--min-timeout", type=float, default=60.0)
     p.add_argument("--no-control", action="store_true", help="skip the control run (no flake detection)")
+    p.add_argument("--no-fail-fast", action="store_true",
+                   help="run every tier of each faulted nightly in full (per-tier catch rates of each tier on its "
+                        "own) instead of stopping at the first detecting case (harness run --exitfirst)")
+    p.add_argument("--ordered-missed", action="store_true",
+                   help="with --order both, also run likely-failures-first the faults the listing order missed "
+                        "(by default not: the same cases run, in another order, and ordering changes no row)")
     p.add_argument("--list", action="store_true", help="list the suite's faults and exit")
     p.add_argument("--markdown", action="store_true", help="print the per-fault table as Markdown")
     p.add_argument("--json", action="store_true")
@@ -381,41 +324,38 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"bug_detection: the clean run of tier {broken[0]} failed: {clean[broken[0]]['stderr']}")
         timeouts = _faulted_timeouts(base / "clean", plans, args.timeout_factor, args.min_timeout)
         orders = ["listed", "likely-failures"] if args.order == "both" else [args.order]
-        jobs = [(None, "_control", "listed")] if not args.no_control else []
-        jobs += [(f, f["name"], o) for o in orders for f in faults]
+        fail_fast = not args.no_fail_fast
         print(f"bug_detection: clean run done in {time.time() - t0:.0f}s; {len(faults)} faults, "
-              f"{args.jobs} at a time; faulted timeouts {timeouts}", file=sys.stderr)
-        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            futures = {pool.submit(run_fault, f, label, base, plans, args.workers, timeouts, args.rerun, o):
-                       f"{label} ({o})" for f, label, o in jobs}
-            for n, fut in enumerate(concurrent.futures.as_completed(futures), 1):
-                fut.result()
-                print(f"bug_detection: [{n}/{len(jobs)}] {futures[fut]} done ({time.time() - t0:.0f}s)",
-                      file=sys.stderr)
-        flaky: dict[str, set] = {}
-        control_rows: dict[str, list] = {}
-        if not args.no_control:
-            for plan in plans:
-                t = plan["tier"]
-                rows = detections(rows_of(base / "clean" / t), rows_of(base / "faults" / "_control" / t), set())
-                flaky[t] = {(d["case_id"], d["stage"]) for d in rows}
-                control_rows[t] = [{k: d[k] for k in ("case_id", "stage", "status", "reason")} for d in rows]
+              f"{args.jobs} at a time, {'fail-fast' if fail_fast else 'every tier in full'}; "
+              f"faulted timeouts {timeouts}", file=sys.stderr)
+        def run(f, label, o, flaky=None, rerun=args.rerun):
+            return run_fault(f, label, base, plans, args.workers, timeouts, rerun, o, fail_fast, flaky)
+
+        skipped_ordered = schedule(faults, orders, run, base, plans, args, t0)
+        flaky, control_rows = control_flakes(base, plans, args.no_control)
+        settle(faults, orders, run, base, plans, flaky)  # a stop on a flaky row is resumed
         primary = "faults" if "listed" in orders else ORDERED_DIR
         records = [analyse(f, base / primary / f["name"], base / "clean", plans, flaky) for f in faults]
         ordered = None
         if args.order == "both":
-            ordered = [analyse(f, base / ORDERED_DIR / f["name"], base / "clean", plans, flaky) for f in faults]
-            for r, o in zip(records, ordered):
-                r["ordered"] = {k: o[k] for k in ("first_detection_seconds", "caught_by", "seconds")}
-                r["ordered"]["first"] = {t: e.get("first") for t, e in o["tiers"].items() if e.get("first")}
-        summary = summarize(records, plans, faults, quick_nightly=not args.tiers and not limits)
+            ordered = [analyse(f, base / ORDERED_DIR / f["name"], base / "clean", plans, flaky) for f in faults
+                       if f["name"] not in skipped_ordered]
+            by_name = {o["name"]: o for o in ordered}
+            for r in records:
+                o = by_name.get(r["name"])
+                r["ordered"] = None if o is None else {
+                    "first_detection_seconds": o["first_detection_seconds"], "caught_by": o["caught_by"],
+                    "first_tier": o["first_tier"], "seconds": o["seconds"],
+                    "first": {t: e.get("first") for t, e in o["tiers"].items() if e.get("first")}}
+        summary = summarize(records, plans, faults, quick_nightly=not args.tiers and not limits, fail_fast=fail_fast)
         summary["order"] = args.order
         if ordered is not None:
             summary["ordering"] = ordering_summary(records, ordered)
+            summary["ordering"]["not_run_ordered"] = sorted(skipped_ordered)
         clean_t = json.loads((base / "clean" / "timing.json").read_text())
         summary.update({
             "control": control_rows if not args.no_control else None,
-            "clean_seconds": {t: round(v["end"] - v["start"], 1) for t, v in clean_t.items()},
+            "clean_seconds": {t: round(elapsed(v), 1) for t, v in clean_t.items()},
             "faulted_timeouts": timeouts, "jobs": args.jobs, "workers": args.workers,
             "wall_seconds": round(time.time() - t0, 1),
             "load_average": {"before": [round(x, 2) for x in load_before],

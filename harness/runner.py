@@ -65,6 +65,7 @@ class RunOptions:
     order: str = DEFAULT_ORDER  # execution order: likely failures first, or as listed (harness.ordering)
     baseline: str | None = None  # the baseline the order learns from (None: $HARNESS_BASELINE_DIR, ./baseline)
     use_baseline: bool = True
+    maxfail: int | None = None  # stop after N cases that regress against the baseline (harness.failfast)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -236,6 +237,7 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
         waited[0] += time.monotonic() - t_probe
         return value
 
+    stop = _stop_at_regressions(tier.name, opts)
     journal = Journal(run_dir)
     try:
         done = journal.done(tier.name)
@@ -254,7 +256,10 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
             counts.update(o.status for o in outcomes)
             bar.set_postfix(dict(sorted(counts.items())), refresh=False)
             bar.update(len(outcomes))
+            if stop is not None and not stop.reached and stop.add(outcomes):
+                executor.drain()  # no new chunk; those running finish and are journaled
 
+        executor = None
         if chunks:
             timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
             limits = replace(opts.limits, timeout=timeout, max_cases=max_cases)
@@ -263,6 +268,8 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
                                      sys_path=list(sys.path))
             executor.run(chunks, on_results)
         bar.close()
+        not_run = len(todo) - sum(1 for r in journal.records(tier.name) if r["case_id"] in wanted
+                                  and r["case_id"] not in done)
         fp = fingerprints()  # finished long ago, as a rule: runs.parquet keeps them for the next run's order
         if fp:
             meta[ordering.FINGERPRINT_KEY] = fp
@@ -297,6 +304,24 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
         summary.update(tier.summarize(own_records))
     summary.update({"run_id": meta["run_id"], "run_dir": str(run_dir), "backend": opts.backend,
                     "shard": meta.get("shard"), "executor": opts.executor, "workers": opts.workers,
-                    "resumed": len(cases) - len(todo), "ran": len(todo), "seconds": round(seconds, 3),
+                    "resumed": len(cases) - len(todo), "ran": len(todo) - not_run, "seconds": round(seconds, 3),
                     **timings, "results": str(paths["results"])})
+    if stop is not None:
+        summary["stopped"] = stop.summary(not_run) if stop.reached else None
     return summary
+
+
+def _stop_at_regressions(tier: str, opts: RunOptions) -> Any:
+    """The fail-fast tracker of `--maxfail N` (None without it): the baseline is --baseline, else
+    the configured baseline directory, which must hold results of this tier."""
+    if not opts.maxfail:
+        return None
+    from contracts.settings import current
+    from harness.failfast import StopAtRegressions, passing_rows
+
+    if opts.maxfail < 1:
+        raise ValueError("--maxfail must be at least 1")
+    path = opts.baseline or (current().baseline_dir if opts.use_baseline else None)
+    if not path:
+        raise ValueError("--maxfail/--exitfirst stop at regressions against a baseline: give --baseline DIR")
+    return StopAtRegressions(passing_rows(path, tier), opts.maxfail, baseline=str(path))

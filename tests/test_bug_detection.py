@@ -55,8 +55,30 @@ def test_a_row_that_passes_clean_and_not_faulted_is_a_detection(tmp_path):
     summary = bd.summarize([record, missed], PLANS, [fault, {**fault, "name": "g"}])
     assert {"faults", "detected", "per_tier", "missed"} <= set(summary)
     assert summary["detected"] == 1 and summary["missed"] == ["g"]
-    assert summary["per_tier"]["unit"] == {"detected": 1, "rate": 0.5}
+    assert summary["per_tier"]["unit"] == {"detected": 1, "rate": 0.5, "first": 1}
+    assert record["first_tier"] == "unit" and missed["first_tier"] is None
     assert summary["unit_op_level"] == {"faults": 2, "detected": 1, "rate": 0.5}
+
+
+def test_fail_fast_times_leave_out_the_gap_before_a_resumed_segment_and_unrun_tiers_are_absent(tmp_path):
+    clean, bad = tmp_path / "clean", tmp_path / "bad"
+    _journal(clean, "unit", {"a": [("op", "pass")], "b": [("op", "pass")], "c": [("op", "pass")]}, 0)
+    _journal(clean, "full", {"m": [("load", "pass")]}, 0)
+    # the unit tier stopped at a (flaky) row of a, was resumed 90 s later and caught c at 205
+    _journal(bad, "unit", {"a": [("op", "fail")], "b": [("op", "pass")], "c": [("op", "fail")]}, 108)
+    rows = (bad / "unit" / "journal.jsonl").read_text().splitlines()
+    rows[2] = rows[2].replace('"journaled_at": 110', '"journaled_at": 205')
+    (bad / "unit" / "journal.jsonl").write_text("\n".join(rows) + "\n")
+    stop = [{"case_id": "c", "stage": "op", "status": "fail", "reason": "", "failing_op": None}]
+    (bad / "timing.json").write_text(json.dumps({"unit": {
+        "start": 100, "end": 230, "segments": [[100, 110], [200, 230]], "rc": 0, "stopped": stop}}))
+    record = bd.analyse({"name": "f", "kind": "nan", "op": "aten.mm.default"}, bad, clean, PLANS,
+                        {"unit": {("a", "op")}})
+    assert record["first_tier"] == "unit" and record["tiers"]["unit"]["first"]["case_id"] == "c"
+    assert record["first_detection_seconds"] == 15.0  # 10 s of the first segment + 5 s of the second
+    assert record["tiers_run"] == ["unit"] and "full" not in record["tiers"] and record["seconds"] == 40.0
+    assert bd.stop_is_flaky({"stopped": [{"case_id": "a", "stage": "op"}]}, {("a", "op")})
+    assert not bd.stop_is_flaky({"stopped": stop}, {("a", "op")}) and not bd.stop_is_flaky({}, set())
 
 
 def test_compile_only_and_fallback_faults_are_not_op_level():
@@ -79,6 +101,9 @@ def test_small_real_run_catches_a_fault_on_the_first_unit_cases(tmp_path):
     out = json.loads(proc.stdout)
     by_name = {r["name"]: r for r in out["faults"]}
     assert by_name["grouped-mm-nan"]["caught_by"] == ["unit"] and by_name["grouped-mm-nan"]["fired"]
+    assert out["fail_fast"] and by_name["grouped-mm-nan"]["tiers"]["unit"]["stopped"]  # harness run --exitfirst
+    assert by_name["grouped-mm-nan"]["ordered"]["first_tier"] == "unit"
+    assert out["ordering"]["not_run_ordered"] == ["cumsum-nan"] and by_name["cumsum-nan"]["ordered"] is None
     assert by_name["cumsum-nan"]["caught_by"] == [] and out["missed"] == ["cumsum-nan"]
     assert out["never_fired"] == ["cumsum-nan"] and "targets" not in out  # a subset: no target verdict
     assert out["control"] == {"unit": []}

@@ -22,9 +22,12 @@ EPILOG = """examples:
   harness run --tier upstream --shard 1/2 --out runs/up-1                # op_db x every CPU dtype, half of it
   harness run --tier mypkg.tiers:SMOKE --out runs/s1                     # a tier plug-in MODULE:ATTR
 
+  harness run --tier unit --baseline nightly/ --exitfirst --out runs/u2   # stop at the first regression
+
 Run the same command again with the same --out to continue a run that was killed: finished cases
 are kept (RUNDIR/journal.jsonl), the rest run, nothing runs twice. Exit code 0 when the run
-completed (failing cases are results, not errors; gate on them with `harness compare`), 2 on bad input.
+completed (failing cases are results, not errors; gate on them with `harness compare`), 1 when
+--maxfail/--exitfirst stopped it at regressions against the baseline, 2 on bad input.
 """
 
 
@@ -94,6 +97,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: every dtype each OpInfo declares for the CPU)")
     parser.add_argument("--baseline", metavar="DIR", help="baseline the execution order learns from "
                         "(default: $HARNESS_BASELINE_DIR, else ./baseline; none: listing order by weight)")
+    parser.add_argument("--maxfail", type=int, metavar="N", help="stop after N cases that regress against the "
+                        "baseline (a stage passing there that does not pass now), like pytest --maxfail; the run "
+                        "stays resumable and exits 1")
+    parser.add_argument("-x", "--exitfirst", action="store_const", const=1, dest="maxfail",
+                        help="stop at the first regressing case (--maxfail 1)")
     add_common(parser)
 
 
@@ -129,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
                       executor=args.executor, ray_address=args.ray_address, registry=args.registry,
                       models=args.models, limit=args.limit, limits=limits_from(args, tier),
                       progress=not args.no_progress, tier_options=options, order=args.order,
-                      baseline=args.baseline)
+                      baseline=args.baseline, maxfail=args.maxfail)
     try:
         summary = run_tier(opts)
     except (RunDirMismatch, FileNotFoundError, ValueError, RuntimeError) as exc:
@@ -139,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, default=str))
     else:
         print(format_summary(summary))
-    return 0
+    return 1 if summary.get("stopped") else 0
 
 
 def format_summary(s: dict) -> str:
@@ -157,4 +165,10 @@ def format_summary(s: dict) -> str:
         sc = s["scaling"]
         lines.append(f"  shapes: {sc['scaled']} cases scaled down, {sc['unreplayable']} unreplayable "
                      f"(budget {sc['shape_budget']} elements)")
+    if s.get("stopped"):
+        st = s["stopped"]
+        first = st["regressions"][0]
+        lines.append(f"  stopped after {st['regressing_cases']} regressing case(s) against {st['baseline']} "
+                     f"({st['not_run']} not run; the same command continues): first {first['case_id']} "
+                     f"{first['stage']} {first['status']}: {first['reason'][:120]}")
     return "\n".join(lines)

@@ -12,3 +12,6 @@ OnResults = Callable[[list[CaseOutcome]], None]
 
 class Executor(Protocol):
     def run(self, chunks: list[Chunk], on_results: OnResults) -> None: ...
+
+    def drain(self) -> None:
+        """Start no new chunk (called from on_results); chunks already running finish."""

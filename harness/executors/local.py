@@ -69,6 +69,10 @@ class LocalExecutor:
         if errors:
             raise errors[0]
 
+    def drain(self) -> None:
+        """Dispatch no new chunk; chunks already running finish (fail-fast: `--maxfail`)."""
+        self._stop.set()
+
     def stop(self) -> None:
         """Stop dispatching and kill the workers (Ctrl-C)."""
         self._stop.set()

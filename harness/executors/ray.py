@@ -82,7 +82,7 @@ class RayExecutor:
         stages: list[str] | None = None
 
         def submit(actor: Any) -> None:
-            if todo:
+            if todo and not self._draining:
                 chunk = todo.pop()
                 ref = actor.run_chunk.remote([asdict(c) for c in chunk[0]], chunk[1])
                 inflight[ref] = (actor, chunk)
@@ -114,6 +114,12 @@ class RayExecutor:
                 except Exception:  # noqa: BLE001 - shutting down: a dead actor is fine
                     pass
                 ray.kill(a, no_restart=True)
+
+    _draining = False
+
+    def drain(self) -> None:
+        """Submit no new chunk; chunks in flight finish (fail-fast: `--maxfail`)."""
+        self._draining = True
 
     def _stages(self, actors: list[Any], dead: Any) -> list[str] | None:
         for a in actors:

@@ -1,0 +1,231 @@
+"""What benchmarks/bug_detection.py's runs mean: detections, first-detection times, the summary.
+
+A fault is *caught* by a tier when some (case, stage) row that passes in the clean run does not
+pass in the faulted run (rows that flip in the control run never count). Times are tier-elapsed
+seconds: a tier that fail-fast stopped and was resumed (a stop on a flaky row) has several run
+segments in timing.json, and the gaps between them are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+OK = "pass"
+TARGET_NIGHTLY = 0.95
+TARGET_UNIT_OP_LEVEL = 0.80
+TARGET_ORDERED_RATIO = 1 / 3
+
+
+def rows_of(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(case_id, stage) -> status, reason, failing op and when the case finished (journal)."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    path = run_dir / "journal.jsonl"
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        for st in rec["outcome"].get("stages", []):
+            rows.setdefault((rec["case_id"], st["stage"]), {
+                "status": st["status"], "reason": (st.get("reason") or "")[:200],
+                "failing_op": st.get("failing_op") or "", "at": float(rec.get("journaled_at", 0.0))})
+    return rows
+
+
+def max_case_seconds(run_dir: Path) -> float:
+    worst = 0.0
+    path = run_dir / "journal.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            worst = max(worst, float(json.loads(line)["outcome"].get("seconds") or 0.0))
+        except (ValueError, KeyError):
+            continue
+    return worst
+
+
+def detections(clean: dict, faulted: dict, flaky: set) -> list[dict[str, Any]]:
+    """Rows that pass clean and do not pass faulted (rows that flip in the control excluded)."""
+    found = []
+    for key, row in clean.items():
+        if row["status"] != OK or key in flaky:
+            continue
+        got = faulted.get(key)
+        if got is not None and got["status"] != OK:
+            found.append({"case_id": key[0], "stage": key[1], **got})
+    return sorted(found, key=lambda d: (d["at"], d["case_id"], d["stage"]))
+
+
+def fired_of(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "fired.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def segments(t: dict[str, Any]) -> list[tuple[float, float]]:
+    """A tier's run segments [(start, end)] (one unless it was resumed after a flaky stop)."""
+    if t.get("segments"):
+        return [(float(a), float(b)) for a, b in t["segments"]]
+    return [(float(t["start"]), float(t["end"]))] if "start" in t and "end" in t else []
+
+
+def elapsed(t: dict[str, Any], at: float | None = None) -> float:
+    """Seconds the tier ran (until wall time `at`, if given), gaps between segments left out."""
+    total = 0.0
+    for a, b in segments(t):
+        if at is not None and at < b:
+            return total + max(0.0, at - a)
+        total += b - a
+    return total
+
+
+def analyse(fault: dict[str, Any], run_dir: Path, clean_dir: Path, plans: list, flaky: dict) -> dict[str, Any]:
+    timing = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
+    fired = fired_of(run_dir)
+    record: dict[str, Any] = {
+        "name": fault["name"], "kind": fault["kind"], "category": fault.get("category", ""), "op": fault["op"],
+        "scope": fault.get("scope", "both"), "description": fault.get("description", ""),
+        "fired": bool(fired), "fired_in": sorted({"compiled" if f.get("compiled") else "eager" for f in fired}),
+        "fired_tiers": [p["tier"] for p in plans if any(
+            any(a <= f.get("time", 0) <= b for a, b in segments(timing.get(p["tier"], {}))) for f in fired)],
+        "caught_by": [], "first_tier": None, "tiers": {}, "first_detection_seconds": None,
+        "tiers_run": [p["tier"] for p in plans if timing.get(p["tier"])],
+    }
+    offset = 0.0
+    for plan in plans:
+        name = plan["tier"]
+        t = timing.get(name, {})
+        if not t:
+            continue  # not run: an earlier tier's detection stopped the fail-fast nightly
+        found = detections(rows_of(clean_dir / name), rows_of(run_dir / name), flaky.get(name, set()))
+        entry: dict[str, Any] = {"rows": len(found), "cases": len({d["case_id"] for d in found}),
+                                 "seconds": round(elapsed(t), 1), "stopped": bool(t.get("stopped"))}
+        if t.get("rc") not in (0, None):
+            entry["error"] = t.get("stderr")
+        if found:
+            first = found[0]
+            entry["first"] = {k: first[k] for k in ("case_id", "stage", "status", "reason", "failing_op")}
+            entry["first_detection_seconds"] = round(elapsed(t, first["at"]), 1)
+            record["caught_by"].append(name)
+            if record["first_detection_seconds"] is None:
+                record["first_tier"] = name
+                record["first_detection_seconds"] = round(offset + entry["first_detection_seconds"], 1)
+        elif t.get("stopped"):  # the runner stopped at a regression this analysis does not count
+            entry["stopped_without_detection"] = t["stopped"][:3]
+        record["tiers"][name] = entry
+        offset += elapsed(t)
+    record["detected"] = bool(record["caught_by"])
+    record["seconds"] = round(offset, 1)
+    return record
+
+
+def stop_is_flaky(t: dict[str, Any], flaky: set) -> bool:
+    """A fail-fast stop whose regressing rows all flip in the control run too: not a detection."""
+    stopped = t.get("stopped") or []
+    return bool(stopped) and all((r["case_id"], r["stage"]) in flaky for r in stopped)
+
+
+def is_op_level(fault: dict[str, Any]) -> bool:
+    """A fault a single op's replay can reveal: not compile-only, not a lost lowering."""
+    return fault.get("scope", "both") != "compiled" and fault["kind"] != "fallback"
+
+
+def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str, Any]],
+              quick_nightly: bool = True, fail_fast: bool = False) -> dict[str, Any]:
+    """The `--json` object; targets only when the plans are the whole quick nightly.
+
+    `per_tier` counts the faults each tier caught; fail-fast, a tier runs only when the tiers
+    before it caught nothing, so it counts the faults each tier was the *first* to catch."""
+    by_name = {f["name"]: f for f in faults}
+    n = len(records)
+    detected = [r for r in records if r["detected"]]
+    per_tier = {}
+    for plan in plans:
+        t = plan["tier"]
+        caught = [r["name"] for r in records if t in r["caught_by"]]
+        per_tier[t] = {"detected": len(caught), "rate": round(len(caught) / n, 4) if n else None,
+                       "first": sum(1 for r in records if r.get("first_tier") == t)}
+    op_level = [r for r in records if is_op_level(by_name[r["name"]])]
+    # the unit tier runs first in the nightly, so fail-fast or not, it ran whole wherever it caught nothing
+    unit_caught = [r for r in op_level if "unit" in r["caught_by"]]
+    times = sorted(r["first_detection_seconds"] for r in detected if r["first_detection_seconds"] is not None)
+    out = {
+        "faults": records,
+        "detected": len(detected),
+        "per_tier": per_tier,
+        "per_tier_meaning": "first detecting tier (fail-fast)" if fail_fast else "each tier run in full",
+        "missed": [r["name"] for r in records if not r["detected"]],
+        "n_faults": n,
+        "detection_rate": round(len(detected) / n, 4) if n else None,
+        "never_fired": [r["name"] for r in records if not r["fired"]],
+        "unit_op_level": {"faults": len(op_level), "detected": len(unit_caught),
+                          "rate": round(len(unit_caught) / len(op_level), 4) if op_level else None},
+        "median_first_detection_seconds": times[len(times) // 2] if times else None,
+        "tiers": [p["tier"] for p in plans],
+        "limits": {p["tier"]: p["limit"] for p in plans},
+        "fail_fast": fail_fast,
+    }
+    if quick_nightly:
+        out["targets"] = {
+            "nightly_rate": {"measured": out["detection_rate"], "target": TARGET_NIGHTLY,
+                             "met": bool(n) and out["detection_rate"] >= TARGET_NIGHTLY},
+            "unit_op_level_rate": {"measured": out["unit_op_level"]["rate"], "target": TARGET_UNIT_OP_LEVEL,
+                                   "met": bool(op_level) and out["unit_op_level"]["rate"] >= TARGET_UNIT_OP_LEVEL},
+        }
+    return out
+
+
+def median(xs: list[float]) -> float | None:
+    xs = sorted(xs)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else round((xs[mid - 1] + xs[mid]) / 2, 1)
+
+
+def ordering_summary(listed: list[dict[str, Any]], ordered: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median time to the first detection with and without the order, over faults both caught."""
+    by_name = {r["name"]: r for r in ordered}
+    pairs = [(r["first_detection_seconds"], by_name[r["name"]]["first_detection_seconds"]) for r in listed
+             if r["name"] in by_name and r["first_detection_seconds"] is not None
+             and by_name[r["name"]]["first_detection_seconds"] is not None]
+    without, with_ = median([a for a, _ in pairs]), median([b for _, b in pairs])
+    ratio = round(with_ / without, 3) if with_ is not None and without else None
+    differ = [r["name"] for r in listed if r["name"] in by_name and
+              sorted(r["caught_by"]) != sorted(by_name[r["name"]]["caught_by"])]
+    return {"faults_compared": len(pairs), "median_first_detection_seconds_listed": without,
+            "median_first_detection_seconds_ordered": with_, "ordered_over_listed": ratio,
+            "target": round(TARGET_ORDERED_RATIO, 4), "met": ratio is not None and ratio <= TARGET_ORDERED_RATIO,
+            "detections_differ": differ}
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    ordered = summary.get("order") == "both"
+    head = "| fault | category | kind | op | caught | first tier | first detecting row | op the row names" \
+           " | s to first detection" + (" listed / ordered" if ordered else "") + " | fired in |"
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["faults"]:
+        tier = r.get("first_tier")
+        first = r["tiers"].get(tier, {}).get("first", {}) if tier else {}
+        row = f"`{first['case_id'][:48]}` {first['stage']} {first['status']}" if first else ""
+        secs = "" if r["first_detection_seconds"] is None else f"{r['first_detection_seconds']:.0f}"
+        if ordered:
+            o = (r.get("ordered") or {}).get("first_detection_seconds")
+            secs += " / " + ("not run" if r.get("ordered") is None else "-" if o is None else f"{o:.0f}")
+        fired = ", ".join(r["fired_tiers"]) or "never"
+        if "compiled" in r["fired_in"]:
+            fired += " (compiled)" if r["fired_in"] == ["compiled"] else " (eager + compiled)"
+        kind = r["kind"] + (" (compiled)" if r["scope"] == "compiled" else "")
+        lines.append(f"| {r['name']} | {r['category']} | {kind} | `{r['op']}` | {'yes' if r['detected'] else '**no**'}"
+                     f" | {tier or ''} | {row} | {first.get('failing_op') or ''} | {secs} | {fired} |")
+    return "\n".join(lines)
