@@ -38,7 +38,9 @@ harness/ordering.py). A fault the listing order missed is not run again by defau
 nightly runs the same cases (the same case lists), only in another order, and a verdict does not
 depend on the order or on what ran before it in a worker (tests/runner/test_ordering.py,
 tests/compile/test_dynamo_isolation.py), so it would miss it too; `--ordered-missed` runs it
-anyway. `--json` adds `ordering`: the median time to the first detection with and without the
+anyway. For the same reason the ordered nightly takes over the listed one's tiers that ran whole
+without a detection (rows and measured seconds) and runs from the tier that caught the fault
+(`--ordered-all-tiers` runs every tier again). `--json` adds `ordering`: the median time to the first detection with and without the
 order over the faults both detected, their ratio (target <= 1/3) and whether the two orders'
 first tiers differ (they must not); each fault record gets `ordered`.
 """
@@ -53,6 +55,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -173,19 +176,51 @@ def _env(base: Path, fault_file: Path | None, log: Path | None) -> dict[str, str
     return env
 
 
-def _faulted_timeouts(clean_dir: Path, plans: list, factor: float, floor: float) -> dict[str, float]:
-    """Per tier: factor x the slowest clean case (x the chunk size for chunked tiers), at least
-    `floor`, at most the nightly's own timeout."""
-    out = {}
-    for plan in plans:
-        slowest = max_case_seconds(clean_dir / plan["tier"]) * plan["chunk"]
-        out[plan["tier"]] = min(plan["timeout"], max(floor, factor * slowest))
-    return out
+class CleanTiers:
+    """The clean run in a thread of its own, and the faulted runs' per-tier timeouts: a faulted
+    nightly reaches tier T only once the clean run of T is finished (its rows are the baseline),
+    so faulted unit tiers run while the clean run is still in its model tiers. Timeouts: factor x
+    the slowest clean case (x the chunk size for chunked tiers), at least `floor`, at most the
+    nightly's own timeout."""
+
+    def __init__(self, base: Path, plans: list, workers: int, factor: float, floor: float) -> None:
+        self.base, self.plans, self.factor, self.floor = base, plans, factor, floor
+        self.timeouts: dict[str, float] = {}
+        self.timing: dict[str, Any] = {}
+        self.ready = {p["tier"]: threading.Event() for p in plans}
+        self.done = threading.Event()
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, args=(workers,), daemon=True, name="clean-run")
+
+    def _run(self, workers: int) -> None:
+        try:
+            for plan in self.plans:  # tier by tier, so each is announced as soon as it is finished
+                self.timing = run_tiers(self.base / "clean", [plan], _env(self.base, None, None), workers,
+                                        {plan["tier"]: plan["timeout"]})
+                t = self.timing.get(plan["tier"], {})
+                if t.get("rc"):
+                    self.error = f"the clean run of tier {plan['tier']} failed: {t.get('stderr')}"
+                    return
+                self.ready[plan["tier"]].set()
+        except BaseException as exc:  # noqa: BLE001 - reported to every waiting faulted run
+            self.error = f"the clean run failed: {type(exc).__name__}: {exc}"
+        finally:
+            self.done.set()
+
+    def __getitem__(self, tier: str) -> float:
+        while not self.ready[tier].wait(5):
+            if self.done.is_set() and not self.ready[tier].is_set():
+                raise SystemExit(f"bug_detection: {self.error or 'the clean run stopped'}")
+        if tier not in self.timeouts:
+            plan = next(p for p in self.plans if p["tier"] == tier)
+            slowest = max_case_seconds(self.base / "clean" / tier) * plan["chunk"]
+            self.timeouts[tier] = min(plan["timeout"], max(self.floor, self.factor * slowest))
+        return self.timeouts[tier]
 
 
 def run_fault(fault: dict[str, Any] | None, label: str, base: Path, plans: list, workers: int,
               timeouts: dict[str, float], rerun: bool, order: str = "listed", fail_fast: bool = True,
-              flaky: dict | None = None) -> Path:
+              flaky: dict | None = None, reuse_listed: bool = True) -> Path:
     """One faulted nightly: listing order into faults/LABEL, likely failures first (the clean run
     as the baseline) into faults-ordered/LABEL. The control (fault None) always runs whole."""
     ordered = order != "listed"
@@ -196,10 +231,31 @@ def run_fault(fault: dict[str, Any] | None, label: str, base: Path, plans: list,
     run_dir.mkdir(parents=True, exist_ok=True)
     fault_file = run_dir / "fault.yaml"
     fault_file.write_text(yaml.safe_dump({"version": 1, "faults": [fault] if fault else []}, sort_keys=False))
+    if ordered and fail_fast and reuse_listed:
+        reuse_quiet_tiers(base / "faults" / label, run_dir, base / "clean", plans)
     run_tiers(run_dir, plans, _env(base, fault_file, run_dir / "fired.jsonl"), workers, timeouts,
               cases_from=base / "clean", order=order, baseline=base / "clean" if ordered or fail_fast else None,
               fail_fast=fail_fast, flaky=flaky)
     return run_dir
+
+
+def reuse_quiet_tiers(listed: Path, ordered: Path, clean: Path, plans: list) -> None:
+    """The ordered nightly takes over the listed nightly's tiers that ran whole and caught nothing
+    (their rows and measured seconds): they run the same cases, and no order makes a tier catch
+    what none of its cases catches, so it would run them whole again for the same result. The
+    ordered run starts at the first tier the listed run caught the fault in."""
+    timing_path = listed / "timing.json"
+    if not timing_path.exists() or (ordered / "timing.json").exists():
+        return
+    listed_t, taken = json.loads(timing_path.read_text()), {}
+    for plan in plans:
+        name, t = plan["tier"], listed_t.get(plan["tier"], {})
+        if t.get("rc") != 0 or t.get("stopped") or detections(rows_of(clean / name), rows_of(listed / name), set()):
+            break
+        shutil.copytree(listed / name, ordered / name, dirs_exist_ok=True)
+        taken[name] = {**t, "reused_from": "listed"}
+    if taken:
+        (ordered / "timing.json").write_text(json.dumps(taken, indent=1))
 
 
 def schedule(faults: list[dict[str, Any]], orders: list[str], run, base: Path, plans: list, args, t0: float) -> set:
@@ -283,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-fail-fast", action="store_true",
                    help="run every tier of each faulted nightly in full (per-tier catch rates of each tier on its "
                         "own) instead of stopping at the first detecting case (harness run --exitfirst)")
+    p.add_argument("--ordered-all-tiers", action="store_true",
+                   help="with --order both, run every tier of the ordered nightly (by default it takes over the "
+                        "listed nightly's tiers that ran whole without a detection: the same cases, the same rows)")
     p.add_argument("--ordered-missed", action="store_true",
                    help="with --order both, also run likely-failures-first the faults the listing order missed "
                         "(by default not: the same cases run, in another order, and ordering changes no row)")
@@ -317,21 +376,21 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     load_before = os.getloadavg()
     try:
-        clean = run_tiers(base / "clean", plans, _env(base, None, None), args.workers,
-                          {pl["tier"]: pl["timeout"] for pl in plans})
-        broken = [t for t, v in clean.items() if v.get("rc")]
-        if broken:
-            raise SystemExit(f"bug_detection: the clean run of tier {broken[0]} failed: {clean[broken[0]]['stderr']}")
-        timeouts = _faulted_timeouts(base / "clean", plans, args.timeout_factor, args.min_timeout)
+        timeouts = CleanTiers(base, plans, args.workers, args.timeout_factor, args.min_timeout)
+        timeouts.thread.start()
         orders = ["listed", "likely-failures"] if args.order == "both" else [args.order]
         fail_fast = not args.no_fail_fast
-        print(f"bug_detection: clean run done in {time.time() - t0:.0f}s; {len(faults)} faults, "
-              f"{args.jobs} at a time, {'fail-fast' if fail_fast else 'every tier in full'}; "
-              f"faulted timeouts {timeouts}", file=sys.stderr)
+        print(f"bug_detection: {len(faults)} faults, {args.jobs} at a time, "
+              f"{'fail-fast' if fail_fast else 'every tier in full'}; each tier once its clean run is done",
+              file=sys.stderr)
         def run(f, label, o, flaky=None, rerun=args.rerun):
-            return run_fault(f, label, base, plans, args.workers, timeouts, rerun, o, fail_fast, flaky)
+            return run_fault(f, label, base, plans, args.workers, timeouts, rerun, o, fail_fast, flaky,
+                             reuse_listed=not args.ordered_all_tiers)
 
         skipped_ordered = schedule(faults, orders, run, base, plans, args, t0)
+        timeouts.thread.join()
+        if timeouts.error:
+            raise SystemExit(f"bug_detection: {timeouts.error}")
         flaky, control_rows = control_flakes(base, plans, args.no_control)
         settle(faults, orders, run, base, plans, flaky)  # a stop on a flaky row is resumed
         primary = "faults" if "listed" in orders else ORDERED_DIR
@@ -356,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         summary.update({
             "control": control_rows if not args.no_control else None,
             "clean_seconds": {t: round(elapsed(v), 1) for t, v in clean_t.items()},
-            "faulted_timeouts": timeouts, "jobs": args.jobs, "workers": args.workers,
+            "faulted_timeouts": timeouts.timeouts, "jobs": args.jobs, "workers": args.workers,
             "wall_seconds": round(time.time() - t0, 1),
             "load_average": {"before": [round(x, 2) for x in load_before],
                              "after": [round(x, 2) for x in os.getloadavg()]},
