@@ -48,6 +48,7 @@ first tiers differ (they must not); each fault record gets `ordered`.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import json
 import os
@@ -264,12 +265,17 @@ def schedule(faults: list[dict[str, Any]], orders: list[str], run, base: Path, p
     --ordered-missed). Returns the faults whose ordered run was not made."""
     both = len(orders) == 2
     skipped: set[str] = set()
+    pending: collections.deque = collections.deque([(None, "listed")] if not args.no_control else [])
+    pending.extend((f, orders[0]) for f in faults)
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
         futures: dict[Any, tuple] = {}
-        if not args.no_control:
-            futures[pool.submit(run, None, "_control", "listed")] = (None, "listed")
-        for f in faults:
-            futures[pool.submit(run, f, f["name"], orders[0])] = (f, orders[0])
+
+        def submit(fault, order) -> None:
+            futures[pool.submit(run, fault, fault["name"] if fault else "_control", order)] = (fault, order)
+
+        # at most --jobs in flight, so an ordered run queued by a finished listed one runs next
+        while pending and len(futures) < max(1, args.jobs):
+            submit(*pending.popleft())
         done = 0
         while futures:
             finished, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
@@ -279,13 +285,14 @@ def schedule(faults: list[dict[str, Any]], orders: list[str], run, base: Path, p
                 done += 1
                 label = fault["name"] if fault else "_control"
                 print(f"bug_detection: [{done}] {label} ({order}) done ({time.time() - t0:.0f}s)", file=sys.stderr)
-                if fault is None or not both or order != orders[0]:
-                    continue
-                caught = analyse(fault, base / "faults" / fault["name"], base / "clean", plans, {})["detected"]
-                if caught or args.ordered_missed:
-                    futures[pool.submit(run, fault, fault["name"], orders[1])] = (fault, orders[1])
-                else:
-                    skipped.add(fault["name"])
+                if fault is not None and both and order == orders[0]:
+                    caught = analyse(fault, base / "faults" / fault["name"], base / "clean", plans, {})["detected"]
+                    if caught or args.ordered_missed:
+                        pending.appendleft((fault, orders[1]))
+                    else:
+                        skipped.add(fault["name"])
+                while pending and len(futures) < max(1, args.jobs):
+                    submit(*pending.popleft())
     return skipped
 
 
