@@ -4,8 +4,11 @@ The default model set is the offline catalog's representatives (`agents.select.
 default_representatives()`); `--models FILE` replaces it with ModelSpecs from a JSON list, JSONL
 or YAML file. Each model is shrunk (`harness.models.resolve_config`), built with random weights
 (`harness.models.build_model`) and given valid inputs (`harness.inputs.make_inputs`), once per
-sequence length in `SEQ_LENGTHS`: real training uses several shapes, and so does the registry (the
-provenance says which). `record_spec` runs in a worker process and never raises.
+sequence length in `SEQ_LENGTHS` (by default the model tiers' own length; `--seq` adds shapes:
+real training uses several, and so can the registry, the provenance says which). The inputs are
+made exactly as the model tiers make them (harness/check.py): from the model on the CPU, then
+moved to the device, so a multimodal prompt gets the placeholders the model's own feature methods
+count. `record_spec` runs in a worker process and never raises.
 """
 
 from __future__ import annotations
@@ -22,8 +25,16 @@ import yaml
 from contracts.records import ModelSpec
 from contracts.settings import current
 
-#: Sequence lengths recorded per model (batch is the inputs module's, 2); `--seq` adds more shapes.
-SEQ_LENGTHS = (32,)
+def _model_tier_seq() -> int:
+    from harness.shrink import rules
+
+    return int(rules()["targets"]["test_sequence_length"])
+
+
+#: Sequence lengths recorded per model (batch is the inputs module's, 2): the length the model
+#: tiers run (shrink_rules.yaml `test_sequence_length`; the shrunk configs are sized for it, e.g.
+#: sliding windows and axial position shapes), so a model that runs there records; `--seq` adds more.
+SEQ_LENGTHS = (_model_tier_seq(),)
 
 #: Models at least this large ($HARNESS_RECORD_FAKE_MIN_PARAMS) are recorded on fake tensors
 #: first (no compute). Smaller ones are recorded on real tensors: for a tiny shrunk model
@@ -114,10 +125,11 @@ def _build_on(device: Any, build: Any) -> Any:
 
 
 def _to_device(value: Any, device: Any) -> Any:
+    """A copy of `value` on `device` (a fresh copy each time: a run may modify its inputs in place)."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value if value.device == device else value.to(device)
+        return value.clone() if value.device == device else value.to(device)
     if isinstance(value, dict):
         return {k: _to_device(v, device) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -152,11 +164,20 @@ def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: 
         return out
     # Shrunk models are small: build the real one once and count its parameters (a meta build to
     # count first cost as much); a large one is dropped and recorded on fake tensors instead.
+    # The inputs are made from this CPU model, as the model tiers make them: feature methods
+    # asked for a placeholder count must run where the synthetic pixels/audio are (the CPU).
     prebuilt: list = []
     prefer_fake = False
+    inputs: dict[int, dict[str, Any]] = {}
+    input_error = ""
     try:
         model = models.build_model(config, arch, seed=0)
         prefer_fake = models.parameter_count(model) >= current().record_fake_min_params
+        try:
+            for seq in seq_lengths:
+                inputs[seq] = model_inputs.make_inputs(model, config, arch, seed=0, seq=seq).kwargs
+        except Exception as exc:  # noqa: BLE001 - reported as the model's record error
+            input_error = f"inputs: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         if not prefer_fake:
             prebuilt.append(model)
         del model
@@ -168,10 +189,18 @@ def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: 
             return _build_on(device, prebuilt.pop)
         return _build_on(device, lambda: models.build_model(config, arch, seed=0))
 
+    def feed(m: Any, seq: int) -> dict[str, Any]:
+        if seq in inputs:
+            return _to_device(inputs[seq], device)
+        if input_error:
+            raise RuntimeError(input_error)
+        # the CPU build failed and record_workload's build succeeded (it does not happen for a
+        # deterministic build, but keep recording): inputs from the model where it is
+        return _to_device(model_inputs.make_inputs(m, config, arch, seed=0, seq=seq).kwargs, device)
+
     for seq in seq_lengths:
         outcome = record_workload(
-            build,
-            lambda m, seq=seq: _to_device(model_inputs.make_inputs(m, config, arch, seed=0, seq=seq).kwargs, device),
+            build, lambda m, seq=seq: feed(m, seq),
             model_id=spec.model_id, tier=tier, weight=float(spec.downloads or 0), prefer_fake=prefer_fake,
             device=device.type,
         )

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="PATH", help="registry Parquet to write (default: $HARNESS_REGISTRY or the bundled one)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N")
     p.add_argument("--seq", type=int, action="append", metavar="N",
-                   help="sequence length to record (repeatable; default 32)")
+                   help="sequence length to record (repeatable; default: the model tiers' length, shrink_rules.yaml test_sequence_length)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N models")
     p.add_argument("--backend", metavar="B", help="device the calls are recorded on, so the registry holds the op "
                    "mix it receives (default: $HARNESS_BACKEND, else neuron); cpu records the CPU's")

@@ -44,3 +44,27 @@ def test_regenerate_on_neuron_resumes_and_reports_failures(tmp_path):
 
 def test_work_dir_sits_beside_the_output():
     assert work_dir(Path("/x/registry.parquet")) == Path("/x/registry.parquet.run")
+
+
+def test_default_shape_is_the_model_tiers_sequence_length():
+    from harness.shrink import rules
+    from harness.workloads import SEQ_LENGTHS
+
+    assert SEQ_LENGTHS == (rules()["targets"]["test_sequence_length"],)
+
+
+def test_a_multimodal_model_records_on_the_device_with_its_image_placeholders():
+    """The prompt must carry as many image tokens as the model's own feature method returns; that
+    count is asked from the model where the synthetic pixels are (the CPU, as the model tiers do),
+    not from the model already on the device (which raised and left the prompt without any)."""
+    from dataclasses import asdict
+
+    from harness.workloads import record_spec
+
+    spec = ModelSpec("t/glm_ocr", "glm_ocr", "GlmOcrForConditionalGeneration")
+    res = record_spec(asdict(spec), backend="neuron")
+    assert res.device == "neuron" and not res.error
+    assert [r["mode"] for r in res.runs] == ["real"], res.runs
+    assert set(res.runs[0]["phases"]) == {"inference", "forward", "backward", "optimizer"}
+    # the vision tower ran on the device: its convolution (patch embedding) is an entry
+    assert any(e.op.startswith("aten.convolution") for e in res.entries)
