@@ -10,7 +10,9 @@ takes the boundary values of each constrained input:
   they are planted into the random values (a value already present is not planted again, so
   unique indices stay unique); what does not fit into one tensor goes into extra variants;
 * an integer range (repeat counts, observed integer inputs): its lowest and highest value;
-* a boolean mask (any boolean input): the all-true and the all-false mask, as extra variants.
+* a boolean mask (any boolean input): the all-true and the all-false mask, as extra variants; a
+  mask whose True count another input's shape fixes (index_put's values): that many Trues packed
+  at the first and at the last positions.
 
 A variant is a name plus constraint overrides (``{"a.1": {..., "plant": [values]}}``); the replay
 builds the inputs of each variant from the same seed and fails the case if any variant fails.
@@ -83,6 +85,10 @@ def variants(a_enc: list, k_enc: dict, constraints: dict[str, dict]) -> list[tup
             continue
         c = constraints.get(path)
         if enc.get("dt") == "b8":
+            if c and c.get("count_of"):  # the count is fixed by another input's shape: its edges
+                for place in ("first", "last"):
+                    extra.append((f"{path}={place}-{c['count']}", {**base, path: {**c, "place": place}}))
+                continue
             for name, fill in (("all-true", True), ("all-false", False)):
                 over = {**base, path: {**(c or {}), "kind": "mask", "fill": fill}}
                 extra.append((f"{path}={name}", over))

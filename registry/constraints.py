@@ -41,7 +41,7 @@ def _lookup_keys(op: str) -> list[str]:
     base_overload = overload.removesuffix("_out").removesuffix("out") or "default"
     if base_overload != overload:
         keys.insert(1, f"{ns}.{packet}.{base_overload}")
-    if packet.endswith("_") and not packet.startswith("_"):
+    if packet.endswith("_") and not packet.endswith("__"):  # in place (_index_put_impl_ too), not a dunder
         keys += [f"{ns}.{packet[:-1]}.{overload}", f"{ns}.{packet[:-1]}"]
     return keys
 
@@ -151,7 +151,11 @@ def _constraint(rule: dict, enc: dict, args: list, kwargs: dict, i: int | None) 
         return None if high is None else {"kind": "offsets", "high": int(high), "source": "semantics"}
     if kind == "index":
         if enc["dt"] == "b8":
-            return {"kind": "mask", "density": 0.5, "source": "semantics"}
+            c = {"kind": "mask", "density": 0.5, "source": "semantics"}
+            count = _mask_count(rule.get("mask_count"), enc, args, kwargs, i)
+            if count is not None:
+                c.update(count=count, count_of=_path(rule["mask_count"]["values_of"]))
+            return c
         high = _resolve_high(rule["high"], args, kwargs, i)
         if high is None:
             return None
@@ -170,6 +174,31 @@ def _constraint(rule: dict, enc: dict, args: list, kwargs: dict, i: int | None) 
     if kind == "range":
         return {"kind": "range", "low": rule.get("low", 0), "high": rule.get("high", 8), "source": "semantics"}
     return {"kind": kind, "source": "semantics"}
+
+
+def _mask_count(spec: dict | None, mask: dict, args: list, kwargs: dict, i: int | None) -> int | None:
+    """The True count a boolean index must have so that the values written fit (index_put: the
+    selected elements are ``self[..., mask, ...]``, shape ``self[:d] + [nnz] + self[d + mask.dim:]``,
+    and the values must broadcast to it). None when any count fits (the values broadcast along the
+    selected position) or the call is not of that simple form (several advanced indices)."""
+    if not spec or i is None:
+        return None
+    target, indices, values = _arg(args, kwargs, 0), _arg(args, kwargs, 1), _arg(args, kwargs, spec["values_of"])
+    if not (isinstance(target, dict) and "T" in target and isinstance(values, dict) and "T" in values
+            and isinstance(indices, list)):
+        return None
+    if any(isinstance(x, dict) and "T" in x for j, x in enumerate(indices) if j != i):
+        return None  # several advanced indices broadcast together: not derived
+    d, m, v = i, len(mask["T"]), values["T"]  # entries before i are None (one full dim each)
+    rank = len(target["T"]) - m + 1
+    k = d - (rank - len(v))  # the selected position in the values, aligned from the right
+    if not 0 <= k < len(v) or int(v[k]) == 1:
+        return None
+    count = int(v[k])
+    numel = 1
+    for s in mask["T"]:
+        numel *= int(s)
+    return count if count <= numel else None
 
 
 def _special(spec: dict | None, args: list, kwargs: dict) -> int | None:

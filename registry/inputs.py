@@ -31,12 +31,16 @@ def _values(shape: list[int], dtype: torch.dtype, c: dict | None, gen: torch.Gen
         return torch.full(n_shape, bool(c["fill"]), dtype=torch.bool)
     if dtype == torch.bool:
         density = float((c or {}).get("density", 0.5))
-        if c and c.get("source") == "observed":
-            # as many Trues as the model had (recorded, or from the density for older recordings)
+        if c and (c.get("count") is not None or c.get("source") == "observed"):
+            # as many Trues as another input's shape needs (semantics: index_put's values) or as
+            # the model had (observed; from the density for older recordings)
             numel = int(torch.Size(n_shape).numel())
-            count = min(numel, int(c.get("count", round(density * numel))))
+            count = min(numel, int(c["count"] if c.get("count") is not None else round(density * numel)))
             flat = torch.zeros(numel, dtype=torch.bool)
-            flat[torch.randperm(numel, generator=gen)[:count]] = True
+            place = c.get("place")  # a boundary variant: the Trues packed at the first / last positions
+            chosen = (torch.arange(count) if place == "first" else torch.arange(numel - count, numel)
+                      if place == "last" else torch.randperm(numel, generator=gen)[:count])
+            flat[chosen] = True
             return flat.reshape(n_shape)
         return torch.rand(n_shape, generator=gen) < density
     if not (dtype.is_floating_point or dtype.is_complex):
@@ -109,8 +113,14 @@ def build_tensor(enc: dict, c: dict | None, gen: torch.Generator) -> BuiltTensor
         return BuiltTensor(boundaries.plant(values, wanted) if wanted else values, None, shape, None, 0)
     stride = stride or _contiguous(shape)
     size = _storage_size(shape, stride, offset)
-    base = _values([size], dtype, c, gen)
+    counted = dtype == torch.bool and c is not None and c.get("count") is not None and "fill" not in c
+    base = torch.zeros(size, dtype=dtype) if counted else _values([size], dtype, c, gen)
     view = base.as_strided(shape, stride, offset)
+    if counted:  # the count is of the logical mask, not of its storage
+        try:
+            view.copy_(_values(shape, dtype, c, gen))
+        except RuntimeError:  # elements that overlap: the storage gets the count instead
+            base.copy_(_values([size], dtype, c, gen))
     if wanted:
         try:  # into the logical values (a view whose elements overlap cannot take them: left random)
             view.copy_(boundaries.plant(view, wanted))

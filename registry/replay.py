@@ -238,6 +238,8 @@ def plan(spec: CaseSpec, max_numel: int | None = None) -> Plan:
     if fitted[3] != 1 and scaling.max_numel(a_enc, k_enc) <= scaling.hard_cap(max_numel):
         attempts.append((a_enc, k_enc, constraints, 1))
     for n, (fa, fk, fc, factor) in enumerate(attempts):
+        if factor != 1:  # a count another input's shape fixes follows the scaled shapes
+            fc = {**fc, **{p: c for p, c in infer_constraints(spec.op, fa, fk).items() if "count_of" in c}}
         variants = boundaries.variants(fa, fk, fc)
         try:
             built = build_args(fa, fk, variants[0][1], torch.Generator().manual_seed(_seed(spec)))

@@ -160,3 +160,55 @@ def test_the_suites_boundary_faults_are_caught_by_the_unit_case(fault, op, args)
     with faults.planted(_suite_fault(fault)):
         (bad,) = execute(payload, "neuron")
     assert bad.status.value == "fail" and "mismatch" in bad.reason, (fault, bad.status, bad.reason)
+
+
+# ------------------------------------------------ a mask whose True count another input's shape fixes
+
+def _index_put(self_shape, mask_shape, values_shape, accumulate=True, before=()):
+    return _spec("aten.index_put.default",
+                 (torch.zeros(self_shape), [*before, torch.zeros(mask_shape, dtype=torch.bool)],
+                  torch.zeros(values_shape), accumulate))
+
+
+@pytest.mark.parametrize("self_shape,mask_shape,values_shape,before,count", [
+    ([2, 32], [2, 32], [61], (), 61),            # x[mask] = v: one value per True
+    ([2, 32, 48], [2, 32], [0, 48], (), 0),      # rows selected by a 2-D mask, none of them
+    ([4, 6, 8], [6], [4, 5, 8], (None,), 5),     # x[:, mask] = v: the count sits in the middle
+])
+def test_a_boolean_index_put_mask_has_as_many_trues_as_the_values(self_shape, mask_shape, values_shape, before, count):
+    spec = _index_put(self_shape, mask_shape, values_shape, before=before)
+    inputs = _variant_inputs(spec)
+    path = f"a.1.{len(before)}"
+    assert set(inputs) == {boundaries.BASE, f"{path}=first-{count}", f"{path}=last-{count}"}
+    for args in inputs.values():
+        assert int(args[1][len(before)].sum()) == count
+    mask = inputs[f"{path}=last-{count}"][1][len(before)].reshape(-1)
+    assert count == 0 or bool(mask[-count:].all())
+    result = replay(spec, get_backend("neuron"))
+    assert result.status.value == "pass", result.reason
+    assert result.metrics["variants"] == 3 and not result.metrics.get("variants_skipped")
+
+
+def test_a_mask_the_values_broadcast_over_keeps_its_random_count_and_edges():
+    spec = _index_put([2, 16, 32], [2, 16], [32])  # one row broadcast to every selected position
+    inputs = _variant_inputs(spec)
+    assert set(inputs) == {boundaries.BASE, "a.1.0=all-true", "a.1.0=all-false"}
+    assert replay(spec, get_backend("neuron")).status.value == "pass"
+
+
+def test_an_index_put_case_recorded_with_a_density_only_replays():
+    """A registry row recorded before the rule (density 0.5, no count) gets the count at replay."""
+    spec = _index_put([2, 32], [2, 32], [61])
+    spec = CaseSpec(spec.op, spec.signature, {"a.1.0": {"kind": "mask", "density": 0.5, "source": "semantics"}})
+    result = replay(spec, get_backend("neuron"))
+    assert result.status.value == "pass", result.reason
+
+
+def test_a_strided_mask_gets_the_count_in_its_logical_elements():
+    storage = torch.zeros(32, dtype=torch.bool)
+    spec = _spec("aten._index_put_impl_.default",
+                 (torch.zeros(16, 4), [storage[16:]], torch.zeros(15, 4), True, True))
+    assert '"off":16' in spec.signature
+    (args,) = [a for n, a in _variant_inputs(spec).items() if n == boundaries.BASE]
+    assert int(args[1][0].sum()) == 15
+    assert replay(spec, get_backend("neuron")).status.value == "pass"
