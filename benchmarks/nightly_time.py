@@ -48,19 +48,23 @@ CATEGORIES = ("device_overhead", "startup", "listing", "shrinking", "references"
               "reporting", "cpu_kernels_and_harness", "idle")
 TARGET_FULL_MINUTES = 45.0
 TARGET_QUICK_COLD_MINUTES = 2.0
-#: cpu side of the representative tier: its eager stages only (the cpu backend compiles with Inductor)
-EAGER_REPRESENTATIVE = "nightly_time:EAGER_REPRESENTATIVE"
+#: cpu side of the representative tier: its eager stages only (the cpu backend compiles with Inductor).
+#: A `--tier MODULE:ATTR` reference to the class below (harness.tiers.load_tier instantiates a class).
+EAGER_REPRESENTATIVE_REF = "nightly_time:EagerRepresentative"
 
 
-class _EagerRepresentative:
+class EagerRepresentative:
     """The representative tier's cases with the full tier's stages (for the cpu side)."""
+
+    name = "representative"
+    chunk_size = 1
 
     def __init__(self) -> None:
         from contracts.status import FULL_STAGES
         from harness.tiers import RepresentativeTier
 
         self._tier = RepresentativeTier()
-        self.name, self.stages, self.chunk_size, self.timeout = "representative", FULL_STAGES, 1, self._tier.timeout
+        self.stages, self.timeout = FULL_STAGES, self._tier.timeout
 
     def setup(self, backend: str) -> None:
         self._tier.setup(backend)
@@ -72,12 +76,6 @@ class _EagerRepresentative:
         from harness.tiers import run_model_check
 
         return run_model_check(case, backend, self.stages)
-
-
-def __getattr__(name: str) -> Any:  # `--tier nightly_time:EAGER_REPRESENTATIVE`, built when asked for
-    if name == "EAGER_REPRESENTATIVE":
-        return _EagerRepresentative()
-    raise AttributeError(name)
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -197,7 +195,7 @@ def run_cpu_side(neuron_dir: Path, out: Path, tiers: list[str], fraction: float,
         meta = json.loads((neuron_dir / name / "run.json").read_text())["tiers"][name]
         inputs = meta.get("inputs") or {}
         sample = data["cases"][::step]
-        tier_ref = EAGER_REPRESENTATIVE if name == "representative" else name
+        tier_ref = EAGER_REPRESENTATIVE_REF if name == "representative" else name
         cmd = [sys.executable, "-m", "harness", "run", "--tier", tier_ref, "--backend", "cpu", "--out", str(run_dir),
                "--workers", str(workers), "--order", "listed", "--no-progress", "--json"]
         for flag, key in (("--limit", "limit"), ("--registry", "registry"), ("--models", "models")):

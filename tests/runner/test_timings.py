@@ -76,3 +76,27 @@ def test_the_nightly_records_its_times_and_nightly_time_splits_them(tmp_path, ca
     assert summary["seconds"]["device_overhead"] == 0.0  # no cpu side run: no overhead is claimed
     assert not any(t["device_overhead_measured"] for t in summary["tiers"].values())
     assert summary["targets"]["quick_nightly_cold_minutes"]["target"] == nt.TARGET_QUICK_COLD_MINUTES
+
+
+def test_the_cpu_side_representative_tier_loads_and_runs_exactly_its_seeded_sample(tmp_path, monkeypatch):
+    """nightly_time's cpu side runs `--tier nightly_time:...` (benchmarks/ on the path, as its
+    subprocess has it) on the neuron run's own sample: the plug-in loads and lists nothing."""
+    from pathlib import Path
+
+    from contracts.records import Case
+    from contracts.status import FULL_STAGES
+    from harness.runner import list_cases
+    from harness.tiers import load_tier
+
+    monkeypatch.syspath_prepend(str(Path(nt.__file__).parent))
+    tier = load_tier(nt.EAGER_REPRESENTATIVE_REF)
+    assert tier.name == "representative" and tier.stages == FULL_STAGES and tier.chunk_size == 1
+    sample = [{"case_id": f"m{i}", "tier": "representative", "payload": {"x": i}} for i in range(3)]
+    run_dir = tmp_path / "cpu" / "representative"
+    run_dir.mkdir(parents=True)
+    inputs = {"limit": 4, "registry": None, "models": None}
+    nt._seed_cases(run_dir, "representative", nt.EAGER_REPRESENTATIVE_REF, sample, inputs)
+    opts = RunOptions(tier=nt.EAGER_REPRESENTATIVE_REF, out=run_dir, backend="cpu", limit=4)
+    monkeypatch.setattr(tier, "cases", lambda inputs: pytest.fail("listed instead of running the sample"))
+    assert [c.case_id for c in list_cases(tier, opts, run_dir)] == ["m0", "m1", "m2"]
+    assert all(isinstance(c, Case) for c in list_cases(tier, opts, run_dir))
