@@ -18,6 +18,7 @@ the environment.
 | HARNESS_REGISTRY | registry | None (the bundled registry) |
 | HARNESS_BASELINE_DIR | baseline_dir | ./baseline |
 | HARNESS_CACHE_DIR | cache_dir | the user cache dir (platformdirs) / neuron-coverage-harness |
+| HARNESS_LISTING_CACHE | listing_cache | on (`0`/`off`/`false`: list every tier afresh; harness.listing_cache) |
 | HARNESS_EXPECTATIONS | expectations | None (the bundled expectations of the backend) |
 | HARNESS_UPSTREAM_SKIPS | upstream_skips | None (the bundled upstream-tier skip list of the backend) |
 | HARNESS_BACKEND | backend | neuron (the pytest unit-tier suite) |
@@ -110,6 +111,10 @@ class Settings:
         import platformdirs
 
         return Path(platformdirs.user_cache_dir("neuron-coverage-harness"))
+
+    @property
+    def listing_cache(self) -> bool:
+        return (self.env.get("HARNESS_LISTING_CACHE") or "on").strip().lower() not in ("0", "off", "false", "no")
 
     @property
     def expectations(self) -> Path | None:

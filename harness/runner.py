@@ -180,9 +180,12 @@ def _cases_key(opts: RunOptions) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def list_cases(tier: Any, opts: RunOptions, run_dir: Path | None = None) -> list[Case]:
+def list_cases(tier: Any, opts: RunOptions, run_dir: Path | None = None,
+               cache_record: dict[str, Any] | None = None) -> list[Case]:
     """The tier's cases (limit, then shard), saved in the run dir so a restart reuses the same list
-    without listing again (deduplicating a large population costs minutes)."""
+    without listing again (deduplicating a large population costs minutes); a built-in tier's list
+    also comes from the content-keyed listing cache (harness.listing_cache) when its inputs, code
+    and libraries are unchanged. `cache_record` gets the cache's status (hit/miss/corrupt/off)."""
     saved = run_dir / f"cases-{tier.name}.json" if run_dir else None
     key = _cases_key(opts)
     if saved is not None and saved.exists():
@@ -192,7 +195,15 @@ def list_cases(tier: Any, opts: RunOptions, run_dir: Path | None = None) -> list
                 return [Case(**c) for c in data["cases"]]
         except (ValueError, TypeError, KeyError):
             pass  # a damaged cache: list again
-    cases = _list_cases(tier, opts)
+    from contracts.settings import current
+    from harness.listing_cache import cached_listing
+    from harness.tiers import BUILTIN_TIERS
+
+    settings = current()
+    cases, record = cached_listing(opts, settings.cache_dir if settings.listing_cache else None,
+                                   opts.tier in BUILTIN_TIERS, lambda: _list_cases(tier, opts))
+    if cache_record is not None:
+        cache_record.update(record)
     if saved is not None:
         tmp = saved.with_name(f".{saved.name}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps({"key": key, "cases": [asdict(c) for c in cases]}, default=str))
@@ -225,7 +236,8 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     tier = load_tier(opts.tier)
     meta = open_run_dir(run_dir, opts)
     probe = ordering.start_probe(opts.backend)  # in parallel with the listing
-    cases = list_cases(tier, opts, run_dir)
+    listing_cache: dict[str, Any] = {"status": "restart"}  # the run dir's own list, unless listed below
+    cases = list_cases(tier, opts, run_dir, listing_cache)
     list_seconds = time.monotonic() - t0
     waited = [0.0]
 
@@ -282,7 +294,8 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
         t_ref = time.monotonic()
         tier_meta.update(reference_pass(tier, opts, journal, cases, run_dir))
         timings = {"list_seconds": round(list_seconds, 3), "probe_seconds": round(waited[0], 3),
-                   "reference_seconds": round(time.monotonic() - t_ref, 3)}
+                   "reference_seconds": round(time.monotonic() - t_ref, 3),
+                   "listing_cache": listing_cache.get("status")}
         tier_meta["timings"] = timings
         _write_json(run_dir / RUN_FILE, meta)
         t_tables = time.monotonic()
