@@ -100,7 +100,9 @@ def case_seconds(outcome: dict[str, Any]) -> dict[str, float]:
     inside_ref = ref if "op" in stages else 0.0  # the unit tier's CPU op runs inside its op stage
     eager = max(0.0, sum(v for k, v in stages.items() if k in EAGER_STAGES) - shrink - inside_ref)
     total = float(outcome.get("seconds") or 0.0)
-    got = {"startup": float(worker.get("startup_seconds") or 0.0), "shrinking": shrink,
+    # a worker pre-started beside the listing: only what was left of its start-up after the listing waits
+    startup = max(0.0, float(worker.get("startup_seconds") or 0.0) - float(worker.get("startup_overlapped_seconds") or 0.0))
+    got = {"startup": startup, "shrinking": shrink,
            "references": ref + stages.get("numerics", 0.0), "blame_probes": blame,
            "compile": stages.get("compile", 0.0), "eager": eager}
     got["harness"] = max(0.0, total - sum(v for k, v in got.items() if k != "startup"))

@@ -236,8 +236,35 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     tier = load_tier(opts.tier)
     meta = open_run_dir(run_dir, opts)
     probe = ordering.start_probe(opts.backend)  # in parallel with the listing
-    listing_cache: dict[str, Any] = {"status": "restart"}  # the run dir's own list, unless listed below
-    cases = list_cases(tier, opts, run_dir, listing_cache)
+    timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
+
+    def new_executor() -> Any:
+        return make_executor(opts.executor, opts.tier, opts.backend, opts.workers,
+                             replace(opts.limits, timeout=timeout, max_cases=max_cases),
+                             log_dir=run_dir / "workers", ray_address=opts.ray_address, sys_path=list(sys.path))
+
+    # local workers start up (interpreter, torch, tier setup) while the cases are listed; other
+    # executors (Ray starts a cluster) are made only when there is something to run
+    executor = new_executor() if opts.executor == "local" else None
+    try:
+        return _run_listed(tier, opts, run_dir, meta, probe, executor or new_executor, t0)
+    finally:
+        getattr(executor, "close", lambda: None)()  # pre-started workers no chunk needed
+
+
+def _run_listed(tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any], probe: Any, executor: Any,
+                t0: float) -> dict[str, Any]:
+    """run_tier after the run dir is open: `executor` is an executor, or a function making one."""
+    stop = _stop_at_regressions(tier.name, opts)
+    journal = Journal(run_dir)
+    if not journal.done(tier.name) and hasattr(executor, "prestart"):  # a fresh run dir: every case will run
+        executor.prestart()
+    try:
+        listing_cache: dict[str, Any] = {"status": "restart"}  # the run dir's own list, unless listed below
+        cases = list_cases(tier, opts, run_dir, listing_cache)
+    except BaseException:
+        journal.close()
+        raise
     list_seconds = time.monotonic() - t0
     waited = [0.0]
 
@@ -249,8 +276,6 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
         waited[0] += time.monotonic() - t_probe
         return value
 
-    stop = _stop_at_regressions(tier.name, opts)
-    journal = Journal(run_dir)
     try:
         done = journal.done(tier.name)
         todo = ordering.execution_order(tier.name, [c for c in cases if c.case_id not in done], opts, run_dir,
@@ -271,13 +296,9 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
             if stop is not None and not stop.reached and stop.add(outcomes):
                 executor.drain()  # no new chunk; those running finish and are journaled
 
-        executor = None
+        if not hasattr(executor, "run"):  # made only when there is something to run
+            executor = executor() if chunks else None
         if chunks:
-            timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
-            limits = replace(opts.limits, timeout=timeout, max_cases=max_cases)
-            executor = make_executor(opts.executor, opts.tier, opts.backend, opts.workers, limits,
-                                     log_dir=run_dir / "workers", ray_address=opts.ray_address,
-                                     sys_path=list(sys.path))
             executor.run(chunks, on_results)
         bar.close()
         not_run = len(todo) - sum(1 for r in journal.records(tier.name) if r["case_id"] in wanted

@@ -101,7 +101,19 @@ class IsolatedWorker:
 
     # -- lifecycle -------------------------------------------------------------------------
     def _start(self) -> None:
-        started = time.monotonic()
+        self._spawn()
+        self._await_ready()
+
+    def prestart(self) -> None:
+        """Spawn the child now and let it import and set up while the caller does other work
+        (the runner lists the tier meanwhile); the first chunk then waits only for what is left."""
+        if self.proc is None:
+            self._spawn()
+            self._prestarted = True
+
+    def _spawn(self) -> None:
+        self._spawned_at = time.monotonic()
+        self._ready = False
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         self.log_path = self.log_dir / f"worker-{self.name}-{self.starts}-{os.getpid()}.log"
@@ -118,13 +130,20 @@ class IsolatedWorker:
         init = {"tier": self.tier_ref, "backend": self.backend, "sys_path": self.sys_path,
                 "address_space_bytes": self.limits.address_space_bytes}
         self.conn.send(("init", init))
-        msg = self._wait(time.monotonic() + self.limits.startup_timeout, starting=True)
+
+    def _await_ready(self) -> None:
+        needed = time.monotonic()
+        msg = self._wait(needed + self.limits.startup_timeout, starting=True)
         if msg[0] == "fatal":
             self._kill()
             raise RuntimeError(f"worker for tier {self.tier_ref!r} failed to start: {msg[1]}")
         self._stages = tuple(msg[2])
-        # spawn -> ready (interpreter, imports, tier.setup): journaled with the next outcome
-        self._startup_seconds = round(time.monotonic() - started, 3)
+        self._ready = True
+        # spawn -> ready (interpreter, imports, tier.setup): journaled with the next outcome, with
+        # the part that ran before the worker was needed (beside the listing: no wait for it)
+        self._startup_seconds = round(time.monotonic() - self._spawned_at, 3)
+        self._startup_overlapped = round(max(0.0, needed - self._spawned_at), 3) if self._prestarted else 0.0
+        self._prestarted = False
 
     def _child_env(self) -> dict[str, str]:
         env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
@@ -135,7 +154,10 @@ class IsolatedWorker:
 
     def stages(self) -> tuple[str, ...]:
         if self._stages is None:
-            self._start()
+            if self.proc is not None and self.proc.poll() is None and not self._ready:
+                self._await_ready()  # pre-started
+            else:
+                self._start()
         return self._stages  # type: ignore[return-value]
 
     def _kill(self) -> None:
@@ -217,11 +239,13 @@ class IsolatedWorker:
                 raise self._died()
             if self.proc.poll() is not None:
                 raise self._died()
+            # memory first: a worker over its limit when the deadline passes (the watchdog itself
+            # was starved of CPU, as on a loaded machine) is out of memory, not merely slow
+            if limit and rss_bytes(self.proc.pid) > limit:
+                raise self._died("oom")
             if time.monotonic() > deadline:
                 self._deadline_s = self.limits.startup_timeout if starting else self._deadline_s
                 raise self._died("timeout")
-            if limit and rss_bytes(self.proc.pid) > limit:
-                raise self._died("oom")
 
     # -- running ---------------------------------------------------------------------------
     def run_chunk(self, cases: list[Case], many: bool = False) -> list[CaseOutcome]:
@@ -229,11 +253,14 @@ class IsolatedWorker:
         results: dict[str, CaseOutcome] = {}
         pending = list(cases)
         while pending:
-            if self.proc is None or self.proc.poll() is not None:
-                if self.proc is not None:
-                    self._kill()
+            if self.proc is None or self.proc.poll() is not None or not self._ready:
                 try:
-                    self._start()
+                    if self.proc is not None and self.proc.poll() is None:  # pre-started, not ready yet
+                        self._await_ready()
+                    else:
+                        if self.proc is not None:
+                            self._kill()
+                        self._start()
                 except WorkerDied as died:  # the child cannot even start: every case gets the row
                     for c in pending:
                         results[c.case_id] = self._failed(c, died)
@@ -257,6 +284,8 @@ class IsolatedWorker:
                             out.worker.update({"pid": self.proc.pid, "worker": self.name})
                             if self._startup_seconds is not None:
                                 out.worker["startup_seconds"] = self._startup_seconds
+                                if self._startup_overlapped:
+                                    out.worker["startup_overlapped_seconds"] = self._startup_overlapped
                                 self._startup_seconds = None
                             results[out.case_id] = out
                         self.cases_in_process += len(msg[1])
@@ -295,6 +324,10 @@ class IsolatedWorker:
     _deadline = 0.0
     _deadline_s = 0.0
     _startup_seconds: float | None = None
+    _startup_overlapped = 0.0
+    _spawned_at = 0.0
+    _ready = False
+    _prestarted = False
 
 
 # ------------------------------------------------------------------------------- child side

@@ -28,6 +28,24 @@ class LocalExecutor:
         self.limits, self.log_dir, self.sys_path = limits, log_dir, sys_path
         self._stop = threading.Event()
         self._live: list[IsolatedWorker] = []
+        self._ready: list[IsolatedWorker] = []  # pre-started (prestart), handed to the dispatchers
+
+    def _worker(self, n: int) -> IsolatedWorker:
+        return IsolatedWorker(self.tier_ref, self.backend, self.limits, log_dir=self.log_dir,
+                              sys_path=self.sys_path, name=f"w{n}", threads=worker_threads(self.workers))
+
+    def prestart(self, count: int | None = None) -> None:
+        """Spawn the worker processes now (they import torch and set the tier up while the runner
+        lists the cases); run() uses them, close() stops any it did not need."""
+        for n in range(len(self._ready), min(self.workers, self.workers if count is None else count)):
+            worker = self._worker(n)
+            worker.prestart()
+            self._ready.append(worker)
+
+    def close(self) -> None:
+        """Stop pre-started workers that no run() took (nothing to run, or listing failed)."""
+        while self._ready:
+            self._ready.pop().close()
 
     def run(self, chunks: list[Chunk], on_results: OnResults) -> None:
         todo: queue.Queue[Chunk] = queue.Queue()
@@ -35,11 +53,14 @@ class LocalExecutor:
             todo.put(chunk)
         lock = threading.Lock()
         errors: list[BaseException] = []
-        threads_per_worker = worker_threads(self.workers)
+        count = min(self.workers, max(1, len(chunks)))
+        started = {w.name: w for w in self._ready[:count]}
+        for extra in self._ready[count:]:  # fewer chunks than workers: the rest are not needed
+            extra.close()
+        self._ready = []
 
         def loop(n: int) -> None:
-            worker = IsolatedWorker(self.tier_ref, self.backend, self.limits, log_dir=self.log_dir,
-                                    sys_path=self.sys_path, name=f"w{n}", threads=threads_per_worker)
+            worker = started.get(f"w{n}") or self._worker(n)
             self._live.append(worker)
             try:
                 while not self._stop.is_set() and not errors:
@@ -56,7 +77,7 @@ class LocalExecutor:
                 worker.close()
 
         dispatchers = [threading.Thread(target=loop, args=(n,), daemon=True, name=f"harness-worker-{n}")
-                       for n in range(min(self.workers, max(1, len(chunks))))]
+                       for n in range(count)]
         for t in dispatchers:
             t.start()
         try:

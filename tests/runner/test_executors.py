@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 
 import pytest
@@ -45,3 +47,50 @@ def test_worker_threads_share_the_cores():
     from harness.executors.local import worker_threads
 
     assert [worker_threads(w, cores=8) for w in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+
+
+PRESTART = "runner.trivial_tier:PRESTART"
+
+
+def _prestart_env(monkeypatch, tmp_path, expect):
+    setup_dir = tmp_path / "setups"
+    setup_dir.mkdir()
+    monkeypatch.setenv("TRIVIAL_SETUP_DIR", str(setup_dir))
+    monkeypatch.setenv("TRIVIAL_EXPECT_WORKERS", str(expect))
+    return setup_dir
+
+
+def test_local_workers_start_up_while_the_cases_are_listed(tmp_path, case_file, monkeypatch):
+    """The listing waits for both workers' setup: it only finishes because they were spawned before
+    it; the run then uses exactly those processes (no second start)."""
+    from harness.runner import RunOptions, run_tier
+
+    setup_dir = _prestart_env(monkeypatch, tmp_path, expect=2)
+    cases = case_file([(f"c{i}", "pass") for i in range(6)])
+    summary = run_tier(RunOptions(tier=PRESTART, out=tmp_path / "run", backend="cpu", models=cases, workers=2,
+                                  progress=False, use_baseline=False))
+    assert summary["counts"] == {"pass": 6}
+    started = {int(p.stem) for p in setup_dir.iterdir()}
+    outcomes = [json.loads(line)["outcome"] for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    assert {o["worker"]["pid"] for o in outcomes} == started and len(started) == 2
+    firsts = [o["worker"] for o in outcomes if "startup_seconds" in o["worker"]]
+    assert len(firsts) == 2 and all("startup_overlapped_seconds" in w for w in firsts)
+
+
+def test_pre_started_workers_are_stopped_when_the_listing_fails_or_nothing_runs(tmp_path, case_file, monkeypatch):
+    from harness.runner import RunOptions, run_tier
+
+    setup_dir = _prestart_env(monkeypatch, tmp_path, expect=1)
+    monkeypatch.setenv("TRIVIAL_LISTING_FAILS", "1")
+    opts = RunOptions(tier=PRESTART, out=tmp_path / "run", backend="cpu", models=case_file([("a", "pass")]),
+                      workers=2, progress=False, use_baseline=False)
+    with pytest.raises(RuntimeError, match="planted listing failure"):
+        run_tier(opts)
+    pids = {int(p.stem) for p in setup_dir.iterdir()}
+    assert pids and not any(os.path.exists(f"/proc/{pid}") for pid in pids)  # killed and reaped
+    monkeypatch.delenv("TRIVIAL_LISTING_FAILS")
+    run_tier(opts)  # runs the case
+    before = set(setup_dir.iterdir())
+    monkeypatch.setenv("TRIVIAL_EXPECT_WORKERS", "0")
+    assert run_tier(opts)["ran"] == 0  # a finished run dir: no worker is started for nothing
+    assert set(setup_dir.iterdir()) == before

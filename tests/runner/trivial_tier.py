@@ -87,5 +87,28 @@ class ChunkedTier(TrivialTier):
         return [_act(c.payload["action"], backend) for c in cases]
 
 
+class PrestartTier(TrivialTier):
+    """Its workers' setup writes their pid into $TRIVIAL_SETUP_DIR; its listing waits (up to a
+    minute) until $TRIVIAL_EXPECT_WORKERS of them have, so it lists only if the workers were started
+    before the listing finished ($TRIVIAL_LISTING_FAILS: the listing then raises)."""
+
+    name = "trivial_prestart"
+
+    def setup(self, backend: str) -> None:
+        with open(os.path.join(os.environ["TRIVIAL_SETUP_DIR"], f"{os.getpid()}.pid"), "w") as fh:
+            fh.write(str(os.getpid()))
+
+    def cases(self, inputs) -> list[Case]:
+        want, deadline = int(os.environ.get("TRIVIAL_EXPECT_WORKERS", "0")), time.monotonic() + 60
+        while len(os.listdir(os.environ["TRIVIAL_SETUP_DIR"])) < want:
+            if time.monotonic() > deadline:
+                raise RuntimeError("no worker was set up while the cases were listed")
+            time.sleep(0.05)
+        if os.environ.get("TRIVIAL_LISTING_FAILS"):
+            raise RuntimeError("planted listing failure")
+        return super().cases(inputs)
+
+
 TIER = TrivialTier()
 CHUNKED = ChunkedTier()
+PRESTART = PrestartTier()
