@@ -266,7 +266,9 @@ def schedule(faults: list[dict[str, Any]], orders: list[str], run, base: Path, p
     both = len(orders) == 2
     skipped: set[str] = set()
     pending: collections.deque = collections.deque([(None, "listed")] if not args.no_control else [])
-    pending.extend((f, orders[0]) for f in faults)
+    # op-level faults first (the unit-tier figure needs them; compile-only and lost-lowering ones
+    # are caught, if at all, in the model tiers), in suite order otherwise
+    pending.extend((f, orders[0]) for f in sorted(faults, key=lambda f: not is_op_level(f)))
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
         futures: dict[Any, tuple] = {}
 
