@@ -113,3 +113,26 @@ def test_precision_mode_comes_from_the_backend():
         assert neuron.precision_mode() == "bf16"
     finally:
         backend.set_precision(previous)
+
+def test_a_matmul_1pct_off_fails_in_bf16_mode_because_the_reference_rounds_as_the_device_declares():
+    """In bf16 mode the device rounds mm's inputs (rounded_inputs()); the reference rounds them too,
+    so the case is judged with float32 tolerances and a 1% error no longer hides under bf16 ones."""
+    import backend
+    from backend import faults
+
+    neuron = get_backend("neuron")
+    previous = backend.set_precision("bf16")
+    spec = _spec("aten.mm.default", (torch.randn(32, 96), torch.randn(96, 16)))
+    try:
+        clean = replay(spec, neuron, neuron.precision_mode())
+        assert clean.status.value == "pass" and clean.metrics["reference"] == "device-rounding"
+        with faults.planted(name="mm", op="aten.mm.default", kind="perturb", rel=0.01):
+            bad = replay(spec, neuron, neuron.precision_mode())
+        assert bad.status.value == "fail" and bad.failing_op == "aten.mm.default"
+        assert "rtol=1.3e-06" in bad.reason  # the float32 tolerance, not the bf16 mode's
+        backend.set_precision("exact")
+        exact = replay(spec, neuron, neuron.precision_mode())
+        assert exact.status.value == "pass" and "reference" not in exact.metrics  # nothing rounded
+    finally:
+        backend.set_precision(previous)
+        faults.clear()
