@@ -351,10 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         unit = "full_configs"
     else:
         tasks = catalog_specs(args.pairs, types, args.limit, args.heads_only)
+        unit = "pairs" if args.pairs else "types"
     if args.sample:
         k, n = (int(x) for x in args.sample.split("/"))
         tasks = tasks[k - 1::n]  # a deterministic systematic sample: every n-th, starting at the k-th
-        unit = "pairs" if args.pairs else "types"
     out: dict[str, Any] = {"models": len(tasks), "unit": unit, "sample": args.sample, "load": {"start": os.getloadavg()}}
     shrink_tasks = [t for t in tasks if t["base"]] if not args.pairs else tasks
     out["shrink"] = {} if args.heads_only or args.configs or args.no_shrink else {
