@@ -17,7 +17,10 @@ from typing import Any
 
 import pandas as pd
 
-from contracts.status import FAILING_VALUES
+from contracts.status import FAILING_VALUES, Status, UNFINISHED_VALUES
+
+#: statuses that carry no exception class of their own (the worker timed out, ran out of memory or died)
+_CLASSLESS = UNFINISHED_VALUES - {Status.ERROR.value}
 
 FAILURE_GROUPS_FILE = "failure_groups.json"
 EXAMPLES = 5  # example ids shown per group in the report
@@ -49,7 +52,7 @@ def failure_rows(results: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for r in results[results["status"].isin(FAILING_VALUES)].to_dict("records"):
         status = _text(r.get("status"))
-        error_class = _text(r.get("error_class")) or (status if status in ("timeout", "oom", "crash") else "")
+        error_class = _text(r.get("error_class")) or (status if status in _CLASSLESS else "")
         out.append({"id": _text(r.get("case_id")), "model_id": _text(r.get("model_id")), "tier": _text(r.get("tier")),
                     "stage": _text(r.get("stage")), "error_class": error_class,
                     "failing_op": _text(r.get("failing_op")),

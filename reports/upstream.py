@@ -15,9 +15,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from contracts.status import FAILING_VALUES as FAILING
 from contracts.status import Status, UpstreamSkip
@@ -28,10 +30,10 @@ SKIP_REASONS = tuple(r.value for r in UpstreamSkip)
 _BACKEND_REASONS = ("backend-unsupported", "no-native-lowering")
 #: skips that mean the CPU reference cannot (or may not) be compared: outside agreement's denominator
 _NOT_COMPARABLE = ("pytorch-applicability", "reference-error")
-DTYPE_CLASSES = {"float32": ("float32",), "bf16/fp16": ("bfloat16", "float16"),
-                 "integer": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
-                 "float64": ("float64",), "bool": ("bool",), "complex": ("complex32", "complex64", "complex128"),
-                 "float8": ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")}
+#: dtype classes the agreement figures are split by (reports/data/dtype_classes.yaml)
+DTYPE_CLASSES: dict[str, tuple[str, ...]] = {
+    label: tuple(dtypes) for label, dtypes in
+    yaml.safe_load((Path(__file__).parent / "data" / "dtype_classes.yaml").read_text(encoding="utf-8")).items()}
 
 
 @dataclass
