@@ -49,6 +49,7 @@ class Context:
     adapter: Any
     mode: str = "exact"
     samples: "OrderedDict[tuple[str, str, str], list[Any] | BaseException]" = field(default_factory=OrderedDict)
+    pinned: "dict[tuple[str, str, str], list[frozenset[int]]]" = field(default_factory=dict)
 
     @property
     def device(self) -> torch.device:
@@ -71,12 +72,20 @@ class Context:
             except Exception as exc:  # noqa: BLE001 - reported per case as a reference error
                 self.samples[key] = exc
             while len(self.samples) > _SAMPLE_CACHE_GROUPS:
-                self.samples.popitem(last=False)
+                self.pinned.pop(self.samples.popitem(last=False)[0], None)
         self.samples.move_to_end(key)
         found = self.samples[key]
         if isinstance(found, BaseException):
             raise found
         return found
+
+    def pinned_of(self, op: Any, dtype: torch.dtype, index: int) -> frozenset[int]:
+        """Which tensors of sample `index` stay on the CPU (opinfos.cpu_pinned), learnt once per group."""
+        key = (op.name, op.variant_test_name, opinfos.dtype_name(dtype))
+        if key not in self.pinned:
+            self.pinned[key] = opinfos.cpu_pinned(op, dtype, self.samples_of(op, dtype))
+        found = self.pinned[key]
+        return found[index] if index < len(found) else frozenset()
 
 
 class _OpsSeen(TorchDispatchMode):
@@ -122,14 +131,19 @@ def declared_unsupported(exc: BaseException) -> str | None:
     return None
 
 
-def _map_sample(sample: Any, fn: Callable[[torch.Tensor], torch.Tensor], device: torch.device | None) -> Any:
+def _map_sample(sample: Any, fn: Callable[[torch.Tensor], torch.Tensor], device: torch.device | None,
+                keep: frozenset[int] = frozenset()) -> Any:
     """A copy of the sample with fn applied to every tensor; with `device`, device arguments that
-    name the CPU (samples are generated for the CPU) name `device` instead."""
+    name the CPU (samples are generated for the CPU) name `device` instead. Tensors at the
+    positions in `keep` (opinfos.tensor_leaves order: those op_db pins to the CPU) are cloned
+    as they are instead."""
     from torch.testing._internal.opinfo.core import SampleInput
+
+    seen = iter(range(1 << 30))
 
     def walk(x: Any, key: str | None = None) -> Any:
         if isinstance(x, torch.Tensor):
-            return fn(x)
+            return _no_grad_clone(x) if next(seen) in keep else fn(x)
         if device is not None:
             if isinstance(x, torch.device) and x.type == "cpu":
                 return device
@@ -297,7 +311,7 @@ def _skip_rows(reason: UpstreamSkip, message: str, backward: bool = True) -> lis
 
 
 def forward(op: Any, dtype: torch.dtype, sample: Any, seed: int, ctx: Context, run: _Run,
-            override: Any, events: list[dict[str, Any]]) -> StageResult:
+            override: Any, events: list[dict[str, Any]], keep: frozenset[int] = frozenset()) -> StageResult:
     t0 = time.perf_counter()
     wants_grad = opinfos.wants_backward(op, dtype)
     try:
@@ -325,7 +339,7 @@ def forward(op: Any, dtype: torch.dtype, sample: Any, seed: int, ctx: Context, r
     use_grad = wants_grad and run.grad_ok
     try:
         run.dev_sample = _map_sample(sample, lambda t: t.detach().to(ctx.device, copy=True).requires_grad_(
-            t.requires_grad and use_grad), ctx.device)
+            t.requires_grad and use_grad), ctx.device, keep)
     except Exception as exc:  # noqa: BLE001
         feature = declared_unsupported(exc)
         if feature:
@@ -451,7 +465,8 @@ def run_case(payload: dict[str, Any], ctx: Context) -> tuple[list[StageResult], 
     override = opinfos.tolerance_override(op, dtype, ctx.device_type)
     run = _Run()
     try:
-        fwd = forward(op, dtype, samples[index], seed, ctx, run, override, events)
+        fwd = forward(op, dtype, samples[index], seed, ctx, run, override, events,
+                      ctx.pinned_of(op, dtype, index) if ctx.device_type != "cpu" else frozenset())
     except _Skip as skip:
         return _skip_rows(skip.reason, skip.message, wants_grad), events
     if not wants_grad:

@@ -257,6 +257,45 @@ def generate_samples(op: Any, dtype: torch.dtype) -> list[Any]:
     return list(op.sample_inputs_func(op, "cpu", dtype, wants_backward(op, dtype)))
 
 
+def cpu_pinned(op: Any, dtype: torch.dtype, samples: list[Any]) -> list[frozenset[int]]:
+    """Per sample, the positions (in `tensor_leaves` order) of the tensors op_db's generator puts
+    on the CPU whatever the device it is asked for, e.g. ``tensor_split``'s index tensor, which the
+    op requires on the CPU. PyTorch's test_compare_cpu generates samples on the device, so those
+    stay on the CPU there; we generate for the CPU, so we ask the generator once more for the
+    ``meta`` device (cheap, same seed) and read which tensors it left on the CPU. A generator that
+    cannot run on meta, or a sample whose structure differs there, pins nothing (all move)."""
+    pinned = [frozenset()] * len(samples)
+    try:
+        seed_everything(seed_of(op.name, op.variant_test_name, dtype_name(dtype)))
+        meta = list(op.sample_inputs_func(op, "meta", dtype, wants_backward(op, dtype)))
+    except Exception:  # noqa: BLE001 - a generator that needs real values: nothing to learn
+        return pinned
+    for i, (real, probe) in enumerate(zip(samples, meta)):
+        if fingerprint(real) != fingerprint(probe):
+            continue
+        pinned[i] = frozenset(k for k, t in enumerate(tensor_leaves(probe)) if t.device.type == "cpu")
+    return pinned
+
+
+def tensor_leaves(sample: Any) -> list[torch.Tensor]:
+    """The sample's tensors in the order execute._map_sample visits them: input, args, kwargs
+    (named tuples are opaque to both)."""
+    out: list[torch.Tensor] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, list) or (isinstance(x, tuple) and not hasattr(x, "_fields")):
+            for v in x:
+                walk(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+
+    walk(sample.input), walk(list(sample.args)), walk(dict(sample.kwargs))
+    return out
+
+
 def _describe(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         layout = "" if value.layout == torch.strided else str(value.layout)

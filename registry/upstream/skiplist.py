@@ -134,15 +134,28 @@ def from_rows(rows: list[dict[str, Any]], backend: str, source: dict[str, Any] |
 
 def update_from_run(rundir: str | os.PathLike, backend: str = "neuron", path: str | os.PathLike | None = None
                     ) -> dict[str, Any]:
-    """Rewrite the skip list from a run; returns what changed."""
+    """Rewrite the skip list from a run; returns what changed.
+
+    Only the OpInfos the run covered are rewritten: a run of some ops (`--ops`, a shard) leaves
+    the entries of every other op as they were, so it never erases what it did not look at."""
     path = Path(path) if path else default_path(backend)
     old = load(path, backend) if path.is_file() else SkipList(backend)
     rows = _rows(rundir)
-    new = from_rows(rows, backend, {"run": Path(rundir).name, "results": len(rows)})
+    fresh = from_rows(rows, backend)
+    covered_ops = {_op(r) for r in rows}
+    covered_cases = {str(r["case_id"]).split("/")[0] for r in rows}
+    skips = {op: d for op, d in old.skips.items() if op not in covered_ops} | fresh.skips
+    failures = {k: v for k, v in old.expected_failures.items() if k.split("/")[0] not in covered_cases}
+    failures |= fresh.expected_failures
+    source: dict[str, Any] = {"run": Path(rundir).name, "results": len(rows), "ops": len(covered_ops)}
+    if set(old.skips) - covered_ops and old.source:  # entries of an earlier run are kept: say which
+        source["earlier"] = {k: v for k, v in old.source.items() if k != "earlier"}
+    new = SkipList(backend, skips, failures, source)
     save(new, path)
     old_groups = {(op, d) for op, ds in old.skips.items() for d in ds}
     new_groups = {(op, d) for op, ds in new.skips.items() for d in ds}
     return {"path": str(path), "skipped_groups": len(new_groups), "expected_failures": len(new.expected_failures),
+            "ops_rewritten": len(covered_ops),
             "groups_added": sorted(f"{o}/{d}" for o, d in new_groups - old_groups),
             "groups_removed": sorted(f"{o}/{d}" for o, d in old_groups - new_groups),
             "failures_added": sorted(set(new.expected_failures) - set(old.expected_failures)),

@@ -271,6 +271,38 @@ def test_skip_list_check_of_a_subset_only_judges_the_groups_it_ran(tmp_path):
         == [("b", 1, 0)]  # z was not run: not "changed"
 
 
+def test_skip_list_update_from_a_subset_keeps_the_ops_it_did_not_run(tmp_path):
+    def row(op, status, reason, case="0-1"):
+        return {"tier": "upstream", "case_id": f"{op}/float32/{case}", "stage": "forward", "status": status,
+                "reason": reason, "error_class": "RuntimeError" if status == "error" else None, "message": "",
+                "fallback_ops": ["aten.x.default"], "op": op, "variant": "", "dtype": "float32"}
+
+    path = tmp_path / "skips.yaml"
+    skiplist.save(skiplist.from_rows([row("b", "error", "op raised"), row("b", "skipped", "no-native-lowering", "1-2"),
+                                      row("z", "error", "op raised"), row("z", "skipped", "no-native-lowering", "1-2")],
+                                     "neuron"), path)
+    pd.DataFrame([row("b", "pass", ""), row("b", "pass", "", "1-2")]).to_parquet(tmp_path / "results.parquet")
+    changed = skiplist.update_from_run(tmp_path, "neuron", path)  # a run of op b only
+    after = skiplist.load(path)
+    assert set(after.skips) == {"z"} and set(after.expected_failures) == {"z/float32/0-1|forward"}
+    assert changed["failures_removed"] == ["b/float32/0-1|forward"] and changed["groups_removed"] == ["b/float32"]
+
+
+def test_sample_tensors_op_db_pins_to_the_cpu_stay_there(ctx):
+    """tensor_split's index tensor must be on the CPU (as PyTorch's test_compare_cpu leaves it):
+    moving it to the device made every such sample an error blamed on the backend."""
+    op = opinfos.find("tensor_split", "")
+    samples = opinfos.generate_samples(op, torch.float32)
+    pinned = opinfos.cpu_pinned(op, torch.float32, samples)
+    with_index = [i for i, s in enumerate(samples) if len(opinfos.tensor_leaves(s)) == 2]
+    assert with_index and all(pinned[i] == {1} for i in with_index)
+    assert all(not pinned[i] for i in range(len(samples)) if i not in with_index)
+    rows, _ = execute.run_case(_payload("tensor_split", "float32", with_index[0]), ctx)
+    assert rows[0].status.value != "error", rows[0].message
+    rows, _ = execute.run_case(_payload("add", "float32"), ctx)  # nothing pinned: all on the device, a pass
+    assert _statuses(rows) == [("forward", "pass", ""), ("backward", "pass", "")]
+
+
 def test_listing_blames_the_op_in_flight_when_its_child_dies(monkeypatch):
     """A chunk child that dies in its second op: the first keeps its groups, the second is listed
     alone (and dies again: crash groups for its dtypes), the third goes on in a new child."""
