@@ -88,6 +88,8 @@ def new_tensor(size, dtype: torch.dtype, stride=None, payload: torch.UntypedStor
 
 def from_cpu(r: torch.Tensor) -> torch.Tensor:
     """Adopt a fresh CPU result as the payload of a new device tensor (no copy)."""
+    if r._is_zerotensor():  # no bytes behind its sizes (sgn's gradient of a real input): adopt real zeros
+        r = torch.zeros(r.shape, dtype=r.dtype)
     payload = r.untyped_storage()
     nbytes = payload.nbytes()
     memory.allocate(nbytes)

@@ -151,3 +151,14 @@ def test_out_of_memory_from_the_native_path_is_the_device_error():
     finally:
         backend.set_memory_capacity(previous)
     assert torch.equal((x * y).cpu(), torch.ones(1024))
+
+
+@needs_native
+def test_an_op_result_without_bytes_is_adopted_as_real_zeros():
+    """sgn's gradient of a real input is an efficient zero tensor (no storage bytes); the native
+    path adopted its empty storage as the payload, and reading the gradient died of SIGSEGV."""
+    x = torch.randn(4, 5).to("neuron").requires_grad_()
+    (grad,) = torch.autograd.grad(torch.sgn(x), x, torch.randn(4, 5).to("neuron"))
+    assert torch.equal(grad.cpu(), torch.zeros(4, 5))
+    zero = torch._efficientzerotensor((2, 3), dtype=torch.bfloat16, device="neuron")
+    assert zero.dtype == torch.bfloat16 and torch.equal(zero.cpu(), torch.zeros(2, 3, dtype=torch.bfloat16))

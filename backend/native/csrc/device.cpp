@@ -191,7 +191,12 @@ void call_py(PyObject* fn, std::initializer_list<PyObject*> args_steal) {
 }
 
 // Adopt a fresh CPU result as the payload of a new device tensor (no copy; GIL held).
-at::Tensor from_cpu(const at::Tensor& r) {
+at::Tensor from_cpu(const at::Tensor& result) {
+  // An efficient zero tensor (sgn's gradient of a real input) has no bytes behind its sizes:
+  // adopting its empty storage made every read of the result a SIGSEGV. Adopt real zeros.
+  const at::Tensor r = result._is_zerotensor()
+                           ? at::zeros(result.sizes(), at::TensorOptions().dtype(result.scalar_type()))
+                           : result;
   c10::Storage payload = r.storage();
   auto t = empty_device_tensor(r.dtype());
   set_layout(t, t.storage(), r.sizes(), r.strides(), r.storage_offset());
