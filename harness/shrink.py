@@ -250,6 +250,7 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
     vocab = r["targets"]["vocab"]
     mapping = _token_map(d, vocab, r)
     hidden_map: dict[int, int] = {}
+    stage_map: dict[int, int] = {}  # per-stage widths (CNN backbones), which other levels' channel lists follow
 
     def visit(level_dict: dict) -> None:
         _make_implicit_explicit(level_dict, r)
@@ -269,7 +270,8 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
             for old_h, new_h in _shrink_widths(level_dict, r, level, hidden_map).items():
                 hidden_map.setdefault(old_h, new_h)
         if level == "full":
-            shrink_modalities(level_dict, r)
+            for old_w, new_w in shrink_modalities(level_dict, r).items():
+                stage_map.setdefault(old_w, new_w)
         shrink_windows(level_dict, r)
         level_dict["__touched__"] = {k for k in level_dict if before.get(k) != level_dict.get(k)}
         mt = level_dict.get("model_type")
@@ -293,6 +295,14 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
                   and any(k.endswith(sfx) for sfx in r["hidden_tie_suffixes"])
                   and not any(w in k for w in ("vocab", "token", "position", "image", "patch"))):
                 level_dict[k] = hidden_map[v]
+            elif (level == "full" and k not in touched and isinstance(v, list) and v
+                  and all(is_int(x) for x in v) and any(k.endswith(sfx) for sfx in r["width_list_tie_suffixes"])):
+                # channel lists that name widths shrunk elsewhere (a detector's encoder inputs are
+                # the backbone's stage outputs, its decoder inputs the encoder's width)
+                for widths in (hidden_map, stage_map):
+                    if all(x in widths for x in v):
+                        level_dict[k] = [widths[x] for x in v]
+                        break
 
     finish(d)
     remap_foreign_indices(config, d, r)

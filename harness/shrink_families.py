@@ -84,7 +84,8 @@ def shrink_ssm(d: dict, r: dict, hidden: int) -> None:
 
 
 # --------------------------------------------------------------------------- vision / audio / misc
-def shrink_modalities(d: dict, r: dict) -> None:
+def shrink_modalities(d: dict, r: dict) -> dict[int, int]:
+    """Vision, audio and per-stage sizes of one level; returns the stage widths' {old: new}."""
     t = r["targets"]
     patch = next((d[f] for f in r["patch_size_fields"] if is_int(d.get(f))), None)
     # a hierarchical model (convnext, swin) halves its patch grid before each later stage: the
@@ -119,11 +120,7 @@ def shrink_modalities(d: dict, r: dict) -> None:
     for f, v in a["small_fields"].items():
         if is_int(d.get(f)) and d[f] > v:
             d[f] = v
-    first = r["stage_width_first"]
-    for f in r["stage_width_list_fields"]:
-        v = d.get(f)
-        if isinstance(v, list) and v and all(is_int(x) and x > 0 for x in v) and v[0] > first:
-            d[f] = [max(1, round(x * first / v[0])) for x in v]
+    widths = shrink_stage_widths(d, r)
     for f in r["stage_depth_list_fields"]:
         v = d.get(f)
         if isinstance(v, list) and v and all(is_int(x) for x in v):
@@ -132,6 +129,26 @@ def shrink_modalities(d: dict, r: dict) -> None:
         v = d.get(f)
         if isinstance(v, list) and v and all(is_int(x) and x > 0 for x in v):
             d[f] = [max(1, x // v[0]) for x in v]
+    return widths
+
+
+def shrink_stage_widths(d: dict, r: dict) -> dict[int, int]:
+    """Per-stage width lists of one config level, scaled by one factor (the narrowest list that
+    is wider than `stage_width_first` starts at it), the same old width to the same new width in
+    every list: the lists chain (a stage's input is the stem's or the previous stage's output), so
+    scaling each by its own first entry breaks the chain. Widths at most `stage_width_first` (input
+    channels, a narrow stem) stay. Returns {old width: new width}."""
+    first = r["stage_width_first"]
+    lists = {f: d[f] for f in r["stage_width_list_fields"]
+             if isinstance(d.get(f), list) and d[f] and all(is_int(x) and x > 0 for x in d[f])}
+    wide = [v[0] for v in lists.values() if v[0] > first]
+    if not wide:
+        return {}
+    scale = first / min(wide)
+    mapping = {x: max(1, round(x * scale)) for v in lists.values() for x in v if x > first}
+    for f, v in lists.items():
+        d[f] = [mapping.get(x, x) for x in v]
+    return mapping
 
 
 def shrink_windows(d: dict, r: dict) -> None:

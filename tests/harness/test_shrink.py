@@ -222,3 +222,27 @@ def test_a_level_the_model_rejects_keeps_the_first_nonblank_line_of_its_error():
         shrink_config({"model_type": "bert"}, "bert", validate=validate)
     assert "requires the natten library" in str(info.value)
     assert all("natten" in reason for reason in info.value.errors.values())
+
+
+def test_chained_stage_width_lists_scale_together_and_detector_channel_lists_follow():
+    """HGNetV2 (the D-FINE/DEIMv2 backbone) chains its per-stage lists: the stem's output is the
+    first stage's input, each stage's output the next one's input. One factor for every list keeps
+    the chain; the detector's encoder inputs follow the backbone's stage outputs and its decoder
+    inputs the encoder's width. D-FINE then runs forward."""
+    import torch
+
+    from harness.inputs import make_inputs
+    from harness.models import build_model
+
+    config = resolve_config(ModelSpec("catalog/d_fine/DFineModel", "d_fine", "DFineModel"))
+    b = config.backbone_config
+    assert b.stage_in_channels[0] == b.stem_channels[-1]
+    assert b.stage_in_channels[1:] == b.stage_out_channels[:-1]
+    assert b.stage_in_channels[0] <= rules()["stage_width_first"] < b.stage_out_channels[-1]
+    outs = dict(zip(b.stage_names[1:], b.stage_out_channels))
+    assert config.encoder_in_channels == [outs[s] for s in b.out_features]
+    assert config.decoder_in_channels == [config.encoder_hidden_dim] * len(config.decoder_in_channels)
+    model = build_model(config, "DFineModel")
+    with torch.no_grad():
+        out = model(**make_inputs(model, config, "DFineModel").kwargs)
+    assert out.last_hidden_state.shape[-1] == config.d_model
