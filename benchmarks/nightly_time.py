@@ -16,6 +16,7 @@ time by what was measured, not guessed:
   (contracts.timing: ``shrink``, ``reference`` - CPU work done to judge the device: the unit
   tier's CPU op, blame re-runs -, ``blame`` - upstream probes); the numerics stage counts as
   references (a CPU float64 and a CPU eager forward);
+- killed cases: a case whose worker was killed (timeout, memory limit, crash) counts its time once;
 - device overhead: the eager device work of a case (stages load/forward/backward/op without the
   shrinking and reference phases inside them) on neuron minus the same on cpu, over the sampled
   cases, as a ratio applied to the tier's eager device work. The compile stage (the simulated
@@ -45,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 EAGER_STAGES = ("load", "forward", "backward", "op")
 CATEGORIES = ("device_overhead", "startup", "listing", "shrinking", "references", "blame_probes", "compile",
-              "reporting", "cpu_kernels_and_harness", "idle")
+              "killed_cases", "reporting", "cpu_kernels_and_harness", "idle")
 TARGET_FULL_MINUTES = 45.0
 TARGET_QUICK_COLD_MINUTES = 2.0
 #: cpu side of the representative tier: its eager stages only (the cpu backend compiles with Inductor).
@@ -92,9 +93,14 @@ def journal(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def case_seconds(outcome: dict[str, Any]) -> dict[str, float]:
-    """One journaled outcome's worker-seconds by category (before the device-overhead split)."""
-    stages = {s["stage"]: float(s.get("seconds") or 0.0) for s in outcome.get("stages", [])}
+    """One journaled outcome's worker-seconds by category (before the device-overhead split).
+
+    A case whose worker was killed (timeout, memory limit, crash) reports its time on every stage;
+    it counts once, as `killed_cases`."""
     worker = outcome.get("worker") or {}
+    if worker.get("died"):
+        return {"startup": 0.0, "killed_cases": float(outcome.get("seconds") or 0.0)}
+    stages = {s["stage"]: float(s.get("seconds") or 0.0) for s in outcome.get("stages", [])}
     phases = worker.get("phases") or {}
     shrink, ref, blame = (float(phases.get(k, 0.0)) for k in ("shrink", "reference", "blame"))
     inside_ref = ref if "op" in stages else 0.0  # the unit tier's CPU op runs inside its op stage
@@ -134,7 +140,7 @@ def tier_breakdown(run_dir: Path, workers: int) -> dict[str, Any]:
 
 
 def eager_by_case(run_dir: Path) -> dict[str, float]:
-    return {r["case_id"]: case_seconds(r["outcome"])["eager"] for r in journal(run_dir)}
+    return {r["case_id"]: got["eager"] for r in journal(run_dir) if "eager" in (got := case_seconds(r["outcome"]))}
 
 
 def overhead_ratio(neuron: dict[str, float], cpu: dict[str, float]) -> dict[str, Any]:
@@ -153,7 +159,8 @@ def split(tier: dict[str, Any], ratio: float | None) -> dict[str, float]:
     overhead = eager * (ratio or 0.0)
     return {"device_overhead": overhead, "startup": s.get("startup", 0.0) + s["probe"], "listing": s["listing"],
             "shrinking": s.get("shrinking", 0.0), "references": s.get("references", 0.0) + s["reference_pass"],
-            "blame_probes": s.get("blame_probes", 0.0), "compile": s.get("compile", 0.0), "reporting": s["tables"],
+            "blame_probes": s.get("blame_probes", 0.0), "compile": s.get("compile", 0.0),
+            "killed_cases": s.get("killed_cases", 0.0), "reporting": s["tables"],
             "cpu_kernels_and_harness": eager - overhead + s.get("harness", 0.0), "idle": s["idle"]}
 
 

@@ -100,3 +100,12 @@ def test_the_cpu_side_representative_tier_loads_and_runs_exactly_its_seeded_samp
     monkeypatch.setattr(tier, "cases", lambda inputs: pytest.fail("listed instead of running the sample"))
     assert [c.case_id for c in list_cases(tier, opts, run_dir)] == ["m0", "m1", "m2"]
     assert all(isinstance(c, Case) for c in list_cases(tier, opts, run_dir))
+
+
+def test_a_killed_case_counts_its_time_once():
+    """A timed-out case reports the timeout on every stage; the split counts it once."""
+    outcome = {"seconds": 900.0, "stages": [{"stage": s, "seconds": 900.0} for s in ("load", "forward", "backward")],
+               "worker": {"died": "worker_timeout"}}
+    got = nt.case_seconds(outcome)
+    assert got == {"startup": 0.0, "killed_cases": 900.0}
+    assert "killed_cases" in nt.CATEGORIES
