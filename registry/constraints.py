@@ -73,6 +73,11 @@ def is_metadata_only(op: str) -> bool:
     return _in_list(op, "metadata_only") is not None
 
 
+def metadata_only_outputs(op: str) -> frozenset[int]:
+    """Positions of outputs that are partly uninitialized (compare shape/dtype only)."""
+    return frozenset(_in_list(op, "metadata_only_outputs") or ())
+
+
 def canonical_op(op: str) -> str:
     """The current name of an overload that older logs spell differently (aten.sum.SymInt)."""
     return (semantics().get("renamed") or {}).get(op, op)

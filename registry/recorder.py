@@ -247,8 +247,8 @@ class OpRecorder(TorchDispatchMode):
         self._take_native_counts()
         out = []
         for s in self._seen.values():
-            if s.ignored:
-                continue
+            if s.ignored or not any(s.counts.values()):
+                continue  # not the device's call, or a call that raised (it never completed)
             prov = [Provenance(model_id, tier, phase, mode, float(weight), n) for phase, n in sorted(s.counts.items())]
             out.append(Entry(s.op, s.signature, dict(s.constraints), s.outputs, prov))
         return out

@@ -155,6 +155,22 @@ def test_a_model_failing_part_way_keeps_the_calls_made_before():
 
 
 @pytest.mark.parametrize("use_native", [False, True])
+def test_a_call_that_raised_is_not_an_entry(use_native):
+    """A model's invalid call (shapes that do not multiply) never completed: as a unit case it
+    would only make the CPU reference raise."""
+    class Mismatched(torch.nn.Module):
+        def forward(self, x):
+            return torch.neg(x) @ torch.randn(5, 2)
+
+    out = record_workload(Mismatched, lambda m: {"x": torch.randn(3, 4)}, model_id="mm", phases=("inference",),
+                          prefer_fake=False, native=use_native)
+    assert out.mode == "failed" and "cannot be multiplied" in out.error
+    ops = [e.op for e in out.entries]
+    assert "aten.neg.default" in ops and not any(op.startswith("aten.mm") for op in ops)
+    assert all(e.count > 0 for e in out.entries)
+
+
+@pytest.mark.parametrize("use_native", [False, True])
 def test_only_the_calls_the_device_receives_are_recorded(use_native):
     """A model part left on the CPU (a position grid, a CPU-only decomposition inside a device
     kernel) is not the device's op mix: recording for `neuron` keeps only calls on that device."""
