@@ -135,32 +135,19 @@ def _map_sample(sample: Any, fn: Callable[[torch.Tensor], torch.Tensor], device:
                 keep: frozenset[int] = frozenset()) -> Any:
     """A copy of the sample with fn applied to every tensor; with `device`, device arguments that
     name the CPU (samples are generated for the CPU) name `device` instead. Tensors at the
-    positions in `keep` (opinfos.tensor_leaves order: those op_db pins to the CPU) are cloned
-    as they are instead."""
-    from torch.testing._internal.opinfo.core import SampleInput
+    positions in `keep` (opinfos.map_sample's order: those op_db pins to the CPU) are cloned as
+    they are instead."""
 
-    seen = iter(range(1 << 30))
-
-    def walk(x: Any, key: str | None = None) -> Any:
-        if isinstance(x, torch.Tensor):
-            return _no_grad_clone(x) if next(seen) in keep else fn(x)
+    def other(key: str | None, x: Any) -> Any:
         if device is not None:
             if isinstance(x, torch.device) and x.type == "cpu":
                 return device
             if key == "device" and isinstance(x, str) and x.split(":")[0] == "cpu":
                 return device
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if isinstance(x, tuple) and not hasattr(x, "_fields"):
-            return tuple(walk(v) for v in x)
-        if isinstance(x, dict):
-            return {k: walk(v, k) for k, v in x.items()}
         return x
 
     with torch.no_grad():
-        return SampleInput(walk(sample.input), args=walk(tuple(sample.args)), kwargs=walk(dict(sample.kwargs)),
-                           output_process_fn_grad=sample.output_process_fn_grad,
-                           broadcasts_input=sample.broadcasts_input, name=sample.name)
+        return opinfos.map_sample(sample, lambda i, t: _no_grad_clone(t) if i in keep else fn(t), other)
 
 
 def _names_device(sample: Any, device_type: str) -> bool:

@@ -21,7 +21,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 import yaml
@@ -245,55 +245,64 @@ def seed_everything(seed: int, device_type: str = "cpu") -> None:
         pass
 
 
-def generate_samples(op: Any, dtype: torch.dtype) -> list[Any]:
-    """The op's CPU sample inputs for dtype, regenerated identically in any process (seeded once
-    per (op, variant, dtype)).
+def generate_samples(op: Any, dtype: torch.dtype, device: str = "cpu") -> list[Any]:
+    """The op's sample inputs for dtype (for the CPU; `meta` only to learn their structure),
+    regenerated identically in any process (seeded once per (op, variant, dtype)).
 
     The OpInfo's ``sample_inputs_func``, as ``OpInfo.sample_inputs`` calls it, without the
     wrapper meant for unittest runs: it reseeds with torch.manual_seed before every sample and
     walks the stack for a test function (inspect.stack) once per call, together more than the
     samples themselves cost."""
     seed_everything(seed_of(op.name, op.variant_test_name, dtype_name(dtype)))
-    return list(op.sample_inputs_func(op, "cpu", dtype, wants_backward(op, dtype)))
+    return list(op.sample_inputs_func(op, device, dtype, wants_backward(op, dtype)))
 
 
 def cpu_pinned(op: Any, dtype: torch.dtype, samples: list[Any]) -> list[frozenset[int]]:
-    """Per sample, the positions (in `tensor_leaves` order) of the tensors op_db's generator puts
-    on the CPU whatever the device it is asked for, e.g. ``tensor_split``'s index tensor, which the
+    """Per sample, the positions (in `map_sample`'s order) of the tensors op_db's generator puts on
+    the CPU whatever the device it is asked for, e.g. ``tensor_split``'s index tensor, which the
     op requires on the CPU. PyTorch's test_compare_cpu generates samples on the device, so those
     stay on the CPU there; we generate for the CPU, so we ask the generator once more for the
     ``meta`` device (cheap, same seed) and read which tensors it left on the CPU. A generator that
     cannot run on meta, or a sample whose structure differs there, pins nothing (all move)."""
     pinned = [frozenset()] * len(samples)
     try:
-        seed_everything(seed_of(op.name, op.variant_test_name, dtype_name(dtype)))
-        meta = list(op.sample_inputs_func(op, "meta", dtype, wants_backward(op, dtype)))
+        meta = generate_samples(op, dtype, "meta")
     except Exception:  # noqa: BLE001 - a generator that needs real values: nothing to learn
         return pinned
     for i, (real, probe) in enumerate(zip(samples, meta)):
         if fingerprint(real) != fingerprint(probe):
             continue
-        pinned[i] = frozenset(k for k, t in enumerate(tensor_leaves(probe)) if t.device.type == "cpu")
+        on_cpu: set[int] = set()
+        map_sample(probe, lambda k, t: on_cpu.add(k) if t.device.type == "cpu" else None)
+        pinned[i] = frozenset(on_cpu)
     return pinned
 
 
-def tensor_leaves(sample: Any) -> list[torch.Tensor]:
-    """The sample's tensors in the order execute._map_sample visits them: input, args, kwargs
-    (named tuples are opaque to both)."""
-    out: list[torch.Tensor] = []
+def map_sample(sample: Any, on_tensor: Callable[[int, torch.Tensor], Any],
+               on_other: Callable[[str | None, Any], Any] | None = None) -> Any:
+    """A copy of the sample with ``on_tensor(position, tensor)`` for each tensor, positions counted
+    in one fixed order (input, args, kwargs; named tuples are opaque), and ``on_other(key, value)``
+    for every other leaf (key: its kwarg name, if any)."""
+    from torch.testing._internal.opinfo.core import SampleInput
 
-    def walk(x: Any) -> None:
+    position = iter(range(1 << 30))
+
+    def walk(x: Any, key: str | None = None) -> Any:
         if isinstance(x, torch.Tensor):
-            out.append(x)
-        elif isinstance(x, list) or (isinstance(x, tuple) and not hasattr(x, "_fields")):
-            for v in x:
-                walk(v)
-        elif isinstance(x, dict):
-            for v in x.values():
-                walk(v)
+            return on_tensor(next(position), x)
+        if on_other is not None:
+            x = on_other(key, x)
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, tuple) and not hasattr(x, "_fields"):
+            return tuple(walk(v) for v in x)
+        if isinstance(x, dict):
+            return {k: walk(v, k) for k, v in x.items()}
+        return x
 
-    walk(sample.input), walk(list(sample.args)), walk(dict(sample.kwargs))
-    return out
+    return SampleInput(walk(sample.input), args=walk(tuple(sample.args)), kwargs=walk(dict(sample.kwargs)),
+                       output_process_fn_grad=sample.output_process_fn_grad,
+                       broadcasts_input=sample.broadcasts_input, name=sample.name)
 
 
 def _describe(value: Any) -> Any:
