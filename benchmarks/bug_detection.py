@@ -8,7 +8,9 @@ full and upstream tiers with its limits and op_db selection), each run with `har
 WORKDIR. One clean run is made (and reused by later invocations with the same --out); then each
 fault of the suite (backend/faults/suite.yaml, or --suite) is planted alone through NEURON_FAULTS
 in a nightly of its own, --jobs of them at a time. A fault is *caught* by a tier when some (case,
-stage) row that passes in the clean run does not pass in the faulted run. A control run (an empty
+stage) row of the faulted run is one `harness compare` gates on by default against the clean run:
+a new or changed failure (not blamed on the harness, upstream or the machine), or a fallback
+regression (a gained CPU-fallback op: how a lost lowering shows). A control run (an empty
 fault file, same timeouts, every tier whole) measures rows that flip without any fault; such rows
 never count as a detection.
 
@@ -26,7 +28,7 @@ the op the row names), the seconds from the start of the faulted nightly until t
 finished (issue 13's time to first detection), and whether the fault fired at all
 (NEURON_FAULT_LOG). `--json` prints `faults` (per-fault records), `detected`, `per_tier`,
 `missed`, plus the targets: the quick nightly catches >= 95% of the suite, the unit tier alone
->= 80% of op-level faults (every fault except compile-only and lost-lowering ones).
+>= 80% of op-level faults (every fault except the compile-only ones).
 Faulted runs get shorter timeouts than the nightly's (--timeout-factor x the slowest clean case,
 at least --min-timeout), so a planted hang costs minutes, not hours.
 
@@ -67,7 +69,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks.bug_detection_analysis import (  # noqa: E402  (re-exported: the tests read them here)
     OK, TARGET_NIGHTLY, TARGET_ORDERED_RATIO, TARGET_UNIT_OP_LEVEL, analyse, detections, elapsed, fired_of, is_op_level,
-    markdown, max_case_seconds, ordering_summary, rows_of, stop_is_flaky, summarize)
+    markdown, max_case_seconds, ordering_summary, stop_counts, summarize)
 
 ORDERED_DIR = "faults-ordered"
 
@@ -106,7 +108,9 @@ def run_tiers(out: Path, plans: list[dict[str, Any]], env: dict[str, str], worke
     A tier already finished in out/ (timing.json) is kept, so an interrupted benchmark resumes.
     Fail-fast (`harness run --exitfirst` against `baseline`): a tier stops at its first case that
     regresses, and the tiers after it do not run; a stop whose rows all flip in the control run
-    (`flaky`) is no detection, so that tier is resumed (the runner continues where it stopped)."""
+    (`flaky`), or that the runner's reference re-run blamed on someone else, is no detection
+    (bug_detection_analysis.stop_counts), so that tier is resumed (the runner continues where it
+    stopped)."""
     out.mkdir(parents=True, exist_ok=True)
     timing_path = out / "timing.json"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else {}
@@ -117,7 +121,8 @@ def run_tiers(out: Path, plans: list[dict[str, Any]], env: dict[str, str], worke
             raise SystemExit(f"bug_detection: {out / name} was run with limit {t.get('limit')}, not "
                              f"{plan['limit']}: use another --out")
         while not (t.get("rc") == 0 and not t.get("stopped")):  # not finished whole
-            if t.get("stopped") and not stop_is_flaky(t, (flaky or {}).get(name, set())):
+            if t.get("stopped") and stop_counts(t, detections(baseline / name, out / name, (flaky or {}).get(name, set()))
+                                                if baseline is not None else []):
                 return timing  # a detection: the fail-fast nightly ends here
             if t and t.get("rc") not in (0, None) and t.get("tried", 0) >= 2:
                 break  # the runner failed twice here: recorded, the next tier runs
@@ -251,7 +256,7 @@ def reuse_quiet_tiers(listed: Path, ordered: Path, clean: Path, plans: list) -> 
     listed_t, taken = json.loads(timing_path.read_text()), {}
     for plan in plans:
         name, t = plan["tier"], listed_t.get(plan["tier"], {})
-        if t.get("rc") != 0 or t.get("stopped") or detections(rows_of(clean / name), rows_of(listed / name), set()):
+        if t.get("rc") != 0 or t.get("stopped") or detections(clean / name, listed / name, set()):
             break
         shutil.copytree(listed / name, ordered / name, dirs_exist_ok=True)
         taken[name] = {**t, "reused_from": "listed"}
@@ -266,7 +271,7 @@ def schedule(faults: list[dict[str, Any]], orders: list[str], run, base: Path, p
     both = len(orders) == 2
     skipped: set[str] = set()
     pending: collections.deque = collections.deque([(None, "listed")] if not args.no_control else [])
-    # op-level faults first (the unit-tier figure needs them; compile-only and lost-lowering ones
+    # op-level faults first (the unit-tier figure needs them; compile-only ones
     # are caught, if at all, in the model tiers), in suite order otherwise
     pending.extend((f, orders[0]) for f in sorted(faults, key=lambda f: not is_op_level(f)))
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
@@ -306,7 +311,7 @@ def control_flakes(base: Path, plans: list, no_control: bool) -> tuple[dict[str,
         return flaky, rows_out
     for plan in plans:
         t = plan["tier"]
-        rows = detections(rows_of(base / "clean" / t), rows_of(base / "faults" / "_control" / t), set())
+        rows = detections(base / "clean" / t, base / "faults" / "_control" / t, set())
         flaky[t] = {(d["case_id"], d["stage"]) for d in rows}
         rows_out[t] = [{k: d[k] for k in ("case_id", "stage", "status", "reason")} for d in rows]
     return flaky, rows_out
@@ -321,7 +326,9 @@ def settle(faults: list[dict[str, Any]], orders: list[str], run, base: Path, pla
             if not timing_path.exists():
                 continue
             timing = json.loads(timing_path.read_text())
-            if any(stop_is_flaky(timing.get(p["tier"], {}), flaky.get(p["tier"], set())) for p in plans):
+            if any(timing.get(p["tier"], {}).get("stopped") and not stop_counts(timing[p["tier"]], detections(
+                    base / "clean" / p["tier"], timing_path.parent / p["tier"], flaky.get(p["tier"], set())))
+                   for p in plans):
                 run(f, f["name"], order, flaky, rerun=False)
 
 

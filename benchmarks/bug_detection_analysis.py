@@ -1,7 +1,9 @@
 """What benchmarks/bug_detection.py's runs mean: detections, first-detection times, the summary.
 
-A fault is *caught* by a tier when some (case, stage) row that passes in the clean run does not
-pass in the faulted run (rows that flip in the control run never count). Times are tier-elapsed
+A fault is *caught* by a tier when some (case, stage) row of the faulted run is one `harness
+compare` gates on by default against the clean run (harness.failfast.gated_regressions, the same
+definition fail-fast stops at: a new or changed failure not blamed on others, or a fallback
+regression); rows that flip in the control run never count. Times are tier-elapsed
 seconds: a tier that fail-fast stopped and was resumed (a stop on a flaky row) has several run
 segments in timing.json, and the gaps between them are not counted.
 """
@@ -9,8 +11,11 @@ segments in timing.json, and the gaps between them are not counted.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 OK = "pass"
 TARGET_NIGHTLY = 0.95
@@ -18,22 +23,28 @@ TARGET_UNIT_OP_LEVEL = 0.80
 TARGET_ORDERED_RATIO = 1 / 3
 
 
-def rows_of(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(case_id, stage) -> status, reason, failing op and when the case finished (journal)."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
+def tier_rows(run_dir: Path) -> tuple[pd.DataFrame, dict[str, float]]:
+    """A tier run directory's results rows, as its results.parquet holds them (journal + reference
+    re-runs, blamed: harness.runner.write_tables' path), and when each case finished (journal)."""
+    from contracts.rows import case_rows
+    from harness.reference import blamed, reference_outcomes
+
     path = run_dir / "journal.jsonl"
     if not path.exists():
-        return rows
+        return pd.DataFrame(), {}
+    meta = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    refs = reference_outcomes(run_dir)
+    rows, at = [], {}
     for line in path.read_text().splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        for st in rec["outcome"].get("stages", []):
-            rows.setdefault((rec["case_id"], st["stage"]), {
-                "status": st["status"], "reason": (st.get("reason") or "")[:200],
-                "failing_op": st.get("failing_op") or "", "at": float(rec.get("journaled_at", 0.0))})
-    return rows
+        if rec["case_id"] in at:
+            continue  # journaled twice (a resumed chunk): the first record is the table's
+        at[rec["case_id"]] = float(rec.get("journaled_at", 0.0))
+        rows.extend(asdict(r) for r in case_rows(blamed(rec, meta.get("backend"), refs), "").rows)
+    return pd.DataFrame(rows), at
 
 
 def max_case_seconds(run_dir: Path) -> float:
@@ -47,15 +58,19 @@ def max_case_seconds(run_dir: Path) -> float:
     return worst
 
 
-def detections(clean: dict, faulted: dict, flaky: set) -> list[dict[str, Any]]:
-    """Rows that pass clean and do not pass faulted (rows that flip in the control excluded)."""
-    found = []
-    for key, row in clean.items():
-        if row["status"] != OK or key in flaky:
-            continue
-        got = faulted.get(key)
-        if got is not None and got["status"] != OK:
-            found.append({"case_id": key[0], "stage": key[1], **got})
+def detections(clean_dir: Path, run_dir: Path, flaky: set) -> list[dict[str, Any]]:
+    """The rows of run_dir that `harness compare` gates on by default against clean_dir (the one
+    definition: harness.failfast.gated_regressions), rows that flip in the control run excluded;
+    by the time their case finished."""
+    from harness.failfast import gated_regressions
+
+    clean, _ = tier_rows(clean_dir)
+    run, at = tier_rows(run_dir)
+    if clean.empty or run.empty:
+        return []
+    meta = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    found = [{**d, "at": at[d["case_id"]]} for d in gated_regressions(run, clean, meta.get("backend"))
+             if (d["case_id"], d["stage"]) not in flaky]
     return sorted(found, key=lambda d: (d["at"], d["case_id"], d["stage"]))
 
 
@@ -107,14 +122,15 @@ def analyse(fault: dict[str, Any], run_dir: Path, clean_dir: Path, plans: list, 
         t = timing.get(name, {})
         if not t:
             continue  # not run: an earlier tier's detection stopped the fail-fast nightly
-        found = detections(rows_of(clean_dir / name), rows_of(run_dir / name), flaky.get(name, set()))
+        found = detections(clean_dir / name, run_dir / name, flaky.get(name, set()))
         entry: dict[str, Any] = {"rows": len(found), "cases": len({d["case_id"] for d in found}),
                                  "seconds": round(elapsed(t), 1), "stopped": bool(t.get("stopped"))}
         if t.get("rc") not in (0, None):
             entry["error"] = t.get("stderr")
         if found:
             first = found[0]
-            entry["first"] = {k: first[k] for k in ("case_id", "stage", "status", "reason", "failing_op")}
+            entry["first"] = {k: first[k] for k in ("case_id", "stage", "status", "reason", "failing_op", "verdict",
+                                                    "detail")}
             entry["first_detection_seconds"] = round(elapsed(t, first["at"]), 1)
             record["caught_by"].append(name)
             if record["first_detection_seconds"] is None:
@@ -129,15 +145,19 @@ def analyse(fault: dict[str, Any], run_dir: Path, clean_dir: Path, plans: list, 
     return record
 
 
-def stop_is_flaky(t: dict[str, Any], flaky: set) -> bool:
-    """A fail-fast stop whose regressing rows all flip in the control run too: not a detection."""
-    stopped = t.get("stopped") or []
-    return bool(stopped) and all((r["case_id"], r["stage"]) in flaky for r in stopped)
+def stop_counts(t: dict[str, Any], found: list[dict[str, Any]]) -> bool:
+    """Is a fail-fast stop a detection? Only when one of the rows it stopped at is among the tier's
+    detections (`found`): a stop at rows that flip in the control run too, or that the runner's
+    reference re-run later blamed on someone else (compare does not gate them), is none - the
+    tier is resumed."""
+    keys = {(d["case_id"], d["stage"]) for d in found}
+    return any((r["case_id"], r["stage"]) in keys for r in t.get("stopped") or [])
 
 
 def is_op_level(fault: dict[str, Any]) -> bool:
-    """A fault a single op's replay can reveal: not compile-only, not a lost lowering."""
-    return fault.get("scope", "both") != "compiled" and fault["kind"] != "fallback"
+    """A fault a single op's replay can reveal: every one but the compile-only ones (a lost
+    lowering too: the replay records the op's fallback, a regression compare gates on)."""
+    return fault.get("scope", "both") != "compiled"
 
 
 def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str, Any]],

@@ -351,11 +351,11 @@ def _stop_at_regressions(tier: str, opts: RunOptions) -> Any:
     if not opts.maxfail:
         return None
     from contracts.settings import current
-    from harness.failfast import StopAtRegressions, passing_rows
+    from harness.failfast import StopAtRegressions, baseline_results
 
     if opts.maxfail < 1:
         raise ValueError("--maxfail must be at least 1")
     path = opts.baseline or (current().baseline_dir if opts.use_baseline else None)
     if not path:
         raise ValueError("--maxfail/--exitfirst stop at regressions against a baseline: give --baseline DIR")
-    return StopAtRegressions(passing_rows(path, tier), opts.maxfail, baseline=str(path))
+    return StopAtRegressions(baseline_results(path, tier), opts.maxfail, baseline=str(path), backend=opts.backend)

@@ -16,14 +16,17 @@ PLANS = [{"tier": "unit", "limit": 3, "chunk": 64, "timeout": 120.0},
          {"tier": "full", "limit": 2, "chunk": 1, "timeout": 120.0}]
 
 
-def _journal(run_dir: Path, tier: str, rows: dict[str, list[tuple[str, str]]], at: float) -> None:
+def _journal(run_dir: Path, tier: str, rows: dict[str, list[tuple]], at: float) -> None:
+    """Journal records as a run writes them; a failing stage is blamed on the backend (as the
+    worker's judge or the reference re-run would) unless its tuple carries fields of its own."""
     d = run_dir / tier
     d.mkdir(parents=True, exist_ok=True)
     with open(d / "journal.jsonl", "w") as fh:
         for n, (case, stages) in enumerate(rows.items()):
-            outcome = {"case_id": case, "tier": tier, "seconds": 1.0,
-                       "stages": [{"stage": s, "status": st, "reason": "" if st == "pass" else "mismatch"}
-                                  for s, st in stages]}
+            outcome = {"case_id": case, "tier": tier, "seconds": 1.0, "stages": [
+                {"stage": s[0], "status": s[1], "reason": "" if s[1] == "pass" else "mismatch",
+                 **({} if s[1] == "pass" else {"blame": "backend"}), **(s[2] if len(s) > 2 else {})}
+                for s in stages]}
             fh.write(json.dumps({"tier": tier, "case_id": case, "journaled_at": at + n, "outcome": outcome}) + "\n")
 
 
@@ -77,13 +80,30 @@ def test_fail_fast_times_leave_out_the_gap_before_a_resumed_segment_and_unrun_ti
     assert record["first_tier"] == "unit" and record["tiers"]["unit"]["first"]["case_id"] == "c"
     assert record["first_detection_seconds"] == 15.0  # 10 s of the first segment + 5 s of the second
     assert record["tiers_run"] == ["unit"] and "full" not in record["tiers"] and record["seconds"] == 40.0
-    assert bd.stop_is_flaky({"stopped": [{"case_id": "a", "stage": "op"}]}, {("a", "op")})
-    assert not bd.stop_is_flaky({"stopped": stop}, {("a", "op")}) and not bd.stop_is_flaky({}, set())
+    found = bd.detections(clean / "unit", bad / "unit", {("a", "op")})
+    assert not bd.stop_counts({"stopped": [{"case_id": "a", "stage": "op"}]}, found)  # flaky: resumed
+    assert bd.stop_counts({"stopped": stop}, found) and not bd.stop_counts({}, found)
 
 
-def test_compile_only_and_fallback_faults_are_not_op_level():
+def test_detections_are_what_compare_gates_on_a_fallback_regression_yes_a_harness_failure_no(tmp_path):
+    clean, bad = tmp_path / "clean", tmp_path / "bad"
+    none = {"metrics": {"fallback_ops": []}}
+    _journal(clean, "unit", {"a": [("op", "pass", none)], "b": [("op", "pass", none)], "c": [("op", "pass", none)]}, 0)
+    # a: still passes, but the op fell back (a lost lowering); b: a new failure the harness caused
+    # (compare lists it as harness debt, does not gate); c: unchanged
+    _journal(bad, "unit", {"a": [("op", "pass", {"metrics": {"fallback_ops": ["aten.gelu.default"]}})],
+                           "b": [("op", "error", {"blame": "harness"})], "c": [("op", "pass", none)]}, 100)
+    (found,) = bd.detections(clean / "unit", bad / "unit", set())
+    assert (found["case_id"], found["verdict"]) == ("a", "FALLBACK_REGRESSION")
+    assert "aten.gelu.default" in found["detail"]
+    stop = {"stopped": [{"case_id": "b", "stage": "op"}]}
+    assert not bd.stop_counts(stop, [found])  # a stop at the harness' own failure is resumed
+    assert bd.stop_counts({"stopped": [{"case_id": "a", "stage": "op"}]}, [found])
+
+
+def test_only_compile_only_faults_are_not_op_level():
     assert not bd.is_op_level({"kind": "perturb", "scope": "compiled"})
-    assert not bd.is_op_level({"kind": "fallback"})
+    assert bd.is_op_level({"kind": "fallback"})  # the unit replay records the op's fallback
     assert bd.is_op_level({"kind": "hang"})
 
 

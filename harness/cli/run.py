@@ -98,7 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", metavar="DIR", help="baseline the execution order learns from "
                         "(default: $HARNESS_BASELINE_DIR, else ./baseline; none: listing order by weight)")
     parser.add_argument("--maxfail", type=int, metavar="N", help="stop after N cases that regress against the "
-                        "baseline (a stage passing there that does not pass now), like pytest --maxfail; the run "
+                        "baseline (what `harness compare` gates on: a new or changed failure, a fallback regression), "
+                        "like pytest --maxfail; the run "
                         "stays resumable and exits 1")
     parser.add_argument("-x", "--exitfirst", action="store_const", const=1, dest="maxfail",
                         help="stop at the first regressing case (--maxfail 1)")

@@ -35,7 +35,8 @@ def test_exitfirst_stops_at_the_first_regressing_case_and_the_same_command_conti
     first = _run(out, broken, baseline=str(baseline), maxfail=1)
     # c1 failed in the baseline too: no regression; c3 is the first, and nothing after it ran
     assert first["stopped"]["regressions"] == [
-        {"case_id": "c3", "stage": "check", "status": "fail", "reason": "mismatch", "failing_op": None}]
+        {"case_id": "c3", "stage": "check", "status": "fail", "reason": "mismatch", "failing_op": None,
+         "verdict": "FAIL", "detail": "pass -> fail"}]
     assert Journal(out).done("trivial") == {"c0", "c1", "c2", "c3"}
     assert first["stopped"]["not_run"] == 4 and first["ran"] == 4
     second = _run(out, broken, baseline=str(baseline), maxfail=1)
