@@ -68,6 +68,18 @@ def gated_regressions(run: pd.DataFrame, baseline: pd.DataFrame, backend: str | 
     return out
 
 
+def _may_regress(outcome: CaseOutcome) -> bool:
+    """Could compare gate a row of this case? Not when every stage passes without a fallback (its
+    verdict is PASS or IMPROVED whatever the baseline): such cases skip the comparison."""
+    if outcome.fallback_count or outcome.fallback_ops:
+        return True
+    for st in outcome.stages:
+        metrics = st.get("metrics") or {}
+        if st.get("status") != "pass" or metrics.get("fallback_ops") or metrics.get("fallback_count"):
+            return True
+    return False
+
+
 def _text(value: Any) -> str:
     return "" if value is None or value != value else str(value)  # None / NaN (a frame's missing value)
 
@@ -92,7 +104,9 @@ class StopAtRegressions:
 
     def add(self, outcomes: Iterable[CaseOutcome]) -> bool:
         """Record the regressions among `outcomes`; True once the limit is reached."""
-        self.regressions.extend(gated_regressions(outcome_frame(outcomes), self.baseline_rows, self.backend))
+        suspects = [o for o in outcomes if _may_regress(o)]
+        if suspects:
+            self.regressions.extend(gated_regressions(outcome_frame(suspects), self.baseline_rows, self.backend))
         return self.reached
 
     def summary(self, not_run: int) -> dict[str, Any]:
