@@ -13,7 +13,7 @@ import sys
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from backend import compat, device_module, explicit, kernels, ties
+from backend import compat, device_module, explicit, kernels, rnn_cells, ties
 from backend.errors import NeuronUnsupportedError
 
 NAME = "neuron"
@@ -143,6 +143,9 @@ def register() -> None:
         for name, fn in explicit.KERNELS.items():
             if name not in explicit.NATIVE_KERNELS:
                 impl.impl(name, fn, "PrivateUse1")
+    for name, fn in rnn_cells.KERNELS.items():  # also below autograd (inference mode skips it)
+        impl.impl(name, fn, "AutogradPrivateUse1")
+        impl.impl(name, fn, "PrivateUse1")
     impl.impl("_make_dual", _forward_ad_unsupported, "AutogradPrivateUse1")
     impl.impl("_make_dual", _forward_ad_unsupported, "PrivateUse1")
     fb.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
