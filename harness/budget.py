@@ -39,6 +39,47 @@ def _set(d: dict, path: tuple, fn) -> None:
     d[path[-1]] = [fn(x) for x in v] if isinstance(v, list) else fn(v)
 
 
+def _shrink_widths_everywhere(d: dict, path: tuple, fn) -> None:
+    """Halve the knob at `path`, and with it every other width list at any level that names the
+    same sizes: chained lists (EfficientNet's `in_channels` are its `out_channels` shifted by one)
+    must keep agreeing, or the model builds and its forward fails."""
+    target = d
+    for p in path[:-1]:
+        target = target[p]
+    v = target[path[-1]]
+    sizes = set(v) if isinstance(v, list) else {v}
+    mapping = {x: fn(x) for x in sizes}
+    _set(d, path, fn)
+
+    def visit(level: dict) -> None:
+        for k, x in level.items():
+            if isinstance(x, dict):
+                visit(x)
+            elif level is target and k == path[-1]:
+                continue
+            elif _is_width_list(k, x) and any(y in mapping for y in x):
+                level[k] = [mapping.get(y, y) for y in x]
+            elif (isinstance(x, int) and not isinstance(x, bool) and x in mapping
+                  and any(w in k for w in _SCALAR_WIDTH_WORDS) and not any(p in k for p in _PROTECTED)):
+                level[k] = mapping[x]  # ZoeDepth's `bottleneck_features` is its `fusion_hidden_size`
+
+    visit(d)
+
+
+def _is_width_list(key: str, v: Any) -> bool:
+    return (isinstance(v, list) and len(v) > 1 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+            and _is_width_key(key))
+
+
+def _is_width_key(key: str) -> bool:
+    return any(w in key for w in _WIDTH_WORDS)
+
+
+#: Fields that name channel widths (the halving keeps them in step).
+_WIDTH_WORDS = ("channels", "hidden_size", "_dim", "dims", "_sizes", "_features")
+_SCALAR_WIDTH_WORDS = ("channels", "hidden_size", "_features")
+
+
 def fit_budget(config: dict, count: Callable[[dict], int], budget: int, max_tries: int = 40) -> tuple[dict, int, list[str]]:
     """Greedy halving of large sizes until `count(config) < budget`. Returns (config, params, changed)."""
     best = copy.deepcopy(config)
@@ -50,7 +91,7 @@ def fit_budget(config: dict, count: Callable[[dict], int], budget: int, max_trie
         for path, _ in _candidates(best):
             tries += 1
             trial = copy.deepcopy(best)
-            _set(trial, path, lambda x: max(8, x // 4) if x >= 48 else x)
+            _shrink_widths_everywhere(trial, path, lambda x: max(8, x // 4) if x >= 48 else x)
             try:
                 n = count(trial)
             except Exception:  # noqa: BLE001 - that knob is constrained: try the next one

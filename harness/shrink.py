@@ -28,7 +28,7 @@ import yaml
 from harness.budget import fit_budget
 from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.layers import is_int, rescale_parts, select_layers
-from harness.shrink_families import shrink_experts, shrink_mla, shrink_modalities, shrink_ssm, shrink_windows
+from harness.shrink_families import shrink_experts, shrink_mla, shrink_modalities, shrink_ssm, shrink_windows, tie_image_sizes
 
 #: Shrink strengths, strongest first.
 LEVELS = ("full", "core", "layers")
@@ -118,7 +118,8 @@ def _shrink_layers(d: dict, r: dict) -> None:
                 n = len(d[f])
                 break
     if n:
-        plan = select_layers(d, n, r, t["min_layers"])
+        taps = _feature_taps(d, r, n) if field else {}
+        plan = select_layers(d, n, r, max([t["min_layers"]] + [len(v) for v in taps.values()]))
         for k, v in plan.updates.items():
             if v is None:
                 d.pop(k, None)
@@ -127,9 +128,25 @@ def _shrink_layers(d: dict, r: dict) -> None:
         if field:
             d[field] = len(plan.keep)
         tie_layer_counts(d, r, n, len(plan.keep))
+        for f, v in taps.items() if len(plan.keep) < n else ():
+            # the same number of tapped layers, spread over the new stack (the last one kept)
+            base, k, new_n = r["feature_taps"][f], len(v), len(plan.keep)
+            d[f] = [base + round((j + 1) * new_n / k) - 1 for j in range(k)]
     for f in r["extra_layer_count_fields"]:
         if is_int(d.get(f)) and d[f] > t["min_layers"]:
             d[f] = t["min_layers"]
+
+
+def _feature_taps(d: dict, r: dict, n: int) -> dict[str, list[int]]:
+    """Lists of layers whose outputs a neck or head consumes one by one (DPT's
+    `backbone_out_indices`, a ViT backbone's `out_indices`): the neck is built for that many
+    features, so the shrunk stack keeps at least that many layers."""
+    taps = {}
+    for f, base in (r.get("feature_taps") or {}).items():
+        v = d.get(f)
+        if isinstance(v, list) and len(v) > 1 and all(is_int(x) and base <= x < n + base for x in v):
+            taps[f] = v
+    return taps
 
 
 # --------------------------------------------------------------------------- widths
@@ -212,8 +229,9 @@ def _shrink_widths(d: dict, r: dict, level: str, known: dict[int, int]) -> dict[
         if is_int(d.get(f)) and d[f] > head_dim:
             old_head_dim = old_head_dim or d[f]
             d[f] = head_dim
-    if old_head_dim is None and old_hidden and q_heads:
-        old_head_dim = None
+    if old_head_dim is None and old_hidden:  # no explicit head size: hidden / heads (codegen, gptj)
+        old_q = next((original[q] for q, _ in r["head_pairs"] if q in updates and is_int(original.get(q))), None)
+        old_head_dim = old_hidden // old_q if old_q else None
     _shrink_rope(d, d.get("head_dim") if is_int(d.get("head_dim")) else new_hidden // q_heads, old_head_dim)
     inter = t["intermediate_multiplier"] * new_hidden
     for f in r["intermediate_fields"]:
@@ -270,8 +288,17 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
             for old_h, new_h in _shrink_widths(level_dict, r, level, hidden_map).items():
                 hidden_map.setdefault(old_h, new_h)
         if level == "full":
-            for old_w, new_w in shrink_modalities(level_dict, r).items():
+            widths = shrink_modalities(level_dict, r)
+            for old_w, new_w in widths.items():
                 stage_map.setdefault(old_w, new_w)
+            firsts = {v[0] for k, v in before.items() if k in r["stage_width_list_fields"] and isinstance(v, list) and v}
+            for f in r["hidden_fields"]:  # the hidden size of a staged net is its first stage's width
+                if is_int(before.get(f)) and before[f] in widths and before[f] in firsts:
+                    level_dict[f] = hidden_map[before[f]] = widths[before[f]]
+            for f, v in before.items():  # a stem's or neck's width that names a stage width
+                if (is_int(v) and v in widths and level_dict.get(f) == v
+                        and any(f.endswith(sfx) for sfx in r["stage_width_tie_suffixes"])):
+                    level_dict[f] = widths[v]
         shrink_windows(level_dict, r)
         level_dict["__touched__"] = {k for k in level_dict if before.get(k) != level_dict.get(k)}
         mt = level_dict.get("model_type")
@@ -305,6 +332,8 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
                         break
 
     finish(d)
+    if level == "full":
+        tie_image_sizes(config, d, r)
     remap_foreign_indices(config, d, r)
     if level == "full":
         _apply_references(d, r)

@@ -87,7 +87,7 @@ def shrink_ssm(d: dict, r: dict, hidden: int) -> None:
 def shrink_modalities(d: dict, r: dict) -> dict[int, int]:
     """Vision, audio and per-stage sizes of one level; returns the stage widths' {old: new}."""
     t = r["targets"]
-    patch = next((d[f] for f in r["patch_size_fields"] if is_int(d.get(f))), None)
+    patch = next((_side(d[f]) for f in r["patch_size_fields"] if _side(d.get(f))), None)
     # a hierarchical model (convnext, swin) halves its patch grid before each later stage: the
     # grid must keep at least one patch at the last stage
     stages = next((len(d[f]) for f in r["stage_depth_list_fields"] if isinstance(d.get(f), list) and d[f]), 1)
@@ -95,9 +95,11 @@ def shrink_modalities(d: dict, r: dict) -> dict[int, int]:
     window = r["overrides"].get(d.get("model_type"), {}).get("window_size", d.get("window_size"))
     window = window if is_int(window) and stages > 1 else 1
     per_side = max(t["image_patches_per_side"], 2 ** (stages - 1) * window)
+    # a net that downsamples by `output_stride` before it patches its feature map (MobileViTV2)
+    stride = max([d[f] for f in r["output_stride_fields"] if is_int(d.get(f))] + [1])
     for f in r["image_size_fields"]:
         v = d.get(f)
-        target = (patch or 8) * per_side
+        target = (patch or 8) * max(per_side, stride)
         if is_int(v) and v > target:
             d[f] = target
         elif isinstance(v, list) and len(v) == 2 and all(is_int(x) for x in v) and max(v) > target:
@@ -125,11 +127,27 @@ def shrink_modalities(d: dict, r: dict) -> dict[int, int]:
         v = d.get(f)
         if isinstance(v, list) and v and all(is_int(x) for x in v):
             d[f] = [min(x, r["stage_depth_max"]) for x in v]
+            _follow_depths(d, v, d[f], widths)
     for f in r["stage_head_list_fields"]:
         v = d.get(f)
         if isinstance(v, list) and v and all(is_int(x) and x > 0 for x in v):
             d[f] = [max(1, x // v[0]) for x in v]
     return widths
+
+
+def _follow_depths(d: dict, old: list[int], new: list[int], widths: dict[int, int]) -> None:
+    """Per-block lists spelled out stage by stage (PP-LCNet's `block_configs`, UVDoc's
+    `stage_configs`: one entry per block, so their lengths are the depths) keep the first blocks
+    of each stage, and the widths they name follow the stage widths."""
+    def remap(x):
+        if isinstance(x, list):
+            return [remap(y) for y in x]
+        return widths.get(x, x) if is_int(x) else x
+
+    for k, v in list(d.items()):
+        if (isinstance(v, list) and len(v) == len(old) and all(isinstance(x, list) for x in v)
+                and [len(x) for x in v] == old):
+            d[k] = [remap(blocks[:n]) for blocks, n in zip(v, new)]
 
 
 def shrink_stage_widths(d: dict, r: dict) -> dict[int, int]:
@@ -141,7 +159,9 @@ def shrink_stage_widths(d: dict, r: dict) -> dict[int, int]:
     first = r["stage_width_first"]
     lists = {f: d[f] for f in r["stage_width_list_fields"]
              if isinstance(d.get(f), list) and d[f] and all(is_int(x) and x > 0 for x in d[f])}
-    wide = [v[0] for v in lists.values() if v[0] > first]
+    # a top-down list (an FPN's [768, 384, 192, 96]) names its first stage last
+    wide = [v[-1] if _descending(v) else v[0] for v in lists.values()]
+    wide = [x for x in wide if x > first]
     if not wide:
         return {}
     scale = first / min(wide)
@@ -149,6 +169,10 @@ def shrink_stage_widths(d: dict, r: dict) -> dict[int, int]:
     for f, v in lists.items():
         d[f] = [mapping.get(x, x) for x in v]
     return mapping
+
+
+def _descending(v: list[int]) -> bool:
+    return len(v) > 1 and all(a > b for a, b in zip(v, v[1:]))
 
 
 def shrink_windows(d: dict, r: dict) -> None:
@@ -164,3 +188,57 @@ def shrink_windows(d: dict, r: dict) -> None:
     )
     if is_int(v) and v > mp and not rope_orig:
         d["max_position_embeddings"] = mp
+
+
+def _side(v) -> int | None:
+    if is_int(v):
+        return v
+    if isinstance(v, list) and len(v) == 2 and all(is_int(x) for x in v) and v[0] == v[1]:
+        return v[0]
+    return None
+
+
+def tie_image_sizes(original: dict, shrunk: dict, r: dict) -> None:
+    """One image size for the whole model: each level shrinks its own `image_size` to its patch
+    grid, but a backbone, its prompt encoder and the outer config see the same image. Every field
+    that had the same old size gets the largest of their new sizes (so every level keeps its
+    minimum patch grid), and feature-map sizes derived from the image (`image_grid_fields`, SAM 2's
+    `backbone_feature_sizes`) scale with it."""
+    pairs: list[tuple[dict, dict]] = []
+
+    def walk(o: dict, s: dict) -> None:
+        pairs.append((o, s))
+        for k, v in s.items():
+            if isinstance(v, dict) and isinstance(o.get(k), dict):
+                walk(o[k], v)
+
+    walk(original, shrunk)
+    new_of: dict[int, int] = {}
+    for o, s in pairs:
+        for f in r["image_size_fields"]:
+            old, new = _side(o.get(f)), _side(s.get(f))
+            if old and new and new < old:
+                new_of[old] = max(new_of.get(old, 0), new)
+    if not new_of:
+        return
+    for o, s in pairs:
+        for f in r["image_size_fields"]:
+            old = _side(o.get(f))
+            if old in new_of and _side(s.get(f)) != new_of[old]:
+                s[f] = [new_of[old]] * 2 if isinstance(s[f], list) else new_of[old]
+    biggest = max(new_of)
+    ratio = new_of[biggest] / biggest
+    for o, s in pairs:  # a "patch" that is a sub-model's whole image (Depth Pro's 384 px patches)
+        for f in r["patch_size_fields"]:
+            if is_int(o.get(f)) and o[f] in new_of and s.get(f) == o[f]:
+                s[f] = new_of[o[f]]
+
+    def scale(v):
+        if isinstance(v, list):
+            return [scale(x) for x in v]
+        return max(1, round(v * ratio)) if is_int(v) else v
+
+    for o, s in pairs:
+        for f in r.get("image_grid_fields") or ():
+            if f in s and s[f] == o.get(f):
+                s[f] = scale(s[f])

@@ -53,14 +53,17 @@ def _class_names(mapping_entry: Any) -> list[str]:
 def _resolve(names: list[str]):
     import transformers
 
+    placeholder = None  # a class whose backend (torchvision) is missing: only when nothing else is
     for name in names:
         try:
             cls = getattr(transformers, name)
         except (AttributeError, ImportError):
             continue
-        if isinstance(cls, type):
+        if isinstance(cls, type) and type(cls).__name__ == "DummyObject":
+            placeholder = placeholder or cls
+        elif isinstance(cls, type):
             return cls
-    return None
+    return placeholder
 
 
 @functools.cache
@@ -87,7 +90,21 @@ def composite_type(model_type: str) -> str | None:
 def _mapped(mapping: dict, model_type: str, overrides: dict) -> list[str]:
     names = _class_names(overrides.get(model_type)) or _class_names(mapping.get(model_type))
     parent = None if names else composite_type(model_type)
-    return names or (_class_names(overrides.get(parent)) or _class_names(mapping.get(parent)) if parent else [])
+    names = names or (_class_names(overrides.get(parent)) or _class_names(mapping.get(parent)) if parent else [])
+    return names + [n for n in _processor_siblings(mapping, model_type) if n not in names]
+
+
+def _processor_siblings(mapping: dict, model_type: str) -> list[str]:
+    """Classes of the types that share this type's processor (ModernVBERT and UltraVBERT are
+    fed by `Idefics3Processor`, whose image processor idefics3 maps): later candidates, for a
+    type that maps none or only one needing a missing package (torchvision)."""
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    proc = PROCESSOR_MAPPING_NAMES.get(model_type)
+    if not proc:
+        return []
+    return [n for other, p in sorted(PROCESSOR_MAPPING_NAMES.items()) if p == proc and other != model_type
+            for n in _class_names(mapping.get(other))]
 
 
 def image_processor_class(model_type: str, overrides: dict):

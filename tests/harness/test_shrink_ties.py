@@ -1,0 +1,102 @@
+"""Sizes a model needs to agree stay in agreement after shrinking, and the shrunk model runs.
+
+Each test is one class of tie the shrinker used to break (the config built, its forward failed),
+checked on a real architecture of the installed transformers: the tie holds in the shrunk config
+and a forward on cpu passes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from contracts.records import ModelSpec
+from harness.budget import fit_budget
+from harness.inputs import make_inputs
+from harness.models import build_model, resolve_config
+
+
+def forward(model_type: str, architecture: str):
+    config = resolve_config(ModelSpec(f"catalog/{model_type}/{architecture}", model_type, architecture))
+    model = build_model(config, architecture)
+    with torch.no_grad():
+        model(**make_inputs(model, config, architecture).kwargs)
+    return config
+
+
+@pytest.mark.parametrize("model_type, architecture", [("gptj", "GPTJForCausalLM"), ("codegen", "CodeGenModel")])
+def test_rotary_dim_follows_the_head_size_when_the_config_has_no_head_dim(model_type, architecture):
+    """GPT-J/CodeGen rotate `rotary_dim` of each head's features; the head size is hidden / heads
+    (no `head_dim` field), and the rotary part shrinks in proportion to it."""
+    config = forward(model_type, architecture)
+    head = config.n_embd // config.n_head
+    assert 2 <= config.rotary_dim <= head and config.rotary_dim % 2 == 0
+
+
+def test_staged_backbone_hidden_size_top_down_lists_and_one_image_size():
+    """EdgeTAM (a SAM 2 Hiera backbone): the backbone's hidden size is its first stage's width; the
+    FPN's top-down channel list names the same stage widths (largest first); the backbone, the
+    prompt encoder and the outer config see one image size; the FPN feature sizes scale with it."""
+    config = forward("edgetam_video", "EdgeTamModel")
+    v = config.vision_config
+    b = v.backbone_config
+    assert b.hidden_size == b.embed_dim_per_stage[0]
+    assert v.backbone_channel_list == list(reversed(b.embed_dim_per_stage))
+    sizes = {config.image_size, config.prompt_encoder_config.image_size, tuple(b.image_size)[0]}
+    assert len(sizes) == 1
+    assert v.backbone_feature_sizes[-1][0] * config.prompt_encoder_config.patch_size == sizes.pop()
+
+
+def test_per_block_lists_follow_the_stage_depths_and_widths():
+    """PP-LCNetV4 spells out one config per block (`block_configs`, their lengths are the depths):
+    shrinking the depths keeps each stage's first blocks, and their channel entries follow the
+    scaled stage widths."""
+    config = forward("pp_ocrv6_tiny_rec", "PPOCRV6TinyRecForTextRecognition")
+    b = config.backbone_config
+    assert [len(stage) for stage in b.block_configs] == list(b.depths)
+    assert [stage[-1][2] for stage in b.block_configs] == list(b.stage_out_channels)
+
+
+def test_a_stem_width_that_names_a_stage_width_follows_it():
+    config = forward("textnet", "TextNetForImageClassification")
+    assert config.stem_out_channels == config.hidden_sizes[0]
+
+
+@pytest.mark.parametrize("model_type, architecture, field", [
+    ("dpt", "DPTForDepthEstimation", "backbone_out_indices"),
+    ("chmv2", "CHMv2ForDepthEstimation", "backbone_config.out_indices"),
+])
+def test_a_neck_keeps_as_many_tapped_layers_as_it_has_inputs(model_type, architecture, field):
+    """DPT's neck reassembles the outputs of 4 chosen layers: 2 layers cannot feed it. The shrunk
+    stack keeps 4 layers and taps each once."""
+    config = forward(model_type, architecture)
+    level = config
+    for part in field.split(".")[:-1]:
+        level = getattr(level, part)
+    taps = getattr(level, field.split(".")[-1])
+    assert len(taps) == 4 and len(set(taps)) == 4
+    assert max(taps) <= level.num_hidden_layers
+
+
+def test_the_budget_halves_chained_widths_together():
+    """A width the budget pass halves is halved in every width field that names it, at any level:
+    EfficientNet-like in/out channel chains and ZoeDepth's `bottleneck_features` (its fusion width)."""
+    config = {"in_channels": [32, 96, 192], "out_channels": [96, 192, 320],
+              "head": {"fusion_hidden_size": 320, "bottleneck_features": 320, "num_labels": 320}}
+
+    def count(d):  # the model "builds" only while the chain agrees
+        assert d["in_channels"][1:] == d["out_channels"][:-1]
+        assert d["head"]["bottleneck_features"] == d["head"]["fusion_hidden_size"]
+        return sum(d["out_channels"]) * 1000
+
+    shrunk, params, changed = fit_budget(config, count, 200_000)
+    assert changed and params < 200_000
+    assert shrunk["in_channels"][1:] == shrunk["out_channels"][:-1]
+    assert shrunk["head"]["num_labels"] == 320  # not a width
+
+
+@pytest.mark.parametrize("model_type, architecture", [
+    ("efficientnet", "EfficientNetModel"), ("zoedepth", "ZoeDepthForDepthEstimation"),
+])
+def test_budgeted_and_rule_shrunk_cnns_run(model_type, architecture):
+    forward(model_type, architecture)
