@@ -100,3 +100,12 @@ def test_the_budget_halves_chained_widths_together():
 ])
 def test_budgeted_and_rule_shrunk_cnns_run(model_type, architecture):
     forward(model_type, architecture)
+
+
+def test_the_image_keeps_a_patch_grid_after_the_nets_downsampling():
+    """MobileViTV2 downsamples by `output_stride` (32) before it unfolds 2x2 patches: the image
+    keeps at least that many patches per side. VitPose's patch size is a [16, 16] list."""
+    config = forward("mobilevitv2", "MobileViTV2ForSemanticSegmentation")
+    assert config.image_size >= config.output_stride * config.patch_size
+    config = forward("vitpose", "VitPoseForPoseEstimation")
+    assert min(config.backbone_config.image_size) >= 4 * config.backbone_config.patch_size[0]
