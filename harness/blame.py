@@ -94,6 +94,15 @@ def builtin_rule(tier: str, row: dict[str, Any], backend: str | None) -> tuple[s
     return "", {}
 
 
+def harness_reason(row: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """Blame of a row whose reason names the harness' own machinery (`harness_reasons`), else None."""
+    reason = str(row.get("reason") or "")
+    for e in rules().get("harness_reasons") or []:
+        if _compiled(e["reason"]).search(reason):
+            return Blame.HARNESS.value, {"rule": "harness_reasons", "why": e.get("why", "")}
+    return None
+
+
 def worker_death_blame(row: dict[str, Any], note: str = "") -> tuple[str, dict[str, Any]]:
     reason = str(row.get("reason") or "")
     for e in rules()["worker_death"]:
@@ -191,6 +200,9 @@ def _judge_row(row: dict[str, Any], tier: str, backend: str | None, died: bool, 
     builtin = builtin_rule(tier, row, backend)
     if builtin is not None:
         return builtin
+    own = harness_reason(row)
+    if own is not None:
+        return own
     if row.get("status") not in FAILING_VALUES:
         return "", {}  # skipped / not attempted for a reason of the tier's own (e.g. no model class)
     if have_reference:
@@ -216,7 +228,7 @@ def needs_reference(outcome: CaseOutcome, backend: str | None) -> bool:
         return True
     for row in outcome.stages:
         if row.get("status") in FAILING_VALUES and not row.get("blame") \
-                and builtin_rule(outcome.tier, row, backend) is None:
+                and builtin_rule(outcome.tier, row, backend) is None and harness_reason(row) is None:
             return True
     return False
 

@@ -58,6 +58,11 @@ def judge_run(run: _Run, wanted: list[str]) -> None:
     """Blame every failing stage of `run.result` (check_model's judge hook), then the rest."""
     result = run.result
     failing = [s for s in wanted if s in result.stages and result.stages[s].status in FAILING]
+    for name in list(failing):  # the harness' own machinery failed: no reference re-run can say otherwise
+        own = rules_mod.harness_reason(result.stages[name].to_dict())
+        if own is not None:
+            result.stages[name].blame, result.stages[name].blame_evidence = own
+            failing.remove(name)
     on_reference = rules_mod.is_reference(run.adapter.name)
     reference: dict[str, StageResult] = {}
     if failing and not on_reference:

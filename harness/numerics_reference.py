@@ -86,7 +86,15 @@ class DeviceRounding(TorchDispatchMode):
         if positions or names:
             args = tuple(self._round(a) if i in positions else a for i, a in enumerate(args))
             kwargs = {k: self._round(v) if k in names else v for k, v in kwargs.items()}
-        return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as exc:
+            # A wrapped-number tensor of a composite kernel (`remainder.Scalar` calls `.Tensor` with
+            # `2` wrapped) reaches a dispatch mode as a Python number; the overload packet resolves
+            # it to the Scalar overload, as PyTorch does (and as backend/kernels.py does on the device).
+            if "Expected a value of type 'Tensor'" not in str(exc):
+                raise
+            return func.overloadpacket(*args, **kwargs)
 
 
 @contextlib.contextmanager

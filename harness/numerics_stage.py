@@ -14,7 +14,7 @@ from typing import Any
 from contracts.status import Status
 from harness.numerics import Comparison, compare_named, compare_outputs, named_float_tensors
 from harness.numerics_reference import Reference, compute_reference, dispatch_key
-from harness.stage_run import StageFailed, StageRun
+from harness.stage_run import StageFailed, StageRun, StageSkipped
 from harness.step import parameter_grads, training_loss
 
 
@@ -32,8 +32,11 @@ def undeclared_rounding(run: StageRun) -> bool:
 def reference_of(run: StageRun) -> Reference:
     """The run's CPU reference of the training step, computed once (numerics and compile share it)."""
     if run.reference is None:
-        run.reference = compute_reference(run.cpu_model, run.cpu_kwargs, run.seed, training_loss, rounded_inputs(run),
-                                          dispatch_key(run.adapter.device_type))
+        try:
+            run.reference = compute_reference(run.cpu_model, run.cpu_kwargs, run.seed, training_loss,
+                                              rounded_inputs(run), dispatch_key(run.adapter.device_type))
+        except Exception as exc:  # noqa: BLE001 - the harness' own reference: its failure is the harness'
+            raise StageSkipped(f"cpu reference raised: {type(exc).__name__}: {exc}"[:300], Status.ERROR) from exc
     return run.reference
 
 

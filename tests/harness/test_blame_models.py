@@ -185,3 +185,19 @@ def test_a_config_field_the_harness_removed_is_the_harness(monkeypatch):
     monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
     fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
     assert fwd.blame == "harness" and fwd.blame_evidence["config_attribute"]["status"] == "present_in_default"
+
+
+def test_a_failing_cpu_reference_of_numerics_is_the_harness_not_the_backend(monkeypatch):
+    """The numerics reference emulates the device's rounding, which a plain cpu re-run does not: when
+    the harness' reference itself raises, the row is the harness' own (it once blamed the backend)."""
+    import harness.numerics_stage as numerics_stage
+
+    def raising(*args, **kwargs):
+        raise RuntimeError("the rounding mode could not run an op")
+
+    monkeypatch.setattr(numerics_stage, "compute_reference", raising)
+    result = check_with_blame(BERT, "neuron", ["load", "forward", "backward", "numerics"])
+    num = result.stages["numerics"]
+    assert num.status is Status.ERROR and num.reason.startswith("cpu reference raised: RuntimeError")
+    assert num.blame == "harness" and num.blame_evidence["rule"] == "harness_reasons"
+    assert result.stages["forward"].status is Status.PASS

@@ -124,3 +124,13 @@ def test_a_stage_result_rejects_an_unknown_blame():
     with pytest.raises(ValueError):
         StageResult("load", "error", blame="somebody")
     assert StageResult("load", "error", blame="upstream").to_dict()["blame"] == "upstream"
+
+
+@pytest.mark.parametrize("tier", ["full", "representative"])
+def test_the_harness_own_reference_failing_is_the_harness_on_any_backend(tier):
+    row = ("numerics", "error", "cpu reference raised: RuntimeError: x")
+    for backend in ("neuron", "cpu"):
+        out = blame.complete_outcome(_outcome(tier, row), backend)
+        assert _blames(out)["numerics"] == "harness"
+        assert out.stages[0]["blame_evidence"]["rule"] == "harness_reasons"
+        assert not blame.needs_reference(_outcome(tier, row), backend)
