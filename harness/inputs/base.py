@@ -65,9 +65,30 @@ def required_inputs(params: dict[str, inspect.Parameter]) -> set[str]:
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "self"}
 
 
+def _nested_configs(levels: list[Any], depth: int = 2) -> list[Any]:
+    """Sub-configs below `levels`, breadth first (`audio_config.asr_config.num_mel_bins`): looked
+    at only after the config and its text/vision/audio sub-configs, so they never shadow those."""
+    from transformers import PretrainedConfig
+
+    seen = {id(c) for c in levels}
+    found: list[Any] = []
+    frontier = list(levels)
+    for _ in range(depth):
+        nxt = []
+        for level in frontier:
+            for v in vars(level).values():
+                if isinstance(v, PretrainedConfig) and id(v) not in seen:
+                    seen.add(id(v))
+                    nxt.append(v)
+        found.extend(nxt)
+        frontier = nxt
+    return found
+
+
 class ConfigScope(Mapping):
     """Names a recipe formula may use: batch/seq/vocab, `config`, `text`/`vision`/`audio`
-    sub-configs, then any field of the config, its text, vision or audio sub-config (first found)."""
+    sub-configs, then any field of the config, its text, vision or audio sub-config, then of the
+    sub-configs nested below those (first found)."""
 
     def __init__(self, config, **extra: Any):
         self.config = config
@@ -80,6 +101,7 @@ class ConfigScope(Mapping):
             if sub is not None:
                 self.named[kind] = sub
                 self.levels.append(sub)
+        self.levels.extend(_nested_configs(self.levels))
 
     def __getitem__(self, key: str) -> Any:
         if key in self.named:

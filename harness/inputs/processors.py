@@ -220,7 +220,34 @@ def run_feature_extractor(fe, maker: Maker, scope: ConfigScope, rules: dict, equ
     if "sampling_rate" in call_params:
         kwargs["sampling_rate"] = getattr(fe, "sampling_rate", 16000)
     out = fe(waves, return_tensors="pt", **kwargs)
-    return {k: v for k, v in dict(out).items() if isinstance(v, torch.Tensor)}
+    tensors = {k: v for k, v in dict(out).items() if isinstance(v, torch.Tensor)}
+    multiple = r.get("by_class", {}).get(type(fe).__name__, {}).get("frame_multiple")
+    if multiple:
+        tensors = pad_frames(tensors, int(evaluate(multiple, local)))
+    return tensors
+
+
+def pad_frames(tensors: dict[str, torch.Tensor], multiple: int) -> dict[str, torch.Tensor]:
+    """Zero-pad the frame axis of a spectrogram and its mask on the right to a multiple of
+    `multiple`, as the processors of models that stack frames do (the extractor's own
+    `pad_to_multiple_of` counts samples, and a centered STFT adds a frame). The frame axis is the
+    mask's second one; without a mask, axis 1 of `input_features`."""
+    feats = tensors.get("input_features")
+    if feats is None or multiple <= 1:
+        return tensors
+    mask_name = next((k for k in ("attention_mask", "input_features_mask") if k in tensors), None)
+    frames = tensors[mask_name].shape[1] if mask_name else feats.shape[1]
+    pad = -frames % multiple
+    if not pad:
+        return tensors
+    axis = next(i for i in range(1, feats.dim()) if feats.shape[i] == frames)
+    out = dict(tensors)
+    widths = [0, 0] * (feats.dim() - 1 - axis) + [0, pad]
+    out["input_features"] = torch.nn.functional.pad(feats, widths)
+    for name in ("attention_mask", "input_features_mask"):
+        if name in tensors and tensors[name].dim() == 2:
+            out[name] = torch.nn.functional.pad(tensors[name], [0, pad])
+    return out
 
 
 def processor_inputs(kind: str, model_type: str, scope: ConfigScope, maker: Maker, rules: dict,
