@@ -64,11 +64,44 @@ def prepare_config(config) -> list[str]:
         vocab = getattr(level, "vocab_size", None)
         if (_rules()["fill_pad_token_id"] and "pad_token_id" in vars(level) and level.pad_token_id is None
                 and isinstance(vocab, int) and vocab > 1):
-            free = next((i for i in range(vocab - 1, 0, -1) if i not in taken), None)
-            if free is not None:
-                level.pad_token_id = free
-                taken.add(free)
+            if _fill_free_id(level, "pad_token_id", vocab, taken):
                 changed.append(f"{prefix}.pad_token_id")
+    changed += _fill_placeholder_ids(config, taken)
+    return changed
+
+
+def _fill_free_id(level, field: str, vocab: int, taken: set[int]) -> bool:
+    """Give `level.field` the highest id below `vocab` that no other special id uses."""
+    free = next((i for i in range(vocab - 1, 0, -1) if i not in taken), None)
+    if free is None:
+        return False
+    setattr(level, field, free)
+    taken.add(free)
+    return True
+
+
+def _fill_placeholder_ids(config, taken: set[int]) -> list[str]:
+    """A multimodal config whose class defines a placeholder token field but leaves it None
+    (BLIP-2, InstructBLIP: the processor's tokenizer adds the token in production) gets a free id
+    below the text vocab, so the prompt can carry the placeholders the model looks for. Only when
+    the model has that modality (its sub-config is there) and no sibling field names the token."""
+    fields = _rules()["fill_placeholder_token_ids"]
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = getattr(text, "vocab_size", None)
+    if not isinstance(vocab, int) or vocab <= 1:
+        return []
+    changed = []
+    for kind, rule in fields.items():
+        if not any(getattr(config, f, None) is not None for f in rule["needs_any"]):
+            continue
+        for level in (config, text):
+            names = [f for f in rule["fields"] if f in vars(level)]
+            if names and all(getattr(level, f) is None for f in names):
+                if _fill_free_id(level, names[0], vocab, taken):
+                    changed.append(f"{getattr(level, 'model_type', '') or 'config'}.{names[0]}")
+                break
+            if names:
+                break
     return changed
 
 

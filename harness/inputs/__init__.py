@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get
+from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get, required_inputs
 from harness.inputs.labels import add_labels, label_kind
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape
 from harness.inputs.placeholders import add_placeholders
@@ -70,6 +70,13 @@ def _text(out: ModelInputs, m: Maker, config, sig: set[str], architecture: str) 
         out.sources["token_type_ids"] = "synthetic"
 
 
+def _alias_sources(sig: set[str], scope: ConfigScope) -> set[str]:
+    """Processor outputs an alias renames into the forward's names (image_grid_thw -> grid_thw):
+    the builders keep them so the rename finds them."""
+    return {source for rule in recipes()["aliases"] if set(rule["needs"]) <= sig and defined(rule["when"], scope)
+            for target, source in rule["map"].items() if target in sig}
+
+
 def _aliases(out: ModelInputs, sig: set[str], scope: ConfigScope) -> None:
     for rule in recipes()["aliases"]:
         if not set(rule["needs"]) <= sig or not defined(rule["when"], scope):
@@ -80,11 +87,12 @@ def _aliases(out: ModelInputs, sig: set[str], scope: ConfigScope) -> None:
                 out.sources[target] = out.sources.pop(source, "synthetic")
 
 
-def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: ConfigScope) -> list[str]:
+def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: ConfigScope,
+             required: set[str]) -> list[str]:
     labels = []
     own = {n for n in type_recipe_names(model_type) if n in sig}
     for name in sorted((sig - set(out.kwargs)) | own):
-        made = recipe_input(name, model_type, m, scope)
+        made = recipe_input(name, model_type, m, scope, required=name in required)
         if made is None:
             continue
         tensor, key, is_label = made
@@ -128,11 +136,11 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     scope = ConfigScope(config, batch=BATCH, seq=seq, vocab=m.vocab, arch=architecture)
     out = ModelInputs(kwargs={})
     _text(out, m, config, sig, architecture)
-    add_images(out, m, config, scope, sig | ({"pixel_values"} if {"hidden_states", "grid_thw"} <= sig else set()), model_type)
+    add_images(out, m, config, scope, sig | _alias_sources(sig, scope), model_type)
     add_videos(out, m, config, scope, sig, model_type)
     add_audio(out, m, config, scope, sig, model_type)
     _aliases(out, sig, scope)
-    recipe_labels = _recipes(out, m, sig, model_type, scope)
+    recipe_labels = _recipes(out, m, sig, model_type, scope, required_inputs(params))
     add_placeholders(out, model, config, sig, recipes()["placeholders"])
     _decoder(out, m, config, sig, architecture)
     if "use_cache" in sig:

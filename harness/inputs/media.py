@@ -57,6 +57,13 @@ def _has_fixed_size(config) -> bool:
     return get(vision, "image_size", "img_size") is not None
 
 
+def modality_absent(config, kind: str) -> bool:
+    """The config has a slot for the modality's sub-config and it is empty (Gemma-4's default has
+    `vision_config: None`, `audio_config: None`): the model built no tower, it takes no such input."""
+    fields = [f for f in recipes()["modality_configs"][kind] if f in vars(config)]
+    return bool(fields) and all(getattr(config, f) is None for f in fields)
+
+
 def frame_count(config) -> int | None:
     v = recipes()["video"]
     vision = vision_level(config)
@@ -94,7 +101,10 @@ def _grid_patches(m: Maker, config, frames: int, model_type: str = "") -> tuple[
     # them); with t = 1 both layouts agree
     t = 1
     grid = torch.tensor([[t, gh, gw]] * BATCH)
-    if (recipes().get("grid_patch_layouts") or {}).get(model_type) == "merged_channels_last":
+    layout = (recipes().get("grid_patch_layouts") or {}).get(model_type)
+    if layout == "patches_channels_first":
+        return m.randn(BATCH * t * gh * gw, c, p, p), grid
+    if layout == "merged_channels_last":
         # the grid counts merged tokens here
         grid = torch.tensor([[t, gh // merge, gw // merge]] * BATCH)
         return m.randn(BATCH * t * (gh // merge) * (gw // merge), p * merge, p * merge, c), grid
@@ -102,7 +112,7 @@ def _grid_patches(m: Maker, config, frames: int, model_type: str = "") -> tuple[
 
 
 def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
-    if "pixel_values" not in sig or "pixel_values" in out.kwargs:
+    if "pixel_values" not in sig or "pixel_values" in out.kwargs or modality_absent(config, "image"):
         return
     c, h, w = image_shape(config)
     rules = recipes()
@@ -137,7 +147,7 @@ def add_videos(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
     """`pixel_values_videos` (video LLMs, video towers): video processors need torchvision, so the
     type's image processor makes the frames when it takes videos, else seeded floats."""
     name = next((n for n in recipes()["video"]["inputs"] if n in sig), None)
-    if name is None or name in out.kwargs:
+    if name is None or name in out.kwargs or modality_absent(config, "video"):
         return
     frames = frame_count(config) or recipes()["video"]["default_frames"]
     if "video_grid_thw" in sig:
@@ -169,7 +179,7 @@ AUDIO_MASK_NAMES = ("feature_attention_mask", "input_features_mask", "audio_atte
 
 def add_audio(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
     wants = [n for n in ("input_features", "input_values") if n in sig and n not in out.kwargs]
-    if not wants:
+    if not wants or modality_absent(config, "audio"):
         return
     proc = processor_inputs("audio", model_type, scope, m, recipes()["processors"], equal_lengths="input_ids" in sig)
     if proc is not None and proc.tensors and any(k in proc.tensors for k in wants):
@@ -182,7 +192,9 @@ def add_audio(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[s
     if proc is not None and proc.error:
         out.notes.append(f"{proc.name} failed: {proc.error}")
     if "input_values" in wants:
-        out.kwargs["input_values"] = m.randn(BATCH, _audio_samples(config))
+        channels = get(config, *recipes()["synthetic_audio"]["channel_fields"])
+        shape = (BATCH, int(channels), _audio_samples(config)) if channels else (BATCH, _audio_samples(config))
+        out.kwargs["input_values"] = m.randn(*shape)
         out.sources["input_values"] = "synthetic"
         if "attention_mask" in sig and "input_ids" not in sig:
             out.kwargs["attention_mask"] = torch.ones_like(out.kwargs["input_values"], dtype=torch.long)
@@ -193,6 +205,11 @@ def add_audio(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[s
         if src:  # whisper layout: (batch, mel, 2 * source positions)
             out.kwargs["input_features"] = m.randn(BATCH, int(mel), 2 * int(src))
         else:  # (batch, frames, features)
-            chans = int(get(config, "input_channels", default=1))
+            chans = int(get(config, *recipes()["synthetic_audio"]["feature_multipliers"], default=1))
             out.kwargs["input_features"] = m.randn(BATCH, 64, int(mel) * chans)
         out.sources["input_features"] = "synthetic"
+        frames = out.kwargs["input_features"].shape[-1 if src else 1]
+        mask = next((n for n in AUDIO_MASK_NAMES if n in sig and n not in out.kwargs and n != "padding_mask"), None)
+        if mask:  # a feature extractor returns one: every frame is valid
+            out.kwargs[mask] = torch.ones(BATCH, frames, dtype=torch.long)
+            out.sources[mask] = "synthetic"

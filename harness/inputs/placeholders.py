@@ -7,9 +7,18 @@ projector's merging are accounted for without knowing them.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
-from harness.inputs.base import BATCH, ModelInputs, get
+from harness.inputs.base import BATCH, ModelInputs, get, required_inputs
+
+
+def forward_parameters_of(fn) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return {}
 
 
 def _owners(model) -> list:
@@ -48,13 +57,23 @@ def _count(out) -> int | None:
     return None
 
 
+def pixel_input(rule: dict, kwargs: dict) -> str | None:
+    """The modality's input present in `kwargs` (`pixel_input` is one name or a list)."""
+    names = rule["pixel_input"] if isinstance(rule["pixel_input"], list) else [rule["pixel_input"]]
+    return next((n for n in names if n in kwargs), None)
+
+
 def feature_count(model, kwargs: dict, rule: dict) -> int | None:
+    """Features per sample from the model's own feature method, called with the modality's
+    input, the `pass_through` inputs and every other input the method requires (masks, ids)."""
     fn = _feature_method(model, rule["feature_methods"])
-    if fn is None:
+    name = pixel_input(rule, kwargs)
+    if fn is None or name is None:
         return None
-    extra = {k: kwargs[k] for k in rule["pass_through"] if k in kwargs}
+    wanted = set(rule["pass_through"]) | required_inputs(forward_parameters_of(fn))
+    extra = {k: kwargs[k] for k in wanted if k in kwargs and k != name}
     with torch.no_grad():
-        return _count(fn(**{rule["pixel_input"]: kwargs[rule["pixel_input"]]}, **extra))
+        return _count(fn(**{name: kwargs[name]}, **extra))
 
 
 def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict) -> None:
@@ -64,10 +83,11 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
         token = get(config, *rule["token_fields"])
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         token = token if token is not None else get(text, *rule["token_fields"])
-        if token is None or rule["pixel_input"] not in kw or "input_ids" not in kw:
+        if token is None or pixel_input(rule, kw) is None or "input_ids" not in kw:
             continue
+        fixed = get(config, *rule.get("count_fields", []))
         try:
-            n = feature_count(model, kw, rule)
+            n = int(fixed) if isinstance(fixed, int) and fixed > 0 else feature_count(model, kw, rule)
         except Exception as exc:  # noqa: BLE001 - the forward stage will show the real error
             out.notes.append(f"{kind} feature count unknown: {type(exc).__name__}: {str(exc)[:120]}")
             continue

@@ -84,7 +84,20 @@ def composite_type(model_type: str) -> str | None:
             continue
         if any(getattr(sub, "model_type", None) == model_type for sub in subs.values()):
             return parent
+        if model_type in _default_sub_types(parent):  # sub-configs declared as AutoConfig
+            return parent
     return None
+
+
+def _default_sub_types(model_type: str) -> set[str]:
+    """Model types of the sub-configs the type's default config holds."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        config = CONFIG_MAPPING[model_type]()
+    except Exception:  # noqa: BLE001 - a default that does not build: no answer
+        return set()
+    return {str(v.model_type) for v in vars(config).values() if hasattr(v, "to_dict") and getattr(v, "model_type", None)}
 
 
 def _mapped(mapping: dict, model_type: str, overrides: dict) -> list[str]:

@@ -63,13 +63,15 @@ def type_recipe_names(model_type: str) -> list[str]:
     return sorted((recipes().get("by_model_type", {}) or {}).get(model_type, {}) or {})
 
 
-def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope) -> tuple[torch.Tensor, str, bool] | None:
-    """(tensor, recipe key, is_label) for input `name`, or None when no recipe applies."""
+def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope,
+                 required: bool = False) -> tuple[torch.Tensor, str, bool] | None:
+    """(tensor, recipe key, is_label) for input `name`, or None when no recipe applies
+    (`required`: the forward has no default for it, so `required_only` variants apply too)."""
     r = recipes()
     candidates = [(f"{model_type}.{name}", v) for v in _variants((r.get("by_model_type") or {}).get(model_type, {}).get(name))]
     candidates += [(name, v) for v in _variants(r.get("inputs", {}).get(name))]
     for key, variant in candidates:
-        if not _applies(variant, scope):
+        if not _applies(variant, scope) or variant.get("required_only") and not required:
             continue
         try:
             shape = [int(x) for x in evaluate(variant["shape"], scope)]
