@@ -59,8 +59,12 @@ def _fill(variant: dict, shape: list[int], maker: Maker, scope: ConfigScope) -> 
 
 
 def type_recipe_names(model_type: str) -> list[str]:
-    """Inputs a model type has its own recipe for (they replace the generic synthesizer's)."""
-    return sorted((recipes().get("by_model_type", {}) or {}).get(model_type, {}) or {})
+    """Inputs whose recipe replaces the generic synthesizer's: the model type's own recipes and
+    the generic ones marked `replaces_synthetic` (they still apply only when their `when` holds)."""
+    own = set((recipes().get("by_model_type", {}) or {}).get(model_type, {}) or {})
+    own |= {name for name, entry in (recipes().get("inputs") or {}).items()
+            if any(v.get("replaces_synthetic") for v in _variants(entry))}
+    return sorted(own)
 
 
 def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope,
