@@ -76,9 +76,32 @@ def feature_count(model, kwargs: dict, rule: dict) -> int | None:
         return _count(fn(**{name: kwargs[name]}, **extra))
 
 
+def _rejected(model, config, ids: torch.Tensor, counts: dict[str, int]) -> str:
+    """The model's own placeholder check (`get_placeholder_mask`) on a prompt holding `counts`
+    placeholders per sample of each modality: '' when it accepts (or has no such check), else why."""
+    fn = _feature_method(model, ["get_placeholder_mask"])
+    params = forward_parameters_of(fn) if fn is not None else {}
+    kinds = [k for k in counts if f"{k}_features" in params]
+    if not kinds:
+        return ""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hidden = int(get(text, "hidden_size", default=0) or 0)
+    if hidden <= 0:
+        return ""
+    embeds = torch.zeros(*ids.shape, hidden)
+    for kind in kinds:
+        try:
+            with torch.no_grad():
+                fn(ids, inputs_embeds=embeds, **{f"{kind}_features": torch.zeros(counts[kind] * BATCH, hidden)})
+        except (ValueError, RuntimeError) as exc:
+            return f"{type(exc).__name__}: {str(exc)[:120]}"
+    return ""
+
+
 def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict) -> None:
     """Prefix every prompt with the placeholders of each modality present (images, then videos)."""
     kw = out.kwargs
+    added: dict[str, int] = {}
     for kind, rule in rules.items():
         token = get(config, *rule["token_fields"])
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -94,6 +117,17 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
         if not n:
             continue
         ids = torch.cat([torch.full((BATCH, n), int(token)), kw["input_ids"]], dim=1)
+        rejected = _rejected(model, config, ids, {**added, kind: n})
+        if rejected:
+            # the model cannot tell this modality's placeholders from an earlier one's (GLM-4.1V
+            # counts video frames by the image token): the prompt keeps the earlier modalities only
+            for name in [pixel_input(rule, kw), *rule["pass_through"]]:
+                if name in kw and not any(name in r["pass_through"] for k, r in rules.items() if k in added):
+                    kw.pop(name, None)
+                    out.sources.pop(name, None)
+            out.notes.append(f"no {kind} input: {rejected}")
+            continue
+        added[kind] = n
         kw["input_ids"] = ids
         for mask in ("attention_mask",):
             if mask in kw and kw[mask].dim() == 2:
