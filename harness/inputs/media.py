@@ -151,7 +151,12 @@ def add_videos(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
         return
     frames = frame_count(config) or recipes()["video"]["default_frames"]
     if "video_grid_thw" in sig:
-        out.kwargs[name], out.kwargs["video_grid_thw"] = _grid_patches(m, config, frames, model_type)
+        patches, grid = _grid_patches(m, config, frames, model_type)
+        images = out.kwargs.get("pixel_values")
+        if isinstance(images, torch.Tensor) and images.dim() == 2 and patches.dim() == 2:
+            # the tower that embeds the processor's image patches embeds the video's: same width
+            patches = m.randn(patches.shape[0], images.shape[-1])
+        out.kwargs[name], out.kwargs["video_grid_thw"] = patches, grid
         out.sources[name] = out.sources["video_grid_thw"] = "synthetic"
         return
     c, h, w = image_shape(config)

@@ -102,6 +102,7 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
     """Prefix every prompt with the placeholders of each modality present (images, then videos)."""
     kw = out.kwargs
     added: dict[str, int] = {}
+    failed: dict[str, str] = {}
     for kind, rule in rules.items():
         token = get(config, *rule["token_fields"])
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -112,7 +113,8 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
         try:
             n = int(fixed) if isinstance(fixed, int) and fixed > 0 else feature_count(model, kw, rule)
         except Exception as exc:  # noqa: BLE001 - the forward stage will show the real error
-            out.notes.append(f"{kind} feature count unknown: {type(exc).__name__}: {str(exc)[:120]}")
+            failed[kind] = f"{type(exc).__name__}: {str(exc)[:120]}"
+            out.notes.append(f"{kind} feature count unknown: {failed[kind]}")
             continue
         if not n:
             continue
@@ -121,11 +123,7 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
         if rejected:
             # the model cannot tell this modality's placeholders from an earlier one's (GLM-4.1V
             # counts video frames by the image token): the prompt keeps the earlier modalities only
-            for name in [pixel_input(rule, kw), *rule["pass_through"]]:
-                if name in kw and not any(name in r["pass_through"] for k, r in rules.items() if k in added):
-                    kw.pop(name, None)
-                    out.sources.pop(name, None)
-            out.notes.append(f"no {kind} input: {rejected}")
+            _drop(out, kind, rules, added, rejected)
             continue
         added[kind] = n
         kw["input_ids"] = ids
@@ -140,3 +138,20 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
             kw["mm_token_type_ids"] = torch.where(ids == int(token), 1 if kind == "image" else 2, prev)
         out.sources["input_ids"] = out.sources.get("input_ids", "synthetic") + f"+{kind}_placeholders"
         out.notes.append(f"{n} {kind} placeholder tokens")
+    if added:
+        # a modality whose own feature method cannot take the inputs made for it (a layout only
+        # its missing video processor makes) would fail the forward in the same call: the prompt
+        # keeps the modalities that work, and the note says which one was left out
+        for kind, why in failed.items():
+            _drop(out, kind, rules, added, why)
+
+
+def _drop(out: ModelInputs, kind: str, rules: dict, added: dict[str, int], why: str) -> None:
+    """Remove one modality's inputs (not those a kept modality shares) and say so in the notes."""
+    kept = {name for k, r in rules.items() if k in added for name in r["pass_through"]}
+    rule = rules[kind]
+    for name in [pixel_input(rule, out.kwargs), *rule["pass_through"], *rule.get("companions", [])]:
+        if name and name in out.kwargs and name not in kept:
+            out.kwargs.pop(name)
+            out.sources.pop(name, None)
+    out.notes.append(f"no {kind} input: {why}")

@@ -46,8 +46,11 @@ def _fill(variant: dict, shape: list[int], maker: Maker, scope: ConfigScope) -> 
         return torch.ones(*shape, dtype=torch.long)
     if kind == "zeros":
         return torch.zeros(*shape, dtype=torch.long)
-    if kind == "bool_mask":
-        return maker.rand(*shape) < float(variant.get("ratio", 0.5))
+    if kind == "bool_mask":  # the same number masked in every sample, as a masking generator does
+        scores = maker.rand(*shape)
+        k = int(round(shape[-1] * float(variant.get("ratio", 0.5))))
+        ranks = scores.argsort(dim=-1).argsort(dim=-1)
+        return ranks < k
     if kind == "tokens":  # a fixed prompt (token ids), the same for every sample
         ids = torch.tensor([int(x) for x in evaluate(variant["tokens"], scope)], dtype=torch.long)
         return ids.expand(*shape[:-1], ids.shape[0]).clone()

@@ -44,7 +44,8 @@ def test_audio_placeholders_for_a_waveform_model():
     model, cfg, inputs = built("vibevoice", "VibeVoiceForConditionalGeneration")
     n = int((inputs.kwargs["input_ids"] == cfg.audio_token_id).sum())
     assert n > 0 and "input_values" in inputs.kwargs
-    forward_passes("vibevoice", "VibeVoiceForConditionalGeneration")
+    with torch.no_grad():
+        model(**inputs.kwargs)
 
 
 def test_no_inputs_for_a_modality_whose_sub_config_is_null():
@@ -97,3 +98,18 @@ def test_table_token_types_stay_below_each_axis_vocab():
     types = inputs.kwargs["token_type_ids"]
     assert types.shape[-1] == len(cfg.type_vocab_sizes)
     assert (types < torch.tensor(cfg.type_vocab_sizes)).all() and (types >= 0).all()
+
+
+def test_masked_patches_are_as_many_in_every_sample():
+    # VideoMAE gathers the unmasked patches per sample into one tensor: equal counts or no forward
+    model, cfg, inputs = built("videomae", "VideoMAEForPreTraining")
+    counts = inputs.kwargs["bool_masked_pos"].sum(-1)
+    assert (counts == counts[0]).all() and 0 < int(counts[0]) < inputs.kwargs["bool_masked_pos"].shape[-1]
+    with torch.no_grad():
+        model(**inputs.kwargs)
+
+
+def test_video_patches_have_the_width_of_the_processors_image_patches():
+    # HY-V4-VL's tower embeds image and video patches alike (no temporal patch in its config)
+    model, cfg, inputs = built("hy_v4_vl", "HYV4VLForConditionalGeneration")
+    assert inputs.kwargs["pixel_values_videos"].shape[-1] == inputs.kwargs["pixel_values"].shape[-1]
