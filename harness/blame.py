@@ -125,12 +125,16 @@ _UNFINISHED = (Status.TIMEOUT.value, Status.CRASH.value, Status.OOM.value)
 
 
 def by_reference(stage: str, ref: dict[str, Any] | None, reference: str,
-                 device_status: str | None = None) -> tuple[str, dict[str, Any]]:
+                 device_status: str | None = None,
+                 timing: tuple[float, float] | None = None) -> tuple[str, dict[str, Any]]:
     """Blame of a device row from the same stage of the same case on the reference backend.
 
     A device-only stage (on_device) that failed is the device's, unless it did not finish
     (`device_status` timeout / crash / oom): then it is judged by the reference like any stage,
-    so a timeout on both is the reference's verdict, not evidence against the device."""
+    so a timeout on both is the reference's verdict, not evidence against the device. A device
+    timeout whose reference passed but needed a large share of the limit (`timing`: reference
+    seconds, limit seconds; `timeout_margin` of the rules) says the limit is too tight to tell a
+    slow device from a hung one: the harness' (its limit), not the backend's."""
     evidence: dict[str, Any] = {"rule": "reference", "reference_backend": reference}
     if device_only(stage) and device_status not in _UNFINISHED:
         evidence["why"] = f"{stage} only exists on a device"
@@ -140,6 +144,12 @@ def by_reference(stage: str, ref: dict[str, Any] | None, reference: str,
         return Blame.HARNESS.value, evidence
     evidence["reference"] = _summary(ref)
     if ref.get("status") == PASS:
+        if device_status == Status.TIMEOUT.value and timing and timing[1] > 0 \
+                and timing[0] >= float(rules()["timeout_margin"]) * timing[1]:
+            evidence.update(reference_seconds=round(timing[0], 1), limit_seconds=round(timing[1], 1),
+                            why=f"the reference needed {timing[0]:.0f} s of the {timing[1]:.0f} s limit: too tight "
+                                "a limit to tell a slow device from a hung one")
+            return Blame.HARNESS.value, evidence
         evidence["why"] = "the reference passes this stage"
         return Blame.BACKEND.value, evidence
     if ref.get("status") not in FAILING_VALUES and not blocked_by(ref):
@@ -157,7 +167,7 @@ def by_reference(stage: str, ref: dict[str, Any] | None, reference: str,
 
 def complete_stages(stages: list[dict[str, Any]], *, tier: str, backend: str | None,
                     died: bool = False, reference: CaseOutcome | None = None,
-                    reference_note: str = "") -> list[dict[str, Any]]:
+                    reference_note: str = "", timing: tuple[float, float] | None = None) -> list[dict[str, Any]]:
     """Fill `blame`/`blame_evidence` of stage dicts that lack one, in stage order (in place).
 
     Passing rows are cleared. Rows judged in the worker (harness.blame_probe) are kept."""
@@ -175,13 +185,14 @@ def complete_stages(stages: list[dict[str, Any]], *, tier: str, backend: str | N
         if row.get("blame"):
             continue
         blame, evidence = _judge_row(row, tier, backend, died, done, ref_rows, reference is not None,
-                                     reference_note)
+                                     reference_note, timing)
         row["blame"], row["blame_evidence"] = blame, evidence
     return stages
 
 
 def _judge_row(row: dict[str, Any], tier: str, backend: str | None, died: bool, done: dict[str, dict[str, Any]],
-               ref_rows: dict[str, dict[str, Any]], have_reference: bool, note: str) -> tuple[str, dict[str, Any]]:
+               ref_rows: dict[str, dict[str, Any]], have_reference: bool, note: str,
+               timing: tuple[float, float] | None = None) -> tuple[str, dict[str, Any]]:
     stage = row.get("stage", "")
     if is_neutral(row):
         return "", {}
@@ -192,7 +203,7 @@ def _judge_row(row: dict[str, Any], tier: str, backend: str | None, died: bool, 
             return str(first["blame"]), {"rule": "blocked", "blocked_by": prior}
         return "", {}
     if died and have_reference:
-        return by_reference(stage, ref_rows.get(stage), reference_backend(), row.get("status"))
+        return by_reference(stage, ref_rows.get(stage), reference_backend(), row.get("status"), timing)
     if died:
         if is_reference(backend):
             return worker_death_blame(row)
@@ -213,9 +224,12 @@ def _judge_row(row: dict[str, Any], tier: str, backend: str | None, died: bool, 
 def complete_outcome(outcome: CaseOutcome, backend: str | None, reference: CaseOutcome | None = None,
                      reference_note: str = "") -> CaseOutcome:
     """Blame every stage of a case's outcome that does not pass (in place; returns it)."""
+    timing = None
+    if reference is not None and (outcome.worker or {}).get("died") == "worker_timeout":
+        timing = (float(reference.seconds or 0.0), float(outcome.seconds or 0.0))  # a timed-out case's seconds: its limit
     complete_stages(outcome.stages, tier=outcome.tier, backend=backend,
                     died=bool((outcome.worker or {}).get("died")), reference=reference,
-                    reference_note=reference_note)
+                    reference_note=reference_note, timing=timing)
     return outcome
 
 

@@ -134,3 +134,19 @@ def test_the_harness_own_reference_failing_is_the_harness_on_any_backend(tier):
         assert _blames(out)["numerics"] == "harness"
         assert out.stages[0]["blame_evidence"]["rule"] == "harness_reasons"
         assert not blame.needs_reference(_outcome(tier, row), backend)
+
+
+@pytest.mark.parametrize("reference_seconds, expected", [(5.0, "backend"), (56.0, "harness")])
+def test_a_device_timeout_is_the_backends_only_when_the_reference_had_room(reference_seconds, expected):
+    """Killed at 120 s on the device, the cpu re-run passed: in 5 s the device hung or crawled
+    (backend); in 56 s the 2x-slower device would need about the whole limit, so the limit decided."""
+    stages = ("load", "forward")
+    device = CaseOutcome("c", "full", [StageResult(s, "timeout", reason="worker_timeout").to_dict() for s in stages],
+                         seconds=120.0, worker={"died": "worker_timeout"})
+    reference = CaseOutcome("c", "full", [StageResult(s, "pass").to_dict() for s in stages], seconds=reference_seconds)
+    out = blame.complete_outcome(device, "neuron", reference=reference)
+    assert _blames(out) == {"load": expected, "forward": expected}
+    ev = out.stages[0]["blame_evidence"]
+    assert ev["reference"]["status"] == "pass"
+    if expected == "harness":
+        assert ev["limit_seconds"] == 120.0 and ev["reference_seconds"] == 56.0 and "too tight" in ev["why"]
