@@ -110,10 +110,27 @@ class _Rows(list):
             self.on_row(row)
 
 
+def _warm_imports() -> None:
+    """Import transformers' modeling code and lazy model structure here, before the workers fork:
+    they inherit it. Otherwise each fresh worker (and each replacement after a timeout) imports it
+    inside its first task's timer; under load that alone took 110 of a 134 s FunnelForMultipleChoice
+    load (load average ~9), and cvt/d_fine/funnel hit the 180 s limit as first tasks."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import transformers
+
+    from harness import blame_probe  # noqa: F401  (the workers' own imports)
+
+    transformers.PreTrainedModel  # noqa: B018  (modeling_utils)
+    transformers.BertModel  # noqa: B018  (transformers.models' lazy import structure)
+
+
 class Pool:
     """N worker processes; a task that exceeds `timeout` or kills its worker becomes a row."""
 
     def __init__(self, target, args: tuple, workers: int, timeout: float):
+        _warm_imports()
         self.ctx = mp.get_context("fork")
         self.target, self.args, self.timeout = target, args, timeout
         self.slots = [self._spawn() for _ in range(workers)]
