@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.inputs.base import BATCH, CHOICES, Maker
+from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker
+from harness.inputs.expr import evaluate
 from harness.inputs.recipes import recipes
 
 
@@ -73,6 +74,14 @@ def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str
                 t["masks"] = (m.rand(per_image, h, w) > 0.5).float()
             targets.append(t)
         kw["labels"] = targets
+    elif kind == "spectrogram":
+        spec = recipes()["spectrogram_labels"]
+        try:
+            scope = ConfigScope(config)
+            frames, bins = int(evaluate(spec["frames"], scope)), int(evaluate(spec["bins"], scope))
+        except (NameError, TypeError, KeyError, ValueError):
+            return []
+        kw["labels"] = m.randn(b, frames, bins)
     elif kind == "semantic":
         h, w = _pixels_hw(kw)
         kw["labels"] = m.labels_of(num_labels, b, h, w)

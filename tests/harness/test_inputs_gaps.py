@@ -113,3 +113,13 @@ def test_video_patches_have_the_width_of_the_processors_image_patches():
     # HY-V4-VL's tower embeds image and video patches alike (no temporal patch in its config)
     model, cfg, inputs = built("hy_v4_vl", "HYV4VLForConditionalGeneration")
     assert inputs.kwargs["pixel_values_videos"].shape[-1] == inputs.kwargs["pixel_values"].shape[-1]
+
+
+def test_text_to_speech_labels_are_mel_frames():
+    # SpeechT5's TTS head is trained on the target spectrogram, shifted into its speech decoder
+    model, cfg, inputs = built("speecht5", "SpeechT5ForTextToSpeech")
+    labels = inputs.kwargs["labels"]
+    assert labels.is_floating_point() and labels.shape[-1] == cfg.num_mel_bins
+    assert labels.shape[1] % cfg.reduction_factor == 0
+    out = model(**inputs.kwargs)
+    assert out.loss is not None and torch.isfinite(out.loss)
