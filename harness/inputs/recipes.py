@@ -80,11 +80,11 @@ def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope,
     for key, variant in candidates:
         if not _applies(variant, scope) or variant.get("required_only") and not required:
             continue
-        try:
+        try:  # a name the config does not have, in the shape or the fill's formulas: does not apply
             shape = [int(x) for x in evaluate(variant["shape"], scope)]
+            tensor = _fill(variant, shape, maker, scope)
         except (NameError, TypeError, KeyError, IndexError, ValueError, ZeroDivisionError):
             continue
-        tensor = _fill(variant, shape, maker, scope)
         if variant.get("dtype") == "long":
             tensor = tensor.long()
         return tensor, key, bool(variant.get("label"))

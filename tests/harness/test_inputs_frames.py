@@ -41,3 +41,21 @@ def test_a_speech_llm_that_stacks_frames_runs_with_its_feature_extractor_inputs(
     assert not bad, bad
     sources = result.stages["load"].metrics["input_sources"]
     assert sources["input_features"].startswith("processor:")
+
+
+def test_a_recipe_whose_fill_names_a_field_the_config_lacks_does_not_apply():
+    """X-MOD's `lang_ids` recipe draws below `len(languages)`; FastSpeech2-Conformer also takes
+    `lang_ids` but has no `languages`: the recipe does not apply there (it raised NameError)."""
+    from transformers import CONFIG_MAPPING
+
+    from harness.inputs.base import Maker
+    from harness.inputs.recipes import recipe_input
+
+    def lang_ids(model_type):
+        config = CONFIG_MAPPING[model_type]()
+        scope = ConfigScope(config, batch=2, seq=16, vocab=config.vocab_size, arch="")
+        return recipe_input("lang_ids", model_type, Maker(config, 0, 16, set()), scope)
+
+    tensor, key, _ = lang_ids("xmod")
+    assert key == "lang_ids" and tensor.shape == (2,) and int(tensor.max()) < len(CONFIG_MAPPING["xmod"]().languages)
+    assert lang_ids("fastspeech2_conformer") is None
