@@ -10,6 +10,7 @@ segments in timing.json, and the gaps between them are not counted.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -25,13 +26,22 @@ TARGET_ORDERED_RATIO = 1 / 3
 
 def tier_rows(run_dir: Path) -> tuple[pd.DataFrame, dict[str, float]]:
     """A tier run directory's results rows, as its results.parquet holds them (journal + reference
-    re-runs, blamed: harness.runner.write_tables' path), and when each case finished (journal)."""
+    re-runs, blamed: harness.runner.write_tables' path), and when each case finished (journal).
+    Read again only when a journal changed (the clean run's rows are asked for once per fault)."""
+    path = run_dir / "journal.jsonl"
+    if not path.exists():
+        return pd.DataFrame(), {}
+    ref = run_dir / "reference" / "journal.jsonl"
+    stamp = tuple((p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else None for p in (path, ref))
+    return _tier_rows(run_dir.resolve(), stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _tier_rows(run_dir: Path, stamp: tuple) -> tuple[pd.DataFrame, dict[str, float]]:
     from contracts.rows import case_rows
     from harness.reference import blamed, reference_outcomes
 
     path = run_dir / "journal.jsonl"
-    if not path.exists():
-        return pd.DataFrame(), {}
     meta = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
     refs = reference_outcomes(run_dir)
     rows, at = [], {}
