@@ -53,11 +53,16 @@ def subconfig(config, *names):
     return None
 
 
-def forward_parameters(model) -> dict[str, inspect.Parameter]:
+def signature_parameters(fn) -> dict[str, inspect.Parameter]:
+    """`fn`'s parameters by name; {} for a callable without an inspectable signature."""
     try:
-        return dict(inspect.signature(model.forward).parameters)
+        return dict(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return {}
+
+
+def forward_parameters(model) -> dict[str, inspect.Parameter]:
+    return signature_parameters(model.forward)
 
 
 def required_inputs(params: dict[str, inspect.Parameter]) -> set[str]:

@@ -7,18 +7,9 @@ projector's merging are accounted for without knowing them.
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
-from harness.inputs.base import BATCH, ModelInputs, get, required_inputs
-
-
-def forward_parameters_of(fn) -> dict[str, inspect.Parameter]:
-    try:
-        return dict(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return {}
+from harness.inputs.base import BATCH, ModelInputs, get, required_inputs, signature_parameters
 
 
 def _owners(model) -> list:
@@ -70,7 +61,7 @@ def feature_count(model, kwargs: dict, rule: dict) -> int | None:
     name = pixel_input(rule, kwargs)
     if fn is None or name is None:
         return None
-    wanted = set(rule["pass_through"]) | required_inputs(forward_parameters_of(fn))
+    wanted = set(rule["pass_through"]) | required_inputs(signature_parameters(fn))
     extra = {k: kwargs[k] for k in wanted if k in kwargs and k != name}
     with torch.no_grad():
         return _count(fn(**{name: kwargs[name]}, **extra))
@@ -80,7 +71,7 @@ def _rejected(model, config, ids: torch.Tensor, counts: dict[str, int]) -> str:
     """The model's own placeholder check (`get_placeholder_mask`) on a prompt holding `counts`
     placeholders per sample of each modality: '' when it accepts (or has no such check), else why."""
     fn = _feature_method(model, ["get_placeholder_mask"])
-    params = forward_parameters_of(fn) if fn is not None else {}
+    params = signature_parameters(fn) if fn is not None else {}
     kinds = [k for k in counts if f"{k}_features" in params]
     if not kinds:
         return ""
