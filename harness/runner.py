@@ -33,7 +33,7 @@ from harness.journal import Journal
 from harness import ordering
 from harness.ordering import DEFAULT_ORDER
 from harness.reference import blamed, reference_outcomes, reference_pass
-from harness.tiers import TierInputs, load_tier, tier_chunk_size
+from harness.tiers import TierInputs, chunk_cases, load_tier, tier_chunk_size
 from harness.workers import WorkerLimits
 
 RUN_FILE = "run.json"
@@ -282,7 +282,7 @@ def _run_listed(tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any]
                                         fingerprints)
         wanted = {c.case_id for c in cases}
         size = tier_chunk_size(tier)
-        chunks = [(todo[i: i + size], size > 1) for i in range(0, len(todo), size)]
+        chunks = [(chunk, size > 1) for chunk in chunk_cases(todo, size)]
         counts: Counter[str] = Counter(CaseOutcome.from_dict(r["outcome"]).status
                                        for r in journal.records(tier.name) if r["case_id"] in wanted)
         bar = _progress(len(cases), len(cases) - len(todo), opts.progress, tier.name)

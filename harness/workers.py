@@ -35,7 +35,7 @@ import traceback
 from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from contracts import timing
 from contracts.backends import resolved_backend
@@ -248,10 +248,23 @@ class IsolatedWorker:
                 raise self._died("timeout")
 
     # -- running ---------------------------------------------------------------------------
-    def run_chunk(self, cases: list[Case], many: bool = False) -> list[CaseOutcome]:
-        """Run cases in the child; always returns one outcome per case, in order."""
+    def run_chunk(self, cases: list[Case], many: bool = False,
+                  emit: Callable[[list[CaseOutcome]], None] | None = None) -> list[CaseOutcome]:
+        """Run cases in the child; always returns one outcome per case, in order. `emit`, when
+        given, gets each outcome once, as soon as it is known: a chunk that died is re-run case by
+        case, and the guilty case's row (a timeout, a crash) lands before the rest re-run, not
+        after the whole chunk (fail-fast stops on it a chunk's re-run earlier)."""
         results: dict[str, CaseOutcome] = {}
         pending = list(cases)
+        emitted: set[str] = set()
+
+        def land(outs: list[CaseOutcome]) -> None:
+            for out in outs:
+                results[out.case_id] = out
+            fresh = [o for o in outs if o.case_id not in emitted]
+            emitted.update(o.case_id for o in fresh)
+            if emit is not None and fresh:
+                emit(fresh)
         while pending:
             if self.proc is None or self.proc.poll() is not None or not self._ready:
                 try:
@@ -262,8 +275,7 @@ class IsolatedWorker:
                             self._kill()
                         self._start()
                 except WorkerDied as died:  # the child cannot even start: every case gets the row
-                    for c in pending:
-                        results[c.case_id] = self._failed(c, died)
+                    land([self._failed(c, died) for c in pending])
                     break
             batch_many = many and len(pending) > 1
             inflight: list[str] = []
@@ -279,6 +291,7 @@ class IsolatedWorker:
                         self._deadline_s = self.limits.timeout  # a chunk gets one case's time
                         self._deadline = time.monotonic() + self._deadline_s
                     elif msg[0] == "results":
+                        outs = []
                         for d in msg[1]:
                             out = CaseOutcome.from_dict(d)
                             out.worker.update({"pid": self.proc.pid, "worker": self.name})
@@ -287,7 +300,8 @@ class IsolatedWorker:
                                 if self._startup_overlapped:
                                     out.worker["startup_overlapped_seconds"] = self._startup_overlapped
                                 self._startup_seconds = None
-                            results[out.case_id] = out
+                            outs.append(out)
+                        land(outs)
                         self.cases_in_process += len(msg[1])
                         inflight = []
                     elif msg[0] == "idle":
@@ -299,9 +313,9 @@ class IsolatedWorker:
                 guilty = [c for c in pending if c.case_id in inflight] or pending[:1]
                 if len(guilty) > 1:  # a chunk died: rerun its cases one by one to find the guilty one
                     for c in guilty:
-                        results[c.case_id] = self.run_chunk([c], many=False)[0]
+                        land(self.run_chunk([c], many=False, emit=land))
                 else:
-                    results[guilty[0].case_id] = self._failed(guilty[0], died)
+                    land([self._failed(guilty[0], died)])
                 pending = [c for c in pending if c.case_id not in results]
             except (BrokenPipeError, ConnectionError):
                 self._kill()

@@ -59,6 +59,10 @@ class LocalExecutor:
             extra.close()
         self._ready = []
 
+        def deliver(outcomes: list) -> None:  # each outcome as soon as it is known (run_chunk's emit)
+            with lock:
+                on_results(outcomes)
+
         def loop(n: int) -> None:
             worker = started.get(f"w{n}") or self._worker(n)
             self._live.append(worker)
@@ -68,9 +72,7 @@ class LocalExecutor:
                         cases, many = todo.get_nowait()
                     except queue.Empty:
                         return
-                    outcomes = worker.run_chunk(cases, many)
-                    with lock:
-                        on_results(outcomes)
+                    worker.run_chunk(cases, many, emit=deliver)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(exc)
             finally:
