@@ -114,6 +114,20 @@ def elapsed(t: dict[str, Any], at: float | None = None) -> float:
     return total
 
 
+def startup_seconds(run_dir: Path) -> float | None:
+    """The worker start-up (spawn to ready: interpreter, torch, the tier's setup) that a tier run's
+    first outcome journals: a fixed cost every order pays before its first case can run."""
+    path = run_dir / "journal.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            value = json.loads(line)["outcome"].get("worker", {}).get("startup_seconds")
+        except (ValueError, KeyError, AttributeError):
+            continue
+        if value is not None:
+            return float(value)
+    return None
+
+
 def analyse(fault: dict[str, Any], run_dir: Path, clean_dir: Path, plans: list, flaky: dict) -> dict[str, Any]:
     timing = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
     fired = fired_of(run_dir)
@@ -146,6 +160,8 @@ def analyse(fault: dict[str, Any], run_dir: Path, clean_dir: Path, plans: list, 
             if record["first_detection_seconds"] is None:
                 record["first_tier"] = name
                 record["first_detection_seconds"] = round(offset + entry["first_detection_seconds"], 1)
+                up = startup_seconds(run_dir / name)  # the detecting tier's worker start-up
+                record["startup_seconds"] = None if up is None else round(up, 1)
         elif t.get("stopped"):  # the runner stopped at a regression this analysis does not count
             entry["stopped_without_detection"] = t["stopped"][:3]
         record["tiers"][name] = entry
@@ -231,11 +247,23 @@ def ordering_summary(listed: list[dict[str, Any]], ordered: list[dict[str, Any]]
              and by_name[r["name"]]["first_detection_seconds"] is not None]
     without, with_ = median([a for a, _ in pairs]), median([b for _, b in pairs])
     ratio = round(with_ / without, 3) if with_ is not None and without else None
+    # the same figure with each run's own worker start-up taken out (both orders pay it before any
+    # case runs; ordering's own costs, the fingerprint probe and the order, stay in)
+    after = [(r["first_detection_seconds"] - r["startup_seconds"],
+              by_name[r["name"]]["first_detection_seconds"] - by_name[r["name"]]["startup_seconds"]) for r in listed
+             if r["name"] in by_name and r.get("startup_seconds") is not None
+             and by_name[r["name"]].get("startup_seconds") is not None
+             and r["first_detection_seconds"] is not None and by_name[r["name"]]["first_detection_seconds"] is not None]
+    a_without, a_with = median([a for a, _ in after]), median([b for _, b in after])
     differ = [r["name"] for r in listed if r["name"] in by_name and
               sorted(r["caught_by"]) != sorted(by_name[r["name"]]["caught_by"])]
     return {"faults_compared": len(pairs), "median_first_detection_seconds_listed": without,
             "median_first_detection_seconds_ordered": with_, "ordered_over_listed": ratio,
             "target": round(TARGET_ORDERED_RATIO, 4), "met": ratio is not None and ratio <= TARGET_ORDERED_RATIO,
+            "after_startup": {"faults_compared": len(after), "median_seconds_listed": a_without,
+                              "median_seconds_ordered": a_with,
+                              "ordered_over_listed": round(a_with / a_without, 3) if a_with is not None and a_without
+                              else None},
             "detections_differ": differ}
 
 

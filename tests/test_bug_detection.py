@@ -142,3 +142,16 @@ def test_the_ordering_figure_is_the_median_first_detection_over_faults_both_orde
     assert got["ordered_over_listed"] == round(7.5 / 45.0, 3) and got["met"]
     assert got["detections_differ"] == ["d", "e"]  # ordering must change no detection: flagged
     assert bd.ordering_summary([rec("a", None, ())], [rec("a", None, ())])["ordered_over_listed"] is None
+
+
+def test_the_after_startup_figure_takes_out_each_runs_own_worker_startup_only():
+    def rec(name, seconds, startup):
+        return {"name": name, "first_detection_seconds": seconds, "startup_seconds": startup, "caught_by": ["unit"]}
+
+    listed = [rec("a", 50.0, 20.0), rec("b", 80.0, 20.0), rec("c", 40.0, None)]
+    ordered = [rec("a", 30.0, 25.0), rec("b", 26.0, 20.0), rec("c", 30.0, 20.0)]
+    got = bd.ordering_summary(listed, ordered)["after_startup"]
+    assert got["faults_compared"] == 2  # c: the listed run journaled no start-up
+    assert got["median_seconds_listed"] == 45.0  # median of 30, 60
+    assert got["median_seconds_ordered"] == 5.5  # median of 5, 6
+    assert got["ordered_over_listed"] == round(5.5 / 45.0, 3)
