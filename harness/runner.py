@@ -255,11 +255,11 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
 def _run_listed(tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any], probe: Any, executor: Any,
                 t0: float) -> dict[str, Any]:
     """run_tier after the run dir is open: `executor` is an executor, or a function making one."""
-    stop = _stop_at_regressions(tier.name, opts)
     journal = Journal(run_dir)
     if not journal.done(tier.name) and hasattr(executor, "prestart"):  # a fresh run dir: every case will run
-        executor.prestart()
+        executor.prestart()  # first: the workers' start-up overlaps reading the baseline and listing
     try:
+        stop = _stop_at_regressions(tier.name, opts)  # pandas + the baseline's tables: seconds
         listing_cache: dict[str, Any] = {"status": "restart"}  # the run dir's own list, unless listed below
         cases = list_cases(tier, opts, run_dir, listing_cache)
     except BaseException:
