@@ -121,7 +121,8 @@ def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
     proc = processor_inputs(kind, model_type, scope, m, rules["processors"], c, h, w, frames)
     if proc is not None and proc.tensors:
         pv = proc.tensors.get("pixel_values")
-        dynamic = "image_grid_thw" in proc.tensors or "image_sizes" in proc.tensors
+        # a processor that also says each image's grid/size packs or tiles the pixels itself
+        dynamic = any(n in proc.tensors for n in rules["processors"]["image"]["layout_outputs"])
         if pv is not None and pv.dim() in (4, 5) and _has_fixed_size(config) and not dynamic and tuple(pv.shape[-2:]) != (h, w):
             out.notes.append(f"{proc.name} gave {tuple(pv.shape[-2:])}, the model takes {(h, w)}: synthetic pixels")
         elif pv is not None and ("image_grid_thw" not in proc.tensors or "image_grid_thw" in sig or "grid_thw" in sig):
