@@ -11,7 +11,7 @@ import torch
 
 from harness.inputs.base import BATCH, ConfigScope, Maker, ModelInputs, get, subconfig
 from harness.inputs.expr import defined
-from harness.inputs.processors import processor_inputs
+from harness.inputs.processors import processor_inputs, video_only
 from harness.inputs.recipes import recipes
 
 VISION_LEVELS = ("vision_config", "image_config", "backbone_config", "encoder_config", "encoder", "vision_encoder_config")
@@ -117,6 +117,8 @@ def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
     c, h, w = image_shape(config)
     rules = recipes()
     frames = frame_count(config) if defined(rules["video"]["pixel_values_is_video_when"], scope) else None
+    if not frames and video_only(model_type) and not {"image_grid_thw", "grid_thw"} & sig:
+        frames = frame_count(config) or rules["video"]["default_frames"]
     kind = "video" if frames else "image"
     proc = processor_inputs(kind, model_type, scope, m, rules["processors"], c, h, w, frames)
     if proc is not None and proc.tensors:

@@ -126,6 +126,15 @@ def image_processor_class(model_type: str, overrides: dict):
     return _resolve(_mapped(IMAGE_PROCESSOR_MAPPING_NAMES, model_type, overrides))
 
 
+def video_only(model_type: str) -> bool:
+    """transformers maps a video processor and no image processor to the type (InstructBLIP-Video):
+    its `pixel_values` are videos even when its config names no frame count."""
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+    from transformers.models.auto.video_processing_auto import VIDEO_PROCESSOR_MAPPING_NAMES
+
+    return model_type in VIDEO_PROCESSOR_MAPPING_NAMES and not _mapped(IMAGE_PROCESSOR_MAPPING_NAMES, model_type, {})
+
+
 def feature_extractor_class(model_type: str, overrides: dict):
     from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES
 
