@@ -348,14 +348,19 @@ def _get_path(d: dict, path: str) -> Any:
     return d
 
 
-def _apply_references(d: dict, r: dict) -> None:
-    """Overrides whose value is "=path.to.field" copy that (shrunk) field: cross-config ties."""
+def _apply_references(d: dict, r: dict, depth: int = 0) -> None:
+    """Overrides whose value is "=path.to.field" copy that (shrunk) field: cross-config ties. A
+    wrapped whole-model config (ColQwen2's `vlm_config`, a qwen2_vl) keeps its own type's ties."""
     for path, ref in (r.get("references", {}).get(d.get("model_type"), {}) or {}).items():
         value = _get_path(d, ref)
         parent_path, _, key = path.rpartition(".")
         parent = _get_path(d, parent_path) if parent_path else d
         if value is not None and isinstance(parent, dict) and key in parent:
             parent[key] = value
+    if depth < 2:
+        for v in d.values():
+            if isinstance(v, dict) and v.get("model_type") in r.get("references", {}):
+                _apply_references(v, r, depth + 1)
 
 
 def full_config_dict(config: Any, model_type: str | None = None) -> tuple[str, dict]:

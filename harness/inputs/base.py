@@ -53,6 +53,12 @@ def subconfig(config, *names):
     return None
 
 
+def wrapped_configs(config) -> list:
+    """The whole-model configs a wrapper config holds (ColPali's `vlm_config`): config-valued
+    attributes, in definition order."""
+    return [v for v in vars(config).values() if hasattr(v, "to_dict") and hasattr(v, "model_type")]
+
+
 def signature_parameters(fn) -> dict[str, inspect.Parameter]:
     """`fn`'s parameters by name; {} for a callable without an inspectable signature."""
     try:

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from harness.inputs.base import BATCH, ConfigScope, Maker, ModelInputs, get, subconfig
+from harness.inputs.base import BATCH, ConfigScope, Maker, ModelInputs, get, subconfig, wrapped_configs
 from harness.inputs.expr import defined
 from harness.inputs.processors import processor_inputs, video_only
 from harness.inputs.recipes import recipes
@@ -22,6 +22,9 @@ def vision_level(config, levels=VISION_LEVELS):
     """The config level that describes the images: the first of `levels`, descended while that
     level nests another (t5gemma2: config.encoder.vision_config) and names no image size itself."""
     level = subconfig(config, *levels)
+    if level is None:  # a wrapper of a whole model (ColPali: config.vlm_config.vision_config)
+        inner = [v for v in wrapped_configs(config) if subconfig(v, *levels) is not None]
+        level = subconfig(inner[0], *levels) if inner else None
     for _ in range(3):
         if level is None or get(level, "image_size", "img_size") is not None:
             break
@@ -129,6 +132,8 @@ def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
             out.notes.append(f"{proc.name} gave {tuple(pv.shape[-2:])}, the model takes {(h, w)}: synthetic pixels")
         elif pv is not None and ("image_grid_thw" not in proc.tensors or "image_grid_thw" in sig or "grid_thw" in sig):
             _take(out, proc.tensors, sig, f"processor:{proc.name}")
+            if rules["processors"].get("layouts", {}).get(model_type) == "per_image_padded_patches":
+                _pad_patches_per_image(out)
             return
     elif proc is not None and proc.error:
         out.notes.append(f"{proc.name} failed: {proc.error}")
@@ -144,6 +149,19 @@ def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
     if "pixel_mask" in sig:
         out.kwargs["pixel_mask"] = torch.ones(BATCH, h, w, dtype=torch.long)
         out.sources["pixel_mask"] = "synthetic"
+
+
+def _pad_patches_per_image(out: ModelInputs) -> None:
+    """(all patches, dim) -> (images, most patches, dim), zero-padded: the layout a retrieval
+    processor (ColQwen2's) makes from the qwen-vl image processor's output so it can batch."""
+    pv, grid = out.kwargs.get("pixel_values"), out.kwargs.get("image_grid_thw")
+    if not isinstance(pv, torch.Tensor) or pv.dim() != 2 or not isinstance(grid, torch.Tensor):
+        return
+    counts = [int(n) for n in grid.prod(-1)]
+    padded = torch.zeros(len(counts), max(counts), pv.shape[-1], dtype=pv.dtype)
+    for i, part in enumerate(pv.split(counts)):
+        padded[i, : part.shape[0]] = part
+    out.kwargs["pixel_values"] = padded
 
 
 def add_videos(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import torch
 
-from harness.inputs.base import BATCH, ModelInputs, get, required_inputs, signature_parameters
+from harness.inputs.base import BATCH, ModelInputs, get, required_inputs, signature_parameters, wrapped_configs
 
 
 def _owners(model) -> list:
     """Where a feature method may live: the model, its inner `model`, and their encoders
     (encoder-decoder multimodal models such as t5gemma2 encode the images in the encoder)."""
     out = [model, getattr(model, "model", None)]
+    prefix = getattr(model, "base_model_prefix", "")
+    inner = getattr(model, prefix, None) if prefix and prefix != "model" else None
+    out.append(inner if isinstance(inner, torch.nn.Module) and inner is not model else None)  # ColPali: model.vlm
     for owner in list(out):
         get_encoder = getattr(owner, "get_encoder", None)
         try:
@@ -98,6 +101,8 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
         token = get(config, *rule["token_fields"])
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         token = token if token is not None else get(text, *rule["token_fields"])
+        for wrapped in wrapped_configs(config) if token is None else []:  # ColPali: config.vlm_config
+            token = get(wrapped, *rule["token_fields"]) if token is None else token
         if token is None or pixel_input(rule, kw) is None or "input_ids" not in kw:
             continue
         fixed = get(config, *rule.get("count_fields", []))

@@ -100,11 +100,17 @@ def _default_sub_types(model_type: str) -> set[str]:
     return {str(v.model_type) for v in vars(config).values() if hasattr(v, "to_dict") and getattr(v, "model_type", None)}
 
 
-def _mapped(mapping: dict, model_type: str, overrides: dict) -> list[str]:
+def _mapped(mapping: dict, model_type: str, overrides: dict, wrapper: bool = True) -> list[str]:
     names = _class_names(overrides.get(model_type)) or _class_names(mapping.get(model_type))
     parent = None if names else composite_type(model_type)
     names = names or (_class_names(overrides.get(parent)) or _class_names(mapping.get(parent)) if parent else [])
-    return names + [n for n in _processor_siblings(mapping, model_type) if n not in names]
+    names = names + [n for n in _processor_siblings(mapping, model_type) if n not in names]
+    if not names and wrapper:
+        # a wrapper type that maps nothing itself is fed by the processor of the model it wraps
+        # (ColModernVBERT holds a ModernVBERT config: Idefics3's image processor)
+        for sub in sorted(_default_sub_types(model_type)):
+            names += [n for n in _mapped(mapping, sub, overrides, wrapper=False) if n not in names]
+    return names
 
 
 def _processor_siblings(mapping: dict, model_type: str) -> list[str]:
