@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 
 from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get, required_inputs
-from harness.inputs.labels import add_labels, label_kind
+from harness.inputs.docshapes import docstring_input
+from harness.inputs.labels import add_labels, label_kind, refuses_labels
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape
 from harness.inputs.placeholders import add_placeholders
 from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
@@ -106,6 +107,22 @@ def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: 
     return labels
 
 
+def _documented(out: ModelInputs, model, m: Maker, scope: ConfigScope, required: set[str]) -> None:
+    """Required inputs still missing, in the shape the forward's docstring gives them; once one
+    is made that way, the forward's documented mask too (its length may differ from the
+    embeddings': a drafter attends over context + block)."""
+    rules = recipes()["docstring_shapes"]
+    made = False
+    for name in sorted(required - set(out.kwargs)) + list(rules["companions"]):
+        if name in out.kwargs or name not in required and not made:
+            continue
+        tensor = docstring_input(model.forward, name, m, scope, rules)
+        if tensor is not None:
+            out.kwargs[name] = tensor
+            out.sources[name] = "docstring"
+            made = True
+
+
 def _decoder(out: ModelInputs, m: Maker, config, sig: set[str], architecture: str) -> None:
     kw = out.kwargs
     if "decoder_input_ids" not in sig:
@@ -141,12 +158,16 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     add_audio(out, m, config, scope, sig, model_type)
     _aliases(out, sig, scope)
     recipe_labels = _recipes(out, m, sig, model_type, scope, required_inputs(params))
+    _documented(out, model, m, scope, required_inputs(params))
     add_placeholders(out, model, config, sig, recipes()["placeholders"])
     _decoder(out, m, config, sig, architecture)
     if "use_cache" in sig:
         out.kwargs["use_cache"] = False
     if "return_dict" in sig:
         out.kwargs["return_dict"] = True
+    if refuses_labels(model):
+        sig = sig - {"labels"}
+        out.notes.append("no labels: the forward raises NotImplementedError for labels (no training loss)")
     out.labels = add_labels(m, architecture, config, out.kwargs, sig) + recipe_labels
     for name in out.labels:
         out.sources.setdefault(name, "synthetic")

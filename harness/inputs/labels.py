@@ -8,6 +8,9 @@ training, so the matcher and the head's real loss run instead of a surrogate.
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import torch
 
 from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker
@@ -38,6 +41,19 @@ def _boxes(m: Maker, n: int) -> torch.Tensor:
 
 def _num_classes(config) -> int:
     return int(getattr(config, "num_labels", 2) or 2)
+
+
+_REFUSES_LABELS = re.compile(r"if labels is not None:\s*\n\s*raise NotImplementedError")
+
+
+def refuses_labels(model) -> bool:
+    """The head's forward raises NotImplementedError as soon as labels are given (OmDet-Turbo,
+    depth and matting heads: "Training is not implemented yet"): it has no loss to run."""
+    try:
+        source = inspect.getsource(type(model).forward)
+    except (OSError, TypeError):
+        return False
+    return bool(_REFUSES_LABELS.search(source))
 
 
 def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str]:
