@@ -117,7 +117,12 @@ class ModelRecord:
         config = self.config_dict() or {}
         archs = self.architectures or config.get("architectures") or []
         first = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
-        return ModelSpec(model_id=self.id, model_type=self.model_type or str(config.get("model_type") or ""),
+        model_type = self.model_type or str(config.get("model_type") or "")
+        if self.config_level == "partial":  # a dump's size summary, not a config.json
+            from agents.partial_config import normalize_partial
+
+            config = normalize_partial(config, model_type)
+        return ModelSpec(model_id=self.id, model_type=model_type,
                          architecture=architecture or first, config=config, downloads=int(self.downloads or 0),
                          source=self.source)
 
