@@ -60,8 +60,11 @@ def _shrink_widths_everywhere(d: dict, path: tuple, fn) -> None:
             elif _is_width_list(k, x) and any(y in mapping for y in x):
                 level[k] = [mapping.get(y, y) for y in x]
             elif (isinstance(x, int) and not isinstance(x, bool) and x in mapping
-                  and any(w in k for w in _SCALAR_WIDTH_WORDS) and not any(p in k for p in _PROTECTED)):
-                level[k] = mapping[x]  # ZoeDepth's `bottleneck_features` is its `fusion_hidden_size`
+                  and any(w in k for w in _SCALAR_WIDTH_WORDS + (_LEVEL_WIDTH_WORDS if level is target else ()))
+                  and not any(p in k for p in _PROTECTED)):
+                # ZoeDepth's `bottleneck_features` is its `fusion_hidden_size`; at the knob's own
+                # level, Llama-4's `projector_input_dim` feeds `projector_output_dim`
+                level[k] = mapping[x]
 
     visit(d)
 
@@ -78,6 +81,8 @@ def _is_width_key(key: str) -> bool:
 #: Fields that name channel widths (the halving keeps them in step).
 _WIDTH_WORDS = ("channels", "hidden_size", "_dim", "dims", "_sizes", "_features")
 _SCALAR_WIDTH_WORDS = ("channels", "hidden_size", "_features")
+#: ... and, at the halved knob's own config level, these too (projector widths of one tower).
+_LEVEL_WIDTH_WORDS = ("_dim",)
 
 
 def fit_budget(config: dict, count: Callable[[dict], int], budget: int, max_tries: int = 40) -> tuple[dict, int, list[str]]:

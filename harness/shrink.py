@@ -28,6 +28,7 @@ import yaml
 from harness.budget import fit_budget
 from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.layers import is_int, rescale_parts, select_layers
+from harness.shrink_derived import keep_derived_widths
 from harness.shrink_families import shrink_experts, shrink_mla, shrink_modalities, shrink_ssm, shrink_windows, tie_image_sizes
 
 #: Shrink strengths, strongest first.
@@ -247,6 +248,22 @@ def _shrink_widths(d: dict, r: dict, level: str, known: dict[int, int]) -> dict[
     return hidden_map
 
 
+def _shrink_per_layer_overrides(d: dict, before: dict, r: dict, level: str, known: dict[int, int]) -> None:
+    """Per-layer overrides (``per_layer_config``: {layer index: fields}) are the level's config for
+    those layers: each is shrunk as the unshrunk level with its fields applied, by the same rules,
+    and keeps the fields it names (Dots3's sliding layers: 64 heads, a 192-wide nope part, whose
+    sum with the level's rope part is the level's head size)."""
+    for k, v in d.items():
+        if not (isinstance(k, str) and "layer" in k and isinstance(v, dict) and v
+                and all(isinstance(e, dict) for e in v.values()) and "model_type" not in v):
+            continue
+        for entry in v.values():
+            merged = {**before, **entry}
+            _shrink_widths(merged, r, level, dict(known))
+            for f in entry:
+                entry[f] = merged.get(f, entry[f])
+
+
 def _make_implicit_explicit(d: dict, r: dict) -> None:
     """A default the modeling code hard-codes (mrope sections) becomes a config field to shrink."""
     mt = str(d.get("model_type") or "")
@@ -287,6 +304,7 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
         if level in ("full", "core"):
             for old_h, new_h in _shrink_widths(level_dict, r, level, hidden_map).items():
                 hidden_map.setdefault(old_h, new_h)
+            _shrink_per_layer_overrides(level_dict, before, r, level, hidden_map)
         if level == "full":
             widths = shrink_modalities(level_dict, r)
             for old_w, new_w in widths.items():
@@ -336,6 +354,7 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
         tie_image_sizes(config, d, r)
     remap_foreign_indices(config, d, r)
     if level == "full":
+        keep_derived_widths(config, d, r)
         _apply_references(d, r)
     return d
 

@@ -3,7 +3,8 @@
 - partitions: fields that split the layers into consecutive groups (Dory's input / recurrent /
   output layers) must still sum to the new layer count: each is rescaled, at least 1;
 - suffix counts: "the last k layers are different" (Gemma-3n's KV-sharing layers) keeps k below
-  the new count, leaving one pattern period of producers before the consumers;
+  the new count, leaving one pattern period of producers before the consumers; k equal to the
+  layer count (every layer shares: Gemma-4's assistant) stays equal to it;
 - layer indices into another config's stack (a VLM adapter's ``vision_feature_layer``) are
   remapped into the shrunk stack, keeping their distance from its end and staying distinct.
 """
@@ -27,7 +28,9 @@ def tie_layer_counts(d: dict, r: dict, old_n: int, new_n: int) -> None:
     period = smallest_period(kinds) if kinds else 1
     for f in ties.get("suffix_counts", []):
         k = d.get(f)
-        if is_int(k) and 0 < k < old_n and k >= new_n - period + 1:
+        if is_int(k) and k == old_n:  # every layer is one (an assistant reads the target's KV)
+            d[f] = new_n
+        elif is_int(k) and 0 < k < old_n and k >= new_n - period + 1:
             d[f] = max(0, min(new_n - period, round(k * new_n / old_n)))
 
 
