@@ -399,9 +399,29 @@ def full_config_dict(config: Any, model_type: str | None = None) -> tuple[str, d
         if cfg.get(k) is None:
             cfg[k] = v
     _replace_subconfigs(cfg, rules())
+    _nest_flat_text_fields(cfg, config_class(mt))
     base = config_class(mt)(**cfg).to_dict()
     _replace_subconfigs(base, rules())  # the type's defaults may name a timm backbone too (DETR)
     return mt, base
+
+
+def _nest_flat_text_fields(cfg: dict, cls) -> None:
+    """A flat Hub config of a composite type (remote-code format: Step-3.7-Flash's layers, heads and
+    `sliding_window` at the top level, no `text_config`): the fields the top-level class does not
+    define and its text sub-config does move into `text_config`, where the model reads them
+    (left at the top level, the class ignores them and the text model gets its defaults)."""
+    import dataclasses
+
+    text_cls = (getattr(cls, "sub_configs", None) or {}).get("text_config")
+    if cfg.get("text_config") is not None or text_cls is None:
+        return
+    if not (dataclasses.is_dataclass(cls) and dataclasses.is_dataclass(text_cls)):
+        return
+    own = {f.name for f in dataclasses.fields(cls)}
+    text = {f.name for f in dataclasses.fields(text_cls)}
+    moved = {k: cfg.pop(k) for k in list(cfg) if k in text and k not in own}
+    if moved:
+        cfg["text_config"] = moved
 
 
 def _replace_subconfigs(d: dict, r: dict) -> None:

@@ -51,6 +51,29 @@ def shrink_mla(d: dict, r: dict, old: dict) -> None:
                     d[a] = sum(d[p] for p in parts)
             elif is_int(old.get(b)) and old[a] == old[b]:
                 d[a] = d[b]
+    _keep_partial_rope(d, old)
+
+
+def _partial_rotary_factor(d: dict) -> float | None:
+    rp = d.get("rope_parameters")
+    for p in [rp] + (list(rp.values()) if isinstance(rp, dict) else []):
+        if isinstance(p, dict) and isinstance(p.get("partial_rotary_factor"), float):
+            return p["partial_rotary_factor"]
+    return None
+
+
+def _keep_partial_rope(d: dict, old: dict) -> None:
+    """A rope part that is `partial_rotary_factor` of the head (DeepSeek-V4: 64 of 512, the rest
+    is the nope part) stays that share of the shrunk head, at least 2 wide: the fixed MLA rope
+    size would be the whole tiny head and leave a nope part of 0."""
+    prf = _partial_rotary_factor(d)
+    hd, rope = old.get("head_dim"), old.get("qk_rope_head_dim")
+    if not (prf and 0 < prf < 1 and is_int(hd) and is_int(rope) and rope == round(hd * prf)
+            and is_int(d.get("head_dim")) and is_int(d.get("qk_rope_head_dim"))
+            and d["qk_rope_head_dim"] >= d["head_dim"]):
+        return
+    d["head_dim"] = max(d["head_dim"], math.ceil(2 / prf))
+    d["qk_rope_head_dim"] = max(2, 2 * round(d["head_dim"] * prf / 2))
 
 
 def shrink_ssm(d: dict, r: dict, hidden: int) -> None:

@@ -61,3 +61,50 @@ def test_only_relations_of_the_unshrunk_config_are_kept():
     changed = keep_derived_widths(original, shrunk, rules())
     assert changed == ["out_hidden_size"]
     assert shrunk["out_hidden_size"] == 128 and shrunk["proj_size"] == 3000 and shrunk["intermediate_size"] == 64
+
+
+# --------------------------------------------------------------------------- per-layer and Hub-shaped configs
+def test_per_layer_overrides_are_shrunk_as_their_level():
+    """Dots3's sliding layers override heads and the nope part (`per_layer_config`): each override
+    is shrunk as the level with its fields applied, so the config's own check (sliding head size =
+    nope + rope) holds and the strongest level builds (before: only `layers`, 3.9B parameters, a
+    180 s load timeout)."""
+    cfg = forward("dots3_note", "Dots3NoteForCausalLM")
+    assert cfg._shrink_level == "full"
+    t = cfg.text_config
+    swa = t.per_layer_config["sliding_attention"]
+    assert swa.head_dim == swa.qk_nope_head_dim + swa.qk_rope_head_dim
+    assert swa.num_attention_heads <= t.num_attention_heads
+
+
+def test_a_layer_count_of_every_layer_stays_every_layer():
+    """Gemma-4's assistant shares the KV of every layer (`num_kv_shared_layers` = the layer count):
+    after the layer selection it is the new count (before: no level built)."""
+    cfg = resolve_config(ModelSpec("catalog/gemma4_unified_assistant", "gemma4_unified_assistant",
+                                   "Gemma4UnifiedAssistantForCausalLM"))
+    t = cfg.text_config
+    assert t.num_kv_shared_layers == t.num_hidden_layers
+
+
+def test_a_partial_rope_keeps_its_share_of_the_shrunk_head():
+    """DeepSeek-V4 rotates `partial_rotary_factor` (1/8) of each 512-wide head (rope 64, nope 448):
+    the fixed MLA rope size would be the whole tiny head (nope 0, the forward failed)."""
+    config = {"head_dim": 512, "qk_rope_head_dim": 64, "num_attention_heads": 64, "num_key_value_heads": 1,
+              "hidden_size": 4096, "num_hidden_layers": 4, "q_lora_rank": 1024, "o_lora_rank": 1024,
+              "rope_theta": 10000, "sliding_window": 128, "index_head_dim": 128, "index_n_heads": 64,
+              "index_topk": 512, "vocab_size": 129280}
+    cfg = forward("deepseek_v4", "DeepseekV4ForCausalLM", config)
+    assert 2 <= cfg.qk_rope_head_dim < cfg.head_dim
+
+
+def test_a_flat_hub_config_of_a_composite_type_fills_its_text_config():
+    """Step-3.7-Flash's Hub config is flat (remote-code format): layers, heads and `sliding_window`
+    at the top level, which the composite class ignores; they move into `text_config`."""
+    layer_types = (["full_attention"] + ["sliding_attention"] * 3) * 4
+    config = {"num_hidden_layers": 16, "hidden_size": 4096, "num_attention_heads": 64, "num_key_value_heads": 8,
+              "head_dim": 128, "vocab_size": 128896, "intermediate_size": 11264, "sliding_window": 512,
+              "layer_types": layer_types}
+    cfg = forward("step3p7", "Step3p7Model", config)
+    t = cfg.text_config
+    assert t.sliding_window is not None and t.sliding_window < 16
+    assert "sliding_attention" in t.layer_types and t.num_attention_heads // t.num_key_value_heads == 8
