@@ -438,6 +438,44 @@ def _replace_subconfigs(d: dict, r: dict) -> None:
                 break
 
 
+def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Integer fields the config class computes itself when they are None (Zamba's
+    `attention_hidden_size` = 2 x hidden, `attention_head_dim` = 2 x hidden / heads): their
+    dataclass default is None and building the level without them gives the same value. After
+    shrinking they go back to None, so the class computes them from the shrunk sizes (the
+    shrinker would keep the stale product). Sub-configs too."""
+    import dataclasses
+
+    out: set[tuple[str, ...]] = set()
+    if not dataclasses.is_dataclass(cls):
+        return out
+    args = {k: v for k, v in d.items() if k != "model_type"}
+    for f in dataclasses.fields(cls):
+        if f.default is not None or not is_int(d.get(f.name)):
+            continue
+        try:
+            rebuilt = cls(**{k: v for k, v in args.items() if k != f.name})
+        except Exception:  # noqa: BLE001 - the class needs it: not derived
+            continue
+        if getattr(rebuilt, f.name, None) == d[f.name]:
+            out.add(path + (f.name,))
+    for key, sub_cls in (getattr(cls, "sub_configs", None) or {}).items():
+        if isinstance(d.get(key), dict) and isinstance(sub_cls, type):
+            out |= class_derived_fields(sub_cls, d[key], path + (key,))
+    return out
+
+
+def _recompute_class_derived(original: dict, d: dict, derived: set[tuple[str, ...]]) -> None:
+    """Derived fields the shrinker left as they were go back to None (a rule that shrank one
+    knows it: a window, a head size; a class fallback is often a constant, not a product)."""
+    for path in derived:
+        parent = ".".join(path[:-1])
+        level = _get_path(d, parent) if parent else d
+        old = _get_path(original, parent) if parent else original
+        if isinstance(level, dict) and isinstance(old, dict) and level.get(path[-1]) == old.get(path[-1]):
+            level[path[-1]] = None
+
+
 def config_class(model_type: str):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -469,8 +507,10 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
     with quiet_transformers():
         mt, full = full_config_dict(config, model_type)
         errors: dict[str, str] = {}
+        derived = class_derived_fields(config_class(mt), full)
         for level in LEVELS:
             shrunk = shrink_dict(full, level)
+            _recompute_class_derived(full, shrunk, derived)
             try:
                 cfg = build_config(mt, shrunk)
                 params = validate(cfg) if validate is not None else None

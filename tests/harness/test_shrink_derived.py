@@ -108,3 +108,14 @@ def test_a_flat_hub_config_of_a_composite_type_fills_its_text_config():
     t = cfg.text_config
     assert t.sliding_window is not None and t.sliding_window < 16
     assert "sliding_attention" in t.layer_types and t.num_attention_heads // t.num_key_value_heads == 8
+
+
+def test_fields_the_config_class_derives_are_recomputed_from_the_shrunk_sizes():
+    """Zamba computes `attention_hidden_size` = 2 x hidden when it is None; MarianMT's
+    `decoder_vocab_size` is the vocab size. Left at their unshrunk values they no longer agree
+    with the shrunk model (a 7424-wide attention on a 32-wide model; logits reshaped to the old
+    vocab): the class recomputes them."""
+    zamba = forward("zamba", "ZambaModel")
+    assert zamba.attention_hidden_size == 2 * zamba.hidden_size
+    marian = forward("marian", "MarianMTModel")
+    assert marian.decoder_vocab_size == marian.vocab_size
