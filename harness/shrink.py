@@ -176,6 +176,21 @@ def _heads(d: dict, r: dict) -> tuple[int | None, dict[str, int]]:
     return q_heads, updates
 
 
+def _min_rope_head_dim(d: dict) -> int:
+    """The smallest even head size whose rotary part (`partial_rotary_factor` of it) holds one
+    pair per multimodal rope section (GLM-4V-MoE: 3 sections, half the head rotates: 12)."""
+    rp = d.get("rope_parameters")
+    if not isinstance(rp, dict):
+        return 0
+    sec = rp.get("mrope_section")
+    prf = rp.get("partial_rotary_factor")
+    if not (isinstance(sec, list) and sec):
+        return 0
+    share = prf if isinstance(prf, float) and 0 < prf < 1 else 1.0
+    need = math.ceil(2 * len(sec) / share)
+    return need + need % 2
+
+
 def _shrink_rope(d: dict, head_dim: int, old_head_dim: int | None) -> None:
     """Keep rope type and scaling; rescale only what is tied to the head size (mrope sections)."""
     for key in ("rope_parameters", "rope_scaling"):
@@ -184,10 +199,12 @@ def _shrink_rope(d: dict, head_dim: int, old_head_dim: int | None) -> None:
             continue
         inner = [rp] + [v for v in rp.values() if isinstance(v, dict)]
         for p in inner:
+            prf = p.get("partial_rotary_factor", rp.get("partial_rotary_factor"))
+            rotary = int(head_dim * prf) if isinstance(prf, float) and 0 < prf < 1 else head_dim
             for sk in ("mrope_section", "mrope_sections"):
                 sec = p.get(sk)
                 if isinstance(sec, list) and sec and all(is_int(x) for x in sec):
-                    p[sk] = rescale_parts(sec, max(len(sec), head_dim // 2))
+                    p[sk] = rescale_parts(sec, max(len(sec), rotary // 2))
     if is_int(d.get("rotary_dim")) and old_head_dim:
         d["rotary_dim"] = max(2, 2 * round(d["rotary_dim"] * head_dim / old_head_dim / 2))
 
@@ -206,7 +223,7 @@ def _shrink_widths(d: dict, r: dict, level: str, known: dict[int, int]) -> dict[
     if q_heads is None and hidden_field is None:
         return hidden_map
     q_heads = q_heads or t["base_heads"]
-    head_dim = t["head_dim"] if q_heads <= 4 else t["head_dim_many_heads"]
+    head_dim = max(t["head_dim"] if q_heads <= 4 else t["head_dim_many_heads"], _min_rope_head_dim(d))
     new_hidden = max(t["min_hidden"], q_heads * head_dim)
     if new_hidden % q_heads:
         new_hidden = q_heads * math.ceil(new_hidden / q_heads)
