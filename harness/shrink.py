@@ -28,6 +28,7 @@ import yaml
 from harness.budget import fit_budget
 from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.layers import is_int, rescale_parts, select_layers
+from harness.shrink_class_fields import class_derived_fields, get_path as _get_path, nest_flat_text_fields, recompute_class_derived
 from harness.shrink_derived import keep_derived_widths
 from harness.shrink_families import shrink_experts, shrink_mla, shrink_modalities, shrink_ssm, shrink_windows, tie_image_sizes
 
@@ -376,14 +377,6 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
     return d
 
 
-def _get_path(d: dict, path: str) -> Any:
-    for part in path.split("."):
-        if not isinstance(d, dict) or part not in d:
-            return None
-        d = d[part]
-    return d
-
-
 def _apply_references(d: dict, r: dict, depth: int = 0) -> None:
     """Overrides whose value is "=path.to.field" copy that (shrunk) field: cross-config ties. A
     wrapped whole-model config (ColQwen2's `vlm_config`, a qwen2_vl) keeps its own type's ties."""
@@ -416,29 +409,10 @@ def full_config_dict(config: Any, model_type: str | None = None) -> tuple[str, d
         if cfg.get(k) is None:
             cfg[k] = v
     _replace_subconfigs(cfg, rules())
-    _nest_flat_text_fields(cfg, config_class(mt))
+    nest_flat_text_fields(cfg, config_class(mt))
     base = config_class(mt)(**cfg).to_dict()
     _replace_subconfigs(base, rules())  # the type's defaults may name a timm backbone too (DETR)
     return mt, base
-
-
-def _nest_flat_text_fields(cfg: dict, cls) -> None:
-    """A flat Hub config of a composite type (remote-code format: Step-3.7-Flash's layers, heads and
-    `sliding_window` at the top level, no `text_config`): the fields the top-level class does not
-    define and its text sub-config does move into `text_config`, where the model reads them
-    (left at the top level, the class ignores them and the text model gets its defaults)."""
-    import dataclasses
-
-    text_cls = (getattr(cls, "sub_configs", None) or {}).get("text_config")
-    if cfg.get("text_config") is not None or text_cls is None:
-        return
-    if not (dataclasses.is_dataclass(cls) and dataclasses.is_dataclass(text_cls)):
-        return
-    own = {f.name for f in dataclasses.fields(cls)}
-    text = {f.name for f in dataclasses.fields(text_cls)}
-    moved = {k: cfg.pop(k) for k in list(cfg) if k in text and k not in own}
-    if moved:
-        cfg["text_config"] = moved
 
 
 def _replace_subconfigs(d: dict, r: dict) -> None:
@@ -453,44 +427,6 @@ def _replace_subconfigs(d: dict, r: dict) -> None:
             if name.startswith(prefix):
                 d[k] = dict(replacement)
                 break
-
-
-def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
-    """Integer fields the config class computes itself when they are None (Zamba's
-    `attention_hidden_size` = 2 x hidden, `attention_head_dim` = 2 x hidden / heads): their
-    dataclass default is None and building the level without them gives the same value. After
-    shrinking they go back to None, so the class computes them from the shrunk sizes (the
-    shrinker would keep the stale product). Sub-configs too."""
-    import dataclasses
-
-    out: set[tuple[str, ...]] = set()
-    if not dataclasses.is_dataclass(cls):
-        return out
-    args = {k: v for k, v in d.items() if k != "model_type"}
-    for f in dataclasses.fields(cls):
-        if f.default is not None or not is_int(d.get(f.name)):
-            continue
-        try:
-            rebuilt = cls(**{k: v for k, v in args.items() if k != f.name})
-        except Exception:  # noqa: BLE001 - the class needs it: not derived
-            continue
-        if getattr(rebuilt, f.name, None) == d[f.name]:
-            out.add(path + (f.name,))
-    for key, sub_cls in (getattr(cls, "sub_configs", None) or {}).items():
-        if isinstance(d.get(key), dict) and isinstance(sub_cls, type):
-            out |= class_derived_fields(sub_cls, d[key], path + (key,))
-    return out
-
-
-def _recompute_class_derived(original: dict, d: dict, derived: set[tuple[str, ...]]) -> None:
-    """Derived fields the shrinker left as they were go back to None (a rule that shrank one
-    knows it: a window, a head size; a class fallback is often a constant, not a product)."""
-    for path in derived:
-        parent = ".".join(path[:-1])
-        level = _get_path(d, parent) if parent else d
-        old = _get_path(original, parent) if parent else original
-        if isinstance(level, dict) and isinstance(old, dict) and level.get(path[-1]) == old.get(path[-1]):
-            level[path[-1]] = None
 
 
 def config_class(model_type: str):
@@ -527,7 +463,7 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
         derived = class_derived_fields(config_class(mt), full)
         for level in LEVELS:
             shrunk = shrink_dict(full, level)
-            _recompute_class_derived(full, shrunk, derived)
+            recompute_class_derived(full, shrunk, derived)
             try:
                 cfg = build_config(mt, shrunk)
                 params = validate(cfg) if validate is not None else None

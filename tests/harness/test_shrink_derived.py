@@ -119,3 +119,21 @@ def test_fields_the_config_class_derives_are_recomputed_from_the_shrunk_sizes():
     assert zamba.attention_hidden_size == 2 * zamba.hidden_size
     marian = forward("marian", "MarianMTModel")
     assert marian.decoder_vocab_size == marian.vocab_size
+
+
+def test_groups_tails_global_widths_and_unit_grids_follow_the_shrunk_sizes():
+    """Mimi's depthwise upsampling has one group per channel (`upsample_groups` = hidden); BLT's
+    local encoder reads the global transformer's width (`hidden_size_global`); EoMT's last
+    `num_blocks` layers see the queries (at least one, after one plain layer); Hiera's token grid
+    (image / patch_stride) is a whole number of masked units."""
+    def cfg(model_type):
+        return resolve_config(ModelSpec(f"catalog/{model_type}", model_type, ""))
+    mimi = cfg("mimi")
+    assert mimi.upsample_groups == mimi.hidden_size
+    blt = cfg("blt")
+    assert blt.encoder_config.hidden_size_global == blt.global_config.hidden_size
+    eomt = cfg("eomt")
+    assert 1 <= eomt.num_blocks < eomt.num_hidden_layers
+    hiera = cfg("hiera")
+    tokens = hiera.image_size[0] // hiera.patch_stride[0]
+    assert tokens % hiera.masked_unit_size[0] == 0 and tokens % hiera.query_stride[0] ** hiera.num_query_pool == 0

@@ -1,0 +1,74 @@
+"""Fields the transformers config class itself owns, which the dict-level shrink rules cannot see.
+
+- a flat Hub config of a composite type (remote-code format) names its text model's fields at
+  the top level: they move into `text_config`;
+- integer fields the class computes when they are None are recomputed from the shrunk sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from harness.layers import is_int
+
+
+def get_path(d: dict, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+def nest_flat_text_fields(cfg: dict, cls) -> None:
+    """A flat Hub config of a composite type (remote-code format: Step-3.7-Flash's layers, heads and
+    `sliding_window` at the top level, no `text_config`): the fields the top-level class does not
+    define and its text sub-config does move into `text_config`, where the model reads them
+    (left at the top level, the class ignores them and the text model gets its defaults)."""
+    text_cls = (getattr(cls, "sub_configs", None) or {}).get("text_config")
+    if cfg.get("text_config") is not None or text_cls is None:
+        return
+    if not (dataclasses.is_dataclass(cls) and dataclasses.is_dataclass(text_cls)):
+        return
+    own = {f.name for f in dataclasses.fields(cls)}
+    text = {f.name for f in dataclasses.fields(text_cls)}
+    moved = {k: cfg.pop(k) for k in list(cfg) if k in text and k not in own}
+    if moved:
+        cfg["text_config"] = moved
+
+
+def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Integer fields the config class computes itself when they are None (Zamba's
+    `attention_hidden_size` = 2 x hidden, `attention_head_dim` = 2 x hidden / heads): their
+    dataclass default is None and building the level without them gives the same value. After
+    shrinking they go back to None, so the class computes them from the shrunk sizes (the
+    shrinker would keep the stale product). Sub-configs too."""
+    out: set[tuple[str, ...]] = set()
+    if not dataclasses.is_dataclass(cls):
+        return out
+    args = {k: v for k, v in d.items() if k != "model_type"}
+    for f in dataclasses.fields(cls):
+        if f.default is not None or not is_int(d.get(f.name)):
+            continue
+        try:
+            rebuilt = cls(**{k: v for k, v in args.items() if k != f.name})
+        except Exception:  # noqa: BLE001 - the class needs it: not derived
+            continue
+        if getattr(rebuilt, f.name, None) == d[f.name]:
+            out.add(path + (f.name,))
+    for key, sub_cls in (getattr(cls, "sub_configs", None) or {}).items():
+        if isinstance(d.get(key), dict) and isinstance(sub_cls, type):
+            out |= class_derived_fields(sub_cls, d[key], path + (key,))
+    return out
+
+
+def recompute_class_derived(original: dict, d: dict, derived: set[tuple[str, ...]]) -> None:
+    """Derived fields the shrinker left as they were go back to None (a rule that shrank one
+    knows it: a window, a head size; a class fallback is often a constant, not a product)."""
+    for path in derived:
+        parent = ".".join(path[:-1])
+        level = get_path(d, parent) if parent else d
+        old = get_path(original, parent) if parent else original
+        if isinstance(level, dict) and isinstance(old, dict) and level.get(path[-1]) == old.get(path[-1]):
+            level[path[-1]] = None
