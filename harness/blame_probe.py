@@ -39,7 +39,7 @@ from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import FAILING, MODEL_STAGES, Blame, Status
 from contracts.timing import phase
 from harness import blame as rules_mod
-from harness.check import PREREQUISITES, _Run, _run_stage, check_model
+from harness.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class
 from harness.quiet import quiet_transformers
 
@@ -107,7 +107,7 @@ def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
                                  architecture=run.result.architecture))
     needed: set[str] = set()
     # compile compares with the eager step: the reference's compile has its own eager step to compare with
-    stack = list(failing) + (["forward", "backward"] if "compile" in failing else [])
+    stack = list(failing) + [c for s in failing for c in COMPARED_WITH.get(s, ())]
     while stack:
         s = stack.pop()
         if s not in needed:

@@ -46,6 +46,12 @@ PREREQUISITES: dict[str, tuple[str, ...]] = {
     "numerics": ("forward",),
     "on_device": ("forward",),
 }
+#: stage -> the stages it compares with: run before it when it is asked for, but not required to
+#: pass (the compiled step is checked against the eager forward and backward; without them it
+#: would pass uncompared, and `--stages compile` could never catch a compile-only bug)
+COMPARED_WITH: dict[str, tuple[str, ...]] = {
+    "compile": ("forward", "backward"),
+}
 
 
 _Run = StageRun  # the name harness.blame_probe imports
@@ -141,7 +147,8 @@ def _wanted(stages: Sequence[str] | None) -> list[str]:
     if unknown:
         raise ValueError(f"unknown stage(s) {unknown}: choose from {', '.join(MODEL_STAGES)}")
     need = set(stages)
-    for s in list(stages):
+    for s in [*stages, *(c for s in stages for c in COMPARED_WITH.get(s, ()))]:
+        need.add(s)
         stack = list(PREREQUISITES[s])
         while stack:
             p = stack.pop()

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a Hub id (from --store/--snapshot), a model type, or a config.json path")
     parser.add_argument("--backend", default="neuron", help="neuron | cpu | cuda | MODULE:DEVICE (default neuron)")
     parser.add_argument("--stages", nargs="+", choices=MODEL_STAGES, metavar="STAGE",
-                        help=f"stages to run (prerequisites are added): {' '.join(MODEL_STAGES)}")
+                        help=f"stages to run (prerequisites, and the eager stages compile compares with, are added): "
+                             f"{' '.join(MODEL_STAGES)}")
     parser.add_argument("--architecture", default="", help="transformers class to build (default: the record's, else the base model)")
     parser.add_argument("--store", help="crawl store directory or Parquet file to resolve a Hub id")
     parser.add_argument("--snapshot", help="snapshot JSONL/Parquet dump to resolve a Hub id")

@@ -116,6 +116,15 @@ def test_a_compile_only_error_fails_compile_naming_the_worst_tensor(fault, names
 
 
 @pytest.mark.slow
+def test_asked_for_alone_compile_still_compares_with_eager_and_catches_a_compile_only_error():
+    r = _check(BERT, ["compile"], op="aten.gelu.default", kind="perturb", rel=0.01, scope="compiled")
+    assert r.stages["forward"].status == r.stages["backward"].status == Status.PASS  # run to compare with
+    c = r.stages["compile"]
+    assert c.metrics["vs_eager"].get("compared") is not False  # compared: before, "no eager forward to compare with"
+    assert c.status == Status.FAIL and c.reason.startswith("compiled step differs from eager: step 1 output "), c.reason
+
+
+@pytest.mark.slow
 def test_compile_runs_where_only_the_device_forward_failed():
     r = _check(BERT, ["load", "forward", "compile"], op="aten.gelu.default", kind="raise", scope="eager")
     assert r.stages["forward"].status == Status.ERROR
