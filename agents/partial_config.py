@@ -49,8 +49,9 @@ def _field_for(key: str, fields: frozenset[str]) -> str | None:
 
 
 @lru_cache(maxsize=None)
-def _fields(config_cls: type) -> frozenset[str]:
-    """The field names a config class takes: constructor parameters and attribute_map aliases."""
+def config_fields(config_cls: type) -> frozenset[str]:
+    """The field names a config class takes: constructor parameters and attribute_map aliases
+    (the one definition; the shrinker's flat-config nesting uses it too)."""
     params = set()
     for klass in config_cls.__mro__:
         init = klass.__dict__.get("__init__")
@@ -70,7 +71,7 @@ def _fields(config_cls: type) -> frozenset[str]:
 
 
 @lru_cache(maxsize=None)
-def _text_fields(config_cls: type) -> frozenset[str]:
+def text_config_fields(config_cls: type) -> frozenset[str]:
     """Fields of a composite config's text sub-config: the class its default builds there (an
     `AutoConfig` slot, as in Llava, is whatever the type's default text model is)."""
     if _TEXT_SUBCONFIG not in (getattr(config_cls, "sub_configs", None) or {}):
@@ -79,7 +80,7 @@ def _text_fields(config_cls: type) -> frozenset[str]:
         sub = getattr(config_cls(), _TEXT_SUBCONFIG, None)
     except Exception:  # noqa: BLE001 - a default that does not build: nothing to move into it
         return frozenset()
-    return _fields(type(sub)) if sub is not None else frozenset()
+    return config_fields(type(sub)) if sub is not None else frozenset()
 
 
 @lru_cache(maxsize=None)
@@ -119,10 +120,10 @@ def dropped_fields(config: dict[str, Any], model_type: str | None = None) -> lis
 def _split(config: dict[str, Any], model_type: str | None) -> tuple[dict[str, Any], list[str]]:
     mt = model_type or config.get("model_type")
     cls = _config_class(str(mt)) if mt else None
-    top = _fields(cls) if cls is not None else frozenset()
+    top = config_fields(cls) if cls is not None else frozenset()
     if not top:
         return dict(config), []
-    text_fields = _text_fields(cls)
+    text_fields = text_config_fields(cls)
     listed = _listed_layer_count(cls)
     out: dict[str, Any] = {}
     moved: dict[str, Any] = {}

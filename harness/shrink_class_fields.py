@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from agents.partial_config import config_fields, text_config_fields
 from harness.layers import is_int
 
 
@@ -24,15 +25,12 @@ def get_path(d: dict, path: str) -> Any:
 def nest_flat_text_fields(cfg: dict, cls) -> None:
     """A flat Hub config of a composite type (remote-code format: Step-3.7-Flash's layers, heads and
     `sliding_window` at the top level, no `text_config`): the fields the top-level class does not
-    define and its text sub-config does move into `text_config`, where the model reads them
-    (left at the top level, the class ignores them and the text model gets its defaults)."""
-    text_cls = (getattr(cls, "sub_configs", None) or {}).get("text_config")
-    if cfg.get("text_config") is not None or text_cls is None:
+    take and its text sub-config does move into `text_config`, where the model reads them
+    (left at the top level, the class ignores them and the text model gets its defaults). Which
+    fields a class takes is agents.partial_config's definition (partial summaries nest the same way)."""
+    if cfg.get("text_config") is not None:
         return
-    if not (dataclasses.is_dataclass(cls) and dataclasses.is_dataclass(text_cls)):
-        return
-    own = {f.name for f in dataclasses.fields(cls)}
-    text = {f.name for f in dataclasses.fields(text_cls)}
+    own, text = config_fields(cls), text_config_fields(cls)
     moved = {k: cfg.pop(k) for k in list(cfg) if k in text and k not in own}
     if moved:
         cfg["text_config"] = moved
