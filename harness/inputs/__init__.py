@@ -16,6 +16,9 @@ head's loss needs. ``ModelInputs.sources`` records who produced each input.
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import torch
 
 from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get, required_inputs
@@ -107,6 +110,24 @@ def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: 
     return labels
 
 
+_EXCLUSIVE = re.compile(r"if (\w+) is not None and (\w+) is not None:\s*\n\s*raise ")
+
+
+def _exclusive(out: ModelInputs, model) -> None:
+    """Inputs the forward refuses together (Molmo2: images or videos, not both): the later one
+    is left out. Read from the forward's own `if a is not None and b is not None: raise`."""
+    for owner in (model, getattr(model, "model", None)):
+        try:
+            source = inspect.getsource(type(owner).forward) if owner is not None else ""
+        except (OSError, TypeError):
+            continue
+        for first, second in _EXCLUSIVE.findall(source):
+            if first in out.kwargs and second in out.kwargs:
+                out.kwargs.pop(second)
+                out.sources.pop(second, None)
+                out.notes.append(f"no {second}: the forward refuses it together with {first}")
+
+
 def _documented(out: ModelInputs, model, m: Maker, scope: ConfigScope, required: set[str]) -> None:
     """Required inputs still missing, in the shape the forward's docstring gives them; once one
     is made that way, the forward's documented mask too (its length may differ from the
@@ -159,6 +180,7 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     _aliases(out, sig, scope)
     recipe_labels = _recipes(out, m, sig, model_type, scope, required_inputs(params))
     _documented(out, model, m, scope, required_inputs(params))
+    _exclusive(out, model)
     add_placeholders(out, model, config, sig, recipes()["placeholders"])
     _decoder(out, m, config, sig, architecture)
     if "use_cache" in sig:

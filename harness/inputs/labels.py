@@ -114,6 +114,8 @@ def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str
         if arch.endswith("ForPreTraining") and "next_sentence_label" in sig:
             kw["next_sentence_label"] = m.labels_of(2, b)
             return ["labels", "next_sentence_label"]
+    elif kind == "qa":  # a generative QA head (BLIP's VQA) has no span positions: it answers in tokens
+        kw["labels"] = m.ids(b, max(2, m.seq // 2))
     else:
         return []
     return ["labels"]

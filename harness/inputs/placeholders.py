@@ -70,6 +70,24 @@ def feature_count(model, kwargs: dict, rule: dict) -> int | None:
         return _count(fn(**{name: kwargs[name]}, **extra))
 
 
+def _count_the_model_asks_for(model, kwargs: dict, rule: dict, token: int, exc: Exception) -> int | None:
+    """A feature method that needs the prompt's placeholders itself (MusicFlamingo builds audio
+    timestamps from them) fails on a prompt without any, saying how many features it has
+    (transformers' "tokens: 0, features: 32"): that count, per sample, once the method accepts a
+    prompt holding it."""
+    import re
+
+    found = [int(g) for pattern in rule.get("count_messages", []) for g in re.findall(pattern, str(exc))]
+    if not found or found[0] % BATCH or "input_ids" not in kwargs:
+        return None
+    n = found[0] // BATCH
+    trial = dict(kwargs, input_ids=torch.cat([torch.full((BATCH, n), token), kwargs["input_ids"]], dim=1))
+    try:
+        return n if feature_count(model, trial, rule) is not None else None
+    except Exception:  # noqa: BLE001 - the count did not satisfy the method
+        return None
+
+
 def _rejected(model, config, ids: torch.Tensor, counts: dict[str, int]) -> str:
     """The model's own placeholder check (`get_placeholder_mask`) on a prompt holding `counts`
     placeholders per sample of each modality: '' when it accepts (or has no such check), else why."""
@@ -109,9 +127,11 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
         try:
             n = int(fixed) if isinstance(fixed, int) and fixed > 0 else feature_count(model, kw, rule)
         except Exception as exc:  # noqa: BLE001 - the forward stage will show the real error
-            failed[kind] = f"{type(exc).__name__}: {str(exc)[:120]}"
-            out.notes.append(f"{kind} feature count unknown: {failed[kind]}")
-            continue
+            n = _count_the_model_asks_for(model, kw, rule, int(token), exc)
+            if n is None:
+                failed[kind] = f"{type(exc).__name__}: {str(exc)[:120]}"
+                out.notes.append(f"{kind} feature count unknown: {failed[kind]}")
+                continue
         if not n:
             continue
         ids = torch.cat([torch.full((BATCH, n), int(token)), kw["input_ids"]], dim=1)

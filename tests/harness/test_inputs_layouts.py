@@ -87,3 +87,26 @@ def test_a_head_whose_forward_refuses_labels_gets_none():
     assert "labels" not in inputs.kwargs and not inputs.labels
     assert inputs.sources["classes_structure"].startswith("recipe:")
     assert int(inputs.kwargs["classes_structure"].sum()) == inputs.kwargs["classes_input_ids"].shape[0]
+
+
+def test_a_generative_qa_head_gets_answer_tokens():
+    # BLIP's VQA head has no span positions: it is trained on the answer's token ids
+    model, cfg, inputs = built("blip", "BlipForQuestionAnswering")
+    assert inputs.labels == ["labels"] and inputs.kwargs["labels"].dtype == torch.long
+    runs(model, inputs)
+
+
+def test_inputs_the_forward_refuses_together_are_not_both_given():
+    # Molmo2 raises when images and videos come in one call: the videos are left out
+    model, cfg, inputs = built("molmo2", "Molmo2Model")
+    assert "pixel_values" in inputs.kwargs and "pixel_values_videos" not in inputs.kwargs
+    assert any("pixel_values_videos" in n for n in inputs.notes)
+
+
+def test_a_feature_method_that_needs_the_placeholders_gets_its_own_count():
+    # MusicFlamingo's get_audio_features reads the audio placeholders from input_ids; its own
+    # mismatch error says how many features it has, and the prompt then holds that many
+    model, cfg, inputs = built("musicflamingo", "MusicFlamingoModel")
+    n = (inputs.kwargs["input_ids"] == cfg.audio_token_id).sum(-1)
+    assert (n > 0).all() and (n == n[0]).all()
+    runs(model, inputs)
