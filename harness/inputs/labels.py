@@ -114,7 +114,9 @@ def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str
         if arch.endswith("ForPreTraining") and "next_sentence_label" in sig:
             kw["next_sentence_label"] = m.labels_of(2, b)
             return ["labels", "next_sentence_label"]
-    elif kind == "qa":  # a generative QA head (BLIP's VQA) has no span positions: it answers in tokens
+    elif kind == "qa" and "decoder_input_ids" in sig:
+        # a generative QA head (BLIP's VQA) has no span positions: its forward decodes the answer,
+        # so its labels are answer tokens; extractive/table QA heads (TAPAS) get none of these
         kw["labels"] = m.ids(b, max(2, m.seq // 2))
     else:
         return []

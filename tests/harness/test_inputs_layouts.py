@@ -94,6 +94,9 @@ def test_a_generative_qa_head_gets_answer_tokens():
     model, cfg, inputs = built("blip", "BlipForQuestionAnswering")
     assert inputs.labels == ["labels"] and inputs.kwargs["labels"].dtype == torch.long
     runs(model, inputs)
+    # a table QA head's forward decodes nothing: no answer tokens for it
+    model, cfg, inputs = built("tapas", "TapasForQuestionAnswering")
+    assert "labels" not in inputs.labels
 
 
 def test_inputs_the_forward_refuses_together_are_not_both_given():
