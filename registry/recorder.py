@@ -13,7 +13,6 @@ runs the same workload again on real tensors and says why in `RecordOutcome.fake
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import traceback
 from dataclasses import dataclass, field
@@ -83,13 +82,13 @@ def receives(device: str | None, args: Any, kwargs: dict | None) -> bool:
     return device in found if found else device == "cpu"  # naming no device: made on the CPU
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seen:
     op: str
     signature: str
     constraints: dict
     outputs: list = field(default_factory=list)
-    counts: collections.Counter = field(default_factory=collections.Counter)
+    counts: dict = field(default_factory=dict)  # phase -> calls
     index: int = -1  # position in OpRecorder._order (the native hook's handle)
     ignored: bool = False  # made on another device than the one recorded (see `receives`)
 
@@ -130,7 +129,8 @@ class OpRecorder(TorchDispatchMode):
         self.observe_values = observe_values
         self._calls = 0
         self._paused = False
-        self._seen: dict[tuple, _Seen] = {}
+        self._seen: dict[tuple, _Seen] = {}  # by the Python fingerprint (`_fp`)
+        self._by_native_key: dict[bytes, _Seen] = {}  # by the native hook's fingerprint bytes
         self._order: list[_Seen] = []
         self._use_native = native
         self._native = None  # NativeRecorder while recording natively
@@ -196,18 +196,22 @@ class OpRecorder(TorchDispatchMode):
         seen = self._seen.get(key)
         if seen is not None:
             return seen, False
+        seen = self._seen[key] = self._new_seen(func, args, kwargs)
+        return seen, not seen.ignored
+
+    def _new_seen(self, func, args, kwargs) -> _Seen:
+        """Encode a call met for the first time (signature, constraints) and give it an index."""
         op = str(func)
         if not receives(self.device, args, kwargs):  # counted under its fingerprint, never an entry
-            seen = self._seen[key] = _Seen(op, "", {}, index=len(self._order), ignored=True)
-            self._order.append(seen)
-            return seen, False
-        a_enc, k_enc = encode_args(args, kwargs)
-        constraints = infer_constraints(op, a_enc, k_enc)
-        if self.observe_values:
-            constraints.update(observe_constraints(args, kwargs, constraints))
-        seen = self._seen[key] = _Seen(op, signature(a_enc, k_enc), constraints, index=len(self._order))
+            seen = _Seen(op, "", {}, index=len(self._order), ignored=True)
+        else:
+            a_enc, k_enc = encode_args(args, kwargs)
+            constraints = infer_constraints(op, a_enc, k_enc)
+            if self.observe_values:
+                constraints.update(observe_constraints(args, kwargs, constraints))
+            seen = _Seen(op, signature(a_enc, k_enc), constraints, index=len(self._order))
         self._order.append(seen)
-        return seen, True
+        return seen
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -217,14 +221,22 @@ class OpRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         if new:
             seen.outputs = _encode_outputs(out)
-        seen.counts[self.phase] += 1
+        seen.counts[self.phase] = seen.counts.get(self.phase, 0) + 1
         self._calls += not seen.ignored
         return out
 
-    def _native_first(self, func, args, kwargs) -> tuple[int, bool]:
-        """The native hook met a call it has no fingerprint for: (signature index, new?)."""
-        seen, new = self._first_sight(func, args, kwargs)
-        return seen.index, new
+    def _native_first(self, func, args, kwargs, key: bytes | None = None) -> tuple[int, bool]:
+        """The native hook met a call it has no fingerprint for: (signature index, new?). `key`:
+        the hook's fingerprint bytes, whose equivalence is `_fp`'s (None: a call only Python can
+        fingerprint)."""
+        if key is None:
+            seen, new = self._first_sight(func, args, kwargs)
+            return seen.index, new
+        seen = self._by_native_key.get(key)  # another thread met it first (an autograd thread)
+        if seen is not None:
+            return seen.index, False
+        seen = self._by_native_key[key] = self._new_seen(func, args, kwargs)
+        return seen.index, not seen.ignored
 
     def _native_outputs(self, index: int, out: Any) -> None:
         self._order[index].outputs = _encode_outputs(out)
@@ -238,7 +250,7 @@ class OpRecorder(TorchDispatchMode):
         names = {i: p for p, i in self._phases.items()}
         for index, phase, n in counts:
             seen = self._order[index]
-            seen.counts[names[phase]] += n
+            seen.counts[names[phase]] = seen.counts.get(names[phase], 0) + n
             if seen.ignored:
                 calls -= n
         self._calls += calls
@@ -246,7 +258,7 @@ class OpRecorder(TorchDispatchMode):
     def entries(self, model_id: str, tier: str, mode: str, weight: float) -> list[Entry]:
         self._take_native_counts()
         out = []
-        for s in self._seen.values():
+        for s in self._order:
             if s.ignored or not any(s.counts.values()):
                 continue  # not the device's call, or a call that raised (it never completed)
             prov = [Provenance(model_id, tier, phase, mode, float(weight), n) for phase, n in sorted(s.counts.items())]

@@ -104,6 +104,38 @@ def test_native_hook_counts_repeats_and_pauses_like_the_mode():
     assert total == 7 and not any(op == "aten.neg.default" for op, _ in calls)
 
 
+def test_native_fingerprints_group_calls_as_the_python_fingerprint_does():
+    """The native hook keys a new call by its own fingerprint's bytes: calls Python keys alike (every
+    NaN, a device named with or without its index, -0.0 apart from 0.0) must be one signature there
+    too, or a recording would split (or merge) rows the mode recorder keeps apart."""
+    import struct
+
+    from backend import native
+
+    if native.module() is None:
+        pytest.skip(f"backend.native is not loaded: {native.status()['reason']}")
+    other_nan = struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000123))[0]
+    results = []
+    for use_native in (False, True):
+        rec = OpRecorder(native=use_native)
+        x = torch.randn(3)
+        with rec:
+            torch.mul(x, float("nan"))
+            torch.mul(x, other_nan)
+            torch.mul(x, 0.0)
+            torch.mul(x, -0.0)
+            torch.zeros(2, device="cpu")
+            torch.zeros(2, device="cpu:0")
+            torch.full((2,), 1.5)
+            torch.full((2,), 1.5)
+        results.append((_by_call(rec.entries("m", "manual", "real", 0)), rec.calls))
+    assert results[0] == results[1]
+    calls, total = results[1]
+    assert total == 8
+    counts = {sig: prov[0][1] for (op, sig), (prov, _, _) in calls.items() if op == "aten.mul.Tensor"}
+    assert sorted(counts.values()) == [1, 1, 2]  # the NaNs together, 0.0 and -0.0 apart
+
+
 class _DataDependent(torch.nn.Module):
     """nonzero's output shape depends on values: FakeTensorMode cannot run it."""
 

@@ -8,6 +8,12 @@
 // a new one goes to the Python recorder, which encodes it exactly as the mode does and says
 // which of its signatures it is. Nested calls (inside a kernel, or the recorder's own Python) are
 // not recorded, as with a mode.
+//
+// The fingerprint has exactly the equivalence of the Python recorder's (registry.recorder._fp):
+// two calls get equal fingerprints here iff Python would give them equal keys (a device argument
+// by its type, every NaN alike, an undefined tensor as None). So Python can key a new call by
+// these bytes instead of building its own key (tuples of every argument, kept for the whole
+// recording: the most of what a first sight allocated).
 #include "common.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -15,7 +21,9 @@
 #include <torch/csrc/PyInterpreter.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -35,6 +43,14 @@ struct KeyHash {
   }
 };
 
+// A double's bits, every NaN alike (Python keys a float by its repr: 'nan').
+int64_t double_bits(double d) {
+  if (std::isnan(d)) d = std::numeric_limits<double>::quiet_NaN();
+  int64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  return bits;
+}
+
 // Appends a fingerprint of v; false when v is of a kind only Python can fingerprint.
 bool fingerprint(const c10::IValue& v, std::vector<int64_t>& out) {
   if (v.isNone()) {
@@ -42,19 +58,16 @@ bool fingerprint(const c10::IValue& v, std::vector<int64_t>& out) {
   } else if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) {
-      out.push_back(1);
+      out.push_back(0);  // Python receives None
       return true;
     }
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) {  // a Python number: Python sees its value
       out.push_back(13);
       out.push_back(static_cast<int64_t>(t.scalar_type()));
       switch (t.scalar_type()) {
-        case c10::ScalarType::Double: {
-          int64_t bits;
-          std::memcpy(&bits, t.const_data_ptr(), sizeof bits);
-          out.push_back(bits);
+        case c10::ScalarType::Double:
+          out.push_back(double_bits(*t.const_data_ptr<double>()));
           break;
-        }
         case c10::ScalarType::Long:
           out.push_back(*t.const_data_ptr<int64_t>());
           break;
@@ -85,10 +98,7 @@ bool fingerprint(const c10::IValue& v, std::vector<int64_t>& out) {
     out.push_back(v.toInt());
   } else if (v.isDouble()) {
     out.push_back(6);
-    double d = v.toDouble();
-    int64_t bits;
-    std::memcpy(&bits, &d, sizeof bits);
-    out.push_back(bits);
+    out.push_back(double_bits(v.toDouble()));
   } else if (v.isString()) {
     const std::string& s = v.toStringRef();
     out.push_back(7);
@@ -100,16 +110,12 @@ bool fingerprint(const c10::IValue& v, std::vector<int64_t>& out) {
     }
   } else if (v.isDevice()) {
     out.push_back(8);
-    out.push_back(static_cast<int64_t>(v.toDevice().type()));
-    out.push_back(v.toDevice().index());
+    out.push_back(static_cast<int64_t>(v.toDevice().type()));  // Python keys a device by its type
   } else if (v.isComplexDouble()) {
     out.push_back(9);
     auto c = v.toComplexDouble();
-    double parts[2] = {c.real(), c.imag()};
-    int64_t bits[2];
-    std::memcpy(bits, parts, sizeof bits);
-    out.push_back(bits[0]);
-    out.push_back(bits[1]);
+    out.push_back(double_bits(c.real()));
+    out.push_back(double_bits(c.imag()));
   } else if (v.isIntList()) {
     out.push_back(10);
     auto l = v.toIntList();
@@ -129,7 +135,7 @@ bool fingerprint(const c10::IValue& v, std::vector<int64_t>& out) {
 }
 
 struct Recorder {
-  PyObject* first = nullptr;    // OpRecorder._native_first(func, args, kwargs) -> (index, wants_outputs)
+  PyObject* first = nullptr;    // OpRecorder._native_first(func, args, kwargs, key) -> (index, wants_outputs)
   PyObject* outputs = nullptr;  // OpRecorder._native_outputs(index, outputs)
   bool paused = false;
   int phase = 0;
@@ -200,7 +206,12 @@ void record_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch:
     py::gil_scoped_acquire gil;
     auto [pos, kw] = to_py_args(schema, args, n);
     py::handle func = torch::detail::getTorchApiFunction(op);
-    PyObject* res = PyObject_CallFunctionObjArgs(rec->first, func.ptr(), pos.ptr(), kw.ptr(), nullptr);
+    // the fingerprint's bytes (None: Python fingerprints the call itself)
+    py::object key_bytes = cacheable ? py::object(py::bytes(reinterpret_cast<const char*>(key.data()),
+                                                             key.size() * sizeof(int64_t)))
+                                     : py::object(py::none());
+    PyObject* res = PyObject_CallFunctionObjArgs(rec->first, func.ptr(), pos.ptr(), kw.ptr(), key_bytes.ptr(),
+                                                 nullptr);
     if (res == nullptr) throw python_error();
     auto owned = py::reinterpret_steal<py::tuple>(res);
     index = owned[0].cast<int>();
