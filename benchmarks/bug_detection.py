@@ -76,9 +76,10 @@ ORDERED_DIR = "faults-ordered"
 
 # ------------------------------------------------------------------------------------ plans
 
-def tier_plans(tiers: list[str] | None, limits: dict[str, int] | None = None) -> list[dict[str, Any]]:
+def tier_plans(tiers: list[str] | None, limits: dict[str, int] | None = None,
+               case_timeouts: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """The quick nightly's tiers (name, limit, timeout), in nightly order, optionally a subset
-    (and other case limits, for a quick look)."""
+    (and other case limits, for a quick look; other per-case timeouts, for a loaded machine)."""
     from harness.nightly import load_config
     from harness.tiers import load_tier, tier_chunk_size
 
@@ -94,7 +95,8 @@ def tier_plans(tiers: list[str] | None, limits: dict[str, int] | None = None) ->
         tier, tcfg = load_tier(name), config.get(name, {})
         limit = (limits or {}).get(name, tcfg.get("limit"))
         plans.append({"tier": name, "limit": limit, "chunk": tier_chunk_size(tier),
-                      "timeout": float(tcfg.get("timeout") or getattr(tier, "timeout", None) or 600.0),
+                      "timeout": float((case_timeouts or {}).get(name) or tcfg.get("timeout")
+                                       or getattr(tier, "timeout", None) or 600.0),
                       # the upstream tier's op_db selection, as `harness nightly --quick` passes it
                       "options": {k: str(tcfg[k]) for k in ("ops", "dtypes") if k in tcfg}})
     return plans
@@ -341,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", action="append", default=[], metavar="TIER=N",
                    help="run only the first N cases of TIER instead of the quick nightly's limit (repeatable; "
                         "a different figure than the quick nightly's)")
+    p.add_argument("--case-timeout", action="append", default=[], metavar="TIER=S",
+                   help="seconds per case of TIER instead of the quick nightly's (clean and faulted runs; "
+                        "repeatable): on a loaded machine a model killed at the timeout is no detection")
     p.add_argument("--jobs", type=int, default=2, help="faulted runs at a time (default 2)")
     p.add_argument("--order", choices=("both", "listed", "likely-failures"), default="both",
                    help="faulted runs in listing order, likely failures first, or both (default; the "
@@ -386,7 +391,16 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not n.isdigit():
             p.error(f"--limit {item!r}: expected TIER=N, e.g. unit=200")
         limits[tier.strip()] = int(n)
-    plans = tier_plans([t.strip() for t in args.tiers.split(",")] if args.tiers else None, limits)
+    case_timeouts = {}
+    for item in args.case_timeout:
+        tier, sep, n = item.partition("=")
+        try:
+            case_timeouts[tier.strip()] = float(n) if sep else None
+        except ValueError:
+            case_timeouts[tier.strip()] = None
+        if not case_timeouts[tier.strip()] or case_timeouts[tier.strip()] <= 0:
+            p.error(f"--case-timeout {item!r}: expected TIER=SECONDS, e.g. representative=1800")
+    plans = tier_plans([t.strip() for t in args.tiers.split(",")] if args.tiers else None, limits, case_timeouts)
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bug-detection-"))
     base.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -431,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         summary.update({
             "control": control_rows if not args.no_control else None,
             "clean_seconds": {t: round(elapsed(v), 1) for t, v in clean_t.items()},
-            "faulted_timeouts": timeouts.timeouts, "jobs": args.jobs, "workers": args.workers,
+            "faulted_timeouts": timeouts.timeouts, "case_timeouts": {p_["tier"]: p_["timeout"] for p_ in plans},
+            "jobs": args.jobs, "workers": args.workers,
             "wall_seconds": round(time.time() - t0, 1),
             "load_average": {"before": [round(x, 2) for x in load_before],
                              "after": [round(x, 2) for x in os.getloadavg()]},

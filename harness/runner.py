@@ -235,7 +235,9 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     run_dir = Path(opts.out)
     tier = load_tier(opts.tier)
     meta = open_run_dir(run_dir, opts)
-    probe = ordering.start_probe(opts.backend)  # in parallel with the listing
+    # local workers report the op fingerprints with their start-up (LocalExecutor.fingerprints);
+    # other executors' runs probe them in a process of their own, in parallel with the listing
+    probe = None if opts.executor == "local" else ordering.start_probe(opts.backend)
     timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
 
     def new_executor() -> Any:
@@ -268,13 +270,16 @@ def _run_listed(tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any]
     list_seconds = time.monotonic() - t0
     waited = [0.0]
 
-    def fingerprints() -> dict[str, Any] | None:
-        """The probe's answer, waited for only when asked: ordering asks only when the baseline has
-        fingerprints to compare with, so the probe never delays the first case otherwise."""
+    def fingerprints(start: bool = True) -> dict[str, Any] | None:
+        """The fingerprints, waited for only when asked: ordering asks only when the baseline has
+        fingerprints to compare with, so they never delay the first case otherwise. A local run's
+        first worker reports them with its start-up (`start`: start it to ask, as the cases need it)."""
         t_probe = time.monotonic()
-        value = ordering.finish_probe(probe)
+        value = executor.fingerprints(start) if hasattr(executor, "fingerprints") else None
+        if value is None:  # not a local run, or its worker had none: a probe process of its own
+            value = ordering.finish_probe(probe if probe is not None else ordering.start_probe(opts.backend))
         waited[0] += time.monotonic() - t_probe
-        return value
+        return value or None  # {}: the backend has none
 
     try:
         done = journal.done(tier.name)
@@ -303,7 +308,7 @@ def _run_listed(tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any]
         bar.close()
         not_run = len(todo) - sum(1 for r in journal.records(tier.name) if r["case_id"] in wanted
                                   and r["case_id"] not in done)
-        fp = fingerprints()  # finished long ago, as a rule: runs.parquet keeps them for the next run's order
+        fp = fingerprints(start=False)  # finished long ago, as a rule: runs.parquet keeps them for the next run's order
         if fp:
             meta[ordering.FINGERPRINT_KEY] = fp
         seconds = time.monotonic() - t0

@@ -83,8 +83,12 @@ class IsolatedWorker:
 
     def __init__(self, tier_ref: str, backend: str, limits: WorkerLimits | None = None,
                  log_dir: str | os.PathLike | None = None, sys_path: list[str] | None = None,
-                 name: str = "w0", threads: int | None = None) -> None:
+                 name: str = "w0", threads: int | None = None, fingerprints: bool = False) -> None:
         self.tier_ref, self.backend = tier_ref, backend
+        # ask the child for the backend's op fingerprints once it is set up (harness.ordering): the
+        # worker has imported the device anyway, so no second process imports it to probe them
+        self.want_fingerprints = fingerprints
+        self.fingerprints: dict[str, Any] | None = None
         self.threads = threads  # intra-op threads of the child (OMP/MKL/torch); None: library default
         limits = limits or WorkerLimits()
         timeout, max_cases = resolve_limits(None, limits.timeout, limits.max_cases)
@@ -128,7 +132,8 @@ class IsolatedWorker:
         self.conn = Connection(parent_sock.detach())
         self.cases_in_process = 0
         init = {"tier": self.tier_ref, "backend": self.backend, "sys_path": self.sys_path,
-                "address_space_bytes": self.limits.address_space_bytes}
+                "address_space_bytes": self.limits.address_space_bytes,
+                "fingerprints": self.want_fingerprints and self.fingerprints is None}
         self.conn.send(("init", init))
 
     def _await_ready(self) -> None:
@@ -138,6 +143,8 @@ class IsolatedWorker:
             self._kill()
             raise RuntimeError(f"worker for tier {self.tier_ref!r} failed to start: {msg[1]}")
         self._stages = tuple(msg[2])
+        if len(msg) > 3 and isinstance(msg[3], dict):
+            self.fingerprints = msg[3]
         self._ready = True
         # spawn -> ready (interpreter, imports, tier.setup): journaled with the next outcome, with
         # the part that ran before the worker was needed (beside the listing: no wait for it)
@@ -366,6 +373,20 @@ def _backend_info(backend: str) -> dict[str, Any]:
         return {}
 
 
+def _fingerprints(backend: str) -> dict[str, Any]:
+    """The backend's op fingerprints as this set-up worker sees them; {} if it has none or they
+    fail (the run then orders without them: ordering never fails a run)."""
+    try:
+        from harness.ordering import fingerprints_of
+
+        value = fingerprints_of(backend)
+    except Exception:  # noqa: BLE001
+        return {}
+    finally:
+        timing.take()
+    return value if isinstance(value, dict) and isinstance(value.get("ops"), dict) else {}
+
+
 def _execute_one(tier: Any, case: Case, backend: str) -> CaseOutcome:
     out = _execute_untimed(tier, case, backend)
     phases = timing.take()
@@ -413,7 +434,7 @@ def _child_main(fd: int) -> None:
     except BaseException as exc:  # noqa: BLE001
         conn.send(("fatal", _short(f"{type(exc).__name__}: {exc}")))
         return
-    conn.send(("ready", os.getpid(), stages))
+    conn.send(("ready", os.getpid(), stages, _fingerprints(backend) if init.get("fingerprints") else None))
     while True:
         try:
             msg = conn.recv()

@@ -32,7 +32,8 @@ class LocalExecutor:
 
     def _worker(self, n: int) -> IsolatedWorker:
         return IsolatedWorker(self.tier_ref, self.backend, self.limits, log_dir=self.log_dir,
-                              sys_path=self.sys_path, name=f"w{n}", threads=worker_threads(self.workers))
+                              sys_path=self.sys_path, name=f"w{n}", threads=worker_threads(self.workers),
+                              fingerprints=n == 0)
 
     def prestart(self, count: int | None = None) -> None:
         """Spawn the worker processes now (they import torch and set the tier up while the runner
@@ -41,6 +42,27 @@ class LocalExecutor:
             worker = self._worker(n)
             worker.prestart()
             self._ready.append(worker)
+
+    def fingerprints(self, start: bool = True) -> dict[str, Any] | None:
+        """The backend's op fingerprints from the first worker's start-up (harness.ordering asks for
+        them to order the cases): waits for that worker to be ready, starting it if need be, so the
+        run's ordering costs no process of its own. {} when the backend has none; None when no
+        worker can tell (it failed to start, or none runs and `start` is false: no worker is started
+        for nothing; the caller then probes in a process of its own)."""
+        for w in [*self._ready, *self._live]:
+            if w.fingerprints is not None:
+                return w.fingerprints
+        if self._live:  # run() has begun: its w0 was asked at its start
+            return None
+        if not self._ready:
+            if not start:
+                return None
+            self.prestart(1)
+        try:
+            self._ready[0].stages()  # waits for the pre-started worker's ready message
+        except RuntimeError:  # it failed to start: run() records that for each case
+            return None
+        return self._ready[0].fingerprints
 
     def close(self) -> None:
         """Stop pre-started workers that no run() took (nothing to run, or listing failed)."""
