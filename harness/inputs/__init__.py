@@ -23,7 +23,7 @@ import torch
 
 from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get, required_inputs
 from harness.inputs.docshapes import docstring_input
-from harness.inputs.labels import add_labels, label_kind, refuses_labels
+from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments, refuses_labels
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape
 from harness.inputs.placeholders import add_placeholders
 from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
@@ -156,8 +156,9 @@ def _decoder(out: ModelInputs, m: Maker, config, sig: set[str], architecture: st
         kw["decoder_input_ids"] = torch.cat([torch.full_like(ids[:, :1], int(start)), ids[:, :-1]], dim=1)
         out.sources["decoder_input_ids"] = "synthetic:shifted_input_ids"
         return
+    from_media = any(str(out.sources.get(k, "")).startswith("processor:") for k in kw)
     if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw or (
-        "input_features" in kw or "input_values" in kw or "pixel_values" in kw and "input_ids" not in kw
+        "input_features" in kw or "input_values" in kw or ("pixel_values" in kw or from_media) and "input_ids" not in kw
     ):
         kw["decoder_input_ids"] = m.ids(BATCH, m.seq // 2)
         out.sources["decoder_input_ids"] = "synthetic"
@@ -190,6 +191,9 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     if refuses_labels(model):
         sig = sig - {"labels"}
         out.notes.append("no labels: the forward raises NotImplementedError for labels (no training loss)")
+    elif "labels" in sig and (missing := loss_missing_arguments(model)):
+        sig = sig - {"labels"}
+        out.notes.append(f"no labels: the head's loss function needs {missing}, which its forward never passes")
     out.labels = add_labels(m, architecture, config, out.kwargs, sig) + recipe_labels
     for name in out.labels:
         out.sources.setdefault(name, "synthetic")

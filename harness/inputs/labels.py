@@ -56,6 +56,40 @@ def refuses_labels(model) -> bool:
     return bool(_REFUSES_LABELS.search(source))
 
 
+def _call_arguments(source: str, callee: str) -> str | None:
+    """The argument text of the first `callee(...)` call in `source` (balanced parentheses)."""
+    start = source.find(callee + "(")
+    if start < 0:
+        return None
+    depth, i = 0, start + len(callee)
+    for j in range(i, len(source)):
+        depth += source[j] in "([{"
+        depth -= source[j] in ")]}"
+        if depth == 0:
+            return source[i + 1 : j]
+    return None
+
+
+def loss_missing_arguments(model) -> list[str]:
+    """Arguments the head's own loss function requires that its forward never passes (a class
+    transformers' LOSS_MAPPING does not know falls back to `ForCausalLMLoss`, which needs
+    `vocab_size`: NemotronAsrStreamingForRNNT): labels could not give a loss, whatever they are.
+    Empty when the call forwards `*args`/`**kwargs` or cannot be read."""
+    try:
+        source = inspect.getsource(type(model).forward)
+        args = _call_arguments(source, "self.loss_function")
+        if args is None or "*" in args:  # `*args`/`**kwargs`: anything may arrive
+            return []
+        params = inspect.signature(model.loss_function).parameters
+    except (OSError, TypeError, ValueError, AttributeError):
+        return []
+    parts = [a.strip() for a in re.split(r",(?![^(\[{]*[)\]}])", args) if a.strip()]
+    positional = sum(1 for a in parts if not re.match(r"\w+\s*=", a))
+    passed = {re.match(r"(\w+)\s*=", a)[1] for a in parts if re.match(r"\w+\s*=", a)}
+    required = [n for n, p in params.items() if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [n for n in required[positional:] if n not in passed]
+
+
 def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str]:
     """Adds label kwargs for the head; returns their names (empty: no labels, surrogate loss)."""
     b, num_labels = BATCH, _num_classes(config)

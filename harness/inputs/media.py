@@ -11,7 +11,7 @@ import torch
 
 from harness.inputs.base import BATCH, ConfigScope, Maker, ModelInputs, get, subconfig, wrapped_configs
 from harness.inputs.expr import defined
-from harness.inputs.processors import processor_inputs, video_only
+from harness.inputs.processors import image_input_name, processor_inputs, video_only
 from harness.inputs.recipes import recipes
 
 VISION_LEVELS = ("vision_config", "image_config", "backbone_config", "encoder_config", "encoder", "vision_encoder_config")
@@ -115,7 +115,13 @@ def _grid_patches(m: Maker, config, frames: int, model_type: str = "") -> tuple[
 
 
 def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
-    if "pixel_values" not in sig or "pixel_values" in out.kwargs or modality_absent(config, "image"):
+    if "pixel_values" not in sig:
+        # a forward that takes its processor's own layout instead (Pix2Struct's flattened patches)
+        name = image_input_name(model_type, recipes()["processors"].get("classes", {}).get("image", {}))
+        if name in sig and name not in out.kwargs and not modality_absent(config, "image"):
+            _processor_layout(out, m, config, scope, sig, model_type)
+        return
+    if "pixel_values" in out.kwargs or modality_absent(config, "image"):
         return
     c, h, w = image_shape(config)
     rules = recipes()
@@ -149,6 +155,16 @@ def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
     if "pixel_mask" in sig:
         out.kwargs["pixel_mask"] = torch.ones(BATCH, h, w, dtype=torch.long)
         out.sources["pixel_mask"] = "synthetic"
+
+
+def _processor_layout(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
+    """Inputs only the image processor makes (no synthetic fallback knows their layout)."""
+    c, h, w = image_shape(config)
+    proc = processor_inputs("image", model_type, scope, m, recipes()["processors"], c, h, w)
+    if proc is not None and proc.tensors:
+        _take(out, proc.tensors, sig, f"processor:{proc.name}")
+    elif proc is not None and proc.error:
+        out.notes.append(f"{proc.name} failed: {proc.error}")
 
 
 def _pad_patches_per_image(out: ModelInputs) -> None:

@@ -132,6 +132,18 @@ def image_processor_class(model_type: str, overrides: dict):
     return _resolve(_mapped(IMAGE_PROCESSOR_MAPPING_NAMES, model_type, overrides))
 
 
+def image_input_name(model_type: str, overrides: dict) -> str:
+    """The input the type's image processor makes for the model (its `model_input_names[0]`):
+    `pixel_values` for almost all, Pix2Struct's `flattened_patches` (patches with their row and
+    column ids)."""
+    try:
+        cls = image_processor_class(model_type, overrides)
+        names = list(getattr(cls, "model_input_names", None) or []) if cls is not None else []
+    except ImportError:  # a class whose backend is missing here
+        names = []
+    return str(names[0]) if names else "pixel_values"
+
+
 def video_only(model_type: str) -> bool:
     """transformers maps a video processor and no image processor to the type (InstructBLIP-Video):
     its `pixel_values` are videos even when its config names no frame count."""

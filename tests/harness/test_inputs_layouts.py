@@ -113,3 +113,27 @@ def test_a_feature_method_that_needs_the_placeholders_gets_its_own_count():
     n = (inputs.kwargs["input_ids"] == cfg.audio_token_id).sum(-1)
     assert (n > 0).all() and (n == n[0]).all()
     runs(model, inputs)
+
+
+def test_a_forward_taking_its_processors_own_layout_gets_it():
+    # Pix2Struct takes no pixel_values: its image processor's first model input is the
+    # flattened patches (row id, column id, pixels) with their mask; the decoder gets ids
+    model, cfg, inputs = built("pix2struct", "Pix2StructForConditionalGeneration")
+    patches = inputs.kwargs["flattened_patches"]
+    assert inputs.sources["flattened_patches"].startswith("processor:Pix2Struct")
+    assert patches.shape[-1] == 2 + cfg.vision_config.patch_embed_hidden_size
+    assert inputs.kwargs["attention_mask"].shape == patches.shape[:2]
+    assert "decoder_input_ids" in inputs.kwargs and inputs.labels == ["labels"]
+    runs(model, inputs)
+
+
+def test_a_head_whose_loss_cannot_be_called_as_its_forward_calls_it_gets_no_labels():
+    # NemotronAsrStreamingForRNNT is unknown to transformers' LOSS_MAPPING: its loss falls back
+    # to ForCausalLMLoss, which requires vocab_size, and the forward never passes it
+    model, cfg, inputs = built("nemotron_asr_streaming", "NemotronAsrStreamingForRNNT")
+    assert "labels" not in inputs.kwargs and not inputs.labels
+    assert any("vocab_size" in n for n in inputs.notes)
+    runs(model, inputs)
+    # a head whose forward calls its loss fully keeps its labels
+    model, cfg, inputs = built("parakeet_ctc", "ParakeetForCTC")
+    assert inputs.labels == ["labels"]
