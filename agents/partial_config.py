@@ -5,7 +5,8 @@ config.json files. They list facts under normalized names: ``head_dim`` computed
 for every model (DeepSeek-V3 has no such field: its head size is ``qk_rope_head_dim``, and a
 stray 56 there breaks the rotary embedding), ``context_length``, ``is_moe``, ``active_experts``,
 a layer count that contradicts the default's per-layer lists (Zamba2's 38 vs its 54 layer
-types), and text-model sizes at the top level of composite configs (Gemma-4, Zamba2-VL...) whose text
+types), a hidden / heads ``head_dim`` for a type whose ``head_dim`` is something else (LongCat-Flash's
+rotary size), and text-model sizes at the top level of composite configs (Gemma-4, Zamba2-VL...) whose text
 model lives in ``text_config``. Applied literally over the type's defaults they build a model
 that never existed, and its failure would be blamed on the harness. So a partial config keeps
 only keys the type's config class takes (its constructor parameters or `attribute_map` aliases;
@@ -99,6 +100,25 @@ def _listed_layer_count(config_cls: type) -> int | None:
     return n if lists else None
 
 
+@lru_cache(maxsize=None)
+def _head_dim_is_quotient(config_cls: type) -> bool:
+    """Whether the type's `head_dim` is hidden / heads in its own default (Llama: yes; LongCat-Flash,
+    whose `head_dim` is its rotary size, 64 of a 6144 / 64 = 96 quotient: no)."""
+    try:
+        d = config_cls().to_dict()
+    except Exception:  # noqa: BLE001 - nothing to check against: keep the summary's value
+        return True
+    hd, hidden, heads = d.get("head_dim"), d.get("hidden_size"), d.get("num_attention_heads")
+    if not all(isinstance(v, int) and v > 0 for v in (hd, hidden, heads)):
+        return True
+    return hd == hidden // heads
+
+
+def _summary_quotient(config: dict[str, Any]) -> int | None:
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else None
+
+
 def _config_class(model_type: str):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -133,6 +153,9 @@ def _split(config: dict[str, Any], model_type: str | None) -> tuple[dict[str, An
             out[key] = value
         elif key == "num_hidden_layers" and listed is not None and value != listed and key in top:
             dropped.append(key)
+        elif (key == "head_dim" and key in top and value == _summary_quotient(config)
+              and not _head_dim_is_quotient(cls)):
+            dropped.append(key)  # the summary's hidden / heads, not the type's head_dim
         elif (name := _field_for(key, top)) is not None:
             out.setdefault(name, value)
         elif (name := _field_for(key, text_fields)) is not None:

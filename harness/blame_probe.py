@@ -27,8 +27,6 @@ import importlib.util
 import json
 import logging
 import re
-import signal
-import threading
 from typing import Any, Iterator
 
 import torch
@@ -39,6 +37,8 @@ from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import FAILING, MODEL_STAGES, Blame, Status
 from contracts.timing import phase
 from harness import blame as rules_mod
+from harness.blame_attributes import ProbeTimeout, deadline as _deadline, probe_config_attribute, probe_output_attribute  # noqa: F401
+from harness.blame_layers import interior_width_mismatch, watch_layers
 from harness.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class
 from harness.quiet import quiet_transformers
@@ -212,8 +212,21 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
             evidence["why"] = (f"the modeling code reads {attr['config_class']}.{attr['attribute']}, which the "
                                "config class does not define even with its own defaults")
             return Blame.UPSTREAM.value, {"rule": "upstream.config_attribute", **evidence}
+    out_attr = probe_output_attribute(f"{row.reason} {row.message}")
+    if out_attr:
+        evidence["output_attribute"] = out_attr
+        if out_attr.get("status") == "not_a_field":
+            evidence["why"] = (f"the modeling code reads {out_attr['output_class']}.{out_attr['attribute']}, which "
+                               "that output class does not define, whatever the inputs")
+            return Blame.UPSTREAM.value, {"rule": "upstream.output_attribute", **evidence}
     fake = probe_fake(spec, arch, stage, seed)
     evidence["fake_run"] = fake
+    if fake.get("status") != "pass" and same_way(row, fake) and fake.get("layer_width"):
+        lw = fake["layer_width"]
+        evidence["why"] = (f"the unshrunk model fails {stage} the same way under FakeTensorMode, inside the "
+                           f"model: layer {lw['layer']} takes {lw['weights_take']} but the layer before gives "
+                           f"{lw['input_has']}, whatever the inputs")
+        return Blame.UPSTREAM.value, {"rule": "upstream.layer_width", **evidence}
     if fake.get("status") != "pass" and same_way(row, fake):
         evidence["why"] = f"the unshrunk model fails {stage} the same way under FakeTensorMode"
         return Blame.UPSTREAM.value, {"rule": "upstream.fake_run", **evidence}
@@ -224,29 +237,6 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
     else:
         evidence["why"] = f"the unshrunk model does not fail {stage} the same way under FakeTensorMode"
     return Blame.HARNESS.value, {"rule": "default", **evidence}
-
-
-_CONFIG_ATTRIBUTE = re.compile(r"'(\w+Config)' object has no attribute '(\w+)'")
-
-
-def probe_config_attribute(text: str) -> dict[str, Any]:
-    """A failure "'XConfig' object has no attribute 'y'": does X built from its own defaults (no
-    harness change at all) have y? If not, transformers' modeling code reads a field its config
-    class never defines. {} when the message is not of that form."""
-    import transformers
-
-    match = _CONFIG_ATTRIBUTE.search(text or "")
-    if not match:
-        return {}
-    name, attribute = match.groups()
-    out: dict[str, Any] = {"config_class": name, "attribute": attribute}
-    try:
-        with quiet_transformers(), _deadline():
-            default = getattr(transformers, name)()
-    except Exception as exc:  # noqa: BLE001 - inconclusive
-        return {**out, "status": "inconclusive", "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
-    present = hasattr(default, attribute)
-    return {**out, "status": "present_in_default" if present else "missing_in_default"}
 
 
 def run_architecture(spec: ModelSpec) -> str:
@@ -370,8 +360,7 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
                 batch = make_inputs(model, config, arch, seed=seed)
                 harness_made = not_independent(batch)
                 if harness_made:
-                    return {"status": "not_run", "step": step, "harness_inputs": harness_made,
-                            "why": "inputs made by the harness' recipes or synthesizer, not the model's processor"}
+                    return _layer_width_probe(model, batch.kwargs, stage, harness_made)
                 if stage == "load":
                     return {"status": "pass", "step": step}
                 step = "forward"
@@ -395,6 +384,26 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
                 return {"status": "pass", "step": step}
     except Exception as exc:  # noqa: BLE001 - the probe's finding
         return _error(step, exc)
+
+
+def _layer_width_probe(model, kwargs: dict, stage: str, harness_made: list[str]) -> dict[str, Any]:
+    """The unshrunk model's forward on the harness' inputs counts only for what they cannot cause:
+    a layer inside the model whose weights disagree with the width the layer before gave it
+    (harness/blame_layers.py). Anything else is `not_run` (no independent probe)."""
+    not_run = {"status": "not_run", "step": "inputs", "harness_inputs": harness_made,
+               "why": "inputs made by the harness' recipes or synthesizer, not the model's processor"}
+    if stage not in ("forward", "backward"):
+        return not_run
+    if stage == "backward":
+        model.train()
+    with watch_layers(model) as found:
+        try:
+            model(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - the probe's finding
+            layer = interior_width_mismatch(found, kwargs)
+            if layer:
+                return {**_error("forward", exc), "harness_inputs": harness_made, "layer_width": layer}
+    return not_run
 
 
 def not_independent(batch: Any) -> list[str]:
@@ -425,28 +434,3 @@ def _quiet_fake_tensor() -> Iterator[None]:
         yield
     finally:
         log.setLevel(level)
-
-
-class ProbeTimeout(TimeoutError):
-    """A probe took longer than blame_rules.yaml's probe.timeout: inconclusive."""
-
-
-@contextlib.contextmanager
-def _deadline() -> Iterator[None]:
-    """Bound a probe's time with SIGALRM where we can (the main thread), else run unbounded."""
-    seconds = float(rules_mod.rules()["probe"].get("timeout") or 0)
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread() \
-            or signal.getitimer(signal.ITIMER_REAL)[0] > 0:  # off thread, or an outer alarm bounds us
-        yield
-        return
-
-    def on_alarm(signum, frame):  # noqa: ARG001
-        raise ProbeTimeout(f"probe exceeded {seconds:.0f}s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)

@@ -463,7 +463,7 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
         derived = class_derived_fields(config_class(mt), full)
         for level in LEVELS:
             shrunk = shrink_dict(full, level)
-            recompute_class_derived(full, shrunk, derived)
+            recompute_class_derived(full, shrunk, derived, config_class(mt))
             try:
                 cfg = build_config(mt, shrunk)
                 params = validate(cfg) if validate is not None else None

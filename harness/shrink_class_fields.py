@@ -37,36 +37,51 @@ def nest_flat_text_fields(cfg: dict, cls) -> None:
 
 
 def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
-    """Integer fields the config class computes itself when they are None (Zamba's
-    `attention_hidden_size` = 2 x hidden, `attention_head_dim` = 2 x hidden / heads): their
-    dataclass default is None and building the level without them gives the same value. After
-    shrinking they go back to None, so the class computes them from the shrunk sizes (the
-    shrinker would keep the stale product). Sub-configs too."""
+    """Integer fields the config class computes itself: a dataclass field whose default is None
+    (Zamba's `attention_hidden_size` = 2 x hidden), or an attribute that is no field at all,
+    which `__post_init__` sets from other fields (Zamba2's `mamba_headdim` = expand x hidden /
+    mamba heads). Building the level without them gives the same value. After shrinking they go
+    back to None, or out of the dict (an attribute passed in overrides what the class computed),
+    so the class computes them from the shrunk sizes (the shrinker would keep the stale product).
+    Sub-configs too."""
     out: set[tuple[str, ...]] = set()
     if not dataclasses.is_dataclass(cls):
         return out
     args = {k: v for k, v in d.items() if k != "model_type"}
-    for f in dataclasses.fields(cls):
-        if f.default is not None or not is_int(d.get(f.name)):
-            continue
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    candidates = [n for n, f in fields.items() if f.default is None and is_int(d.get(n))]
+    candidates += [k for k, v in d.items() if k not in fields and not k.startswith("_") and is_int(v)]
+    for name in candidates:
         try:
-            rebuilt = cls(**{k: v for k, v in args.items() if k != f.name})
+            rebuilt = cls(**{k: v for k, v in args.items() if k != name})
         except Exception:  # noqa: BLE001 - the class needs it: not derived
             continue
-        if getattr(rebuilt, f.name, None) == d[f.name]:
-            out.add(path + (f.name,))
+        if getattr(rebuilt, name, None) == d[name]:
+            out.add(path + (name,))
     for key, sub_cls in (getattr(cls, "sub_configs", None) or {}).items():
         if isinstance(d.get(key), dict) and isinstance(sub_cls, type):
             out |= class_derived_fields(sub_cls, d[key], path + (key,))
     return out
 
 
-def recompute_class_derived(original: dict, d: dict, derived: set[tuple[str, ...]]) -> None:
-    """Derived fields the shrinker left as they were go back to None (a rule that shrank one
-    knows it: a window, a head size; a class fallback is often a constant, not a product)."""
+def recompute_class_derived(original: dict, d: dict, derived: set[tuple[str, ...]], cls=None) -> None:
+    """Derived fields the shrinker left as they were go back to None, or out of the dict when
+    they are no field of the class (a rule that shrank one knows it: a window, a head size; a
+    class fallback is often a constant, not a product)."""
     for path in derived:
         parent = ".".join(path[:-1])
         level = get_path(d, parent) if parent else d
         old = get_path(original, parent) if parent else original
         if isinstance(level, dict) and isinstance(old, dict) and level.get(path[-1]) == old.get(path[-1]):
-            level[path[-1]] = None
+            if _is_field(cls, path):
+                level[path[-1]] = None
+            else:
+                level.pop(path[-1], None)
+
+
+def _is_field(cls, path: tuple[str, ...]) -> bool:
+    """Whether `path` names a dataclass field of `cls` (its sub-config classes followed)."""
+    for part in path[:-1]:
+        cls = (getattr(cls, "sub_configs", None) or {}).get(part)
+    return not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or path[-1] in {
+        f.name for f in dataclasses.fields(cls)}

@@ -151,6 +151,13 @@ def shrink_modalities(d: dict, r: dict) -> dict[int, int]:
         if isinstance(v, list) and v and all(is_int(x) for x in v):
             d[f] = [min(x, r["stage_depth_max"]) for x in v]
             _follow_depths(d, v, d[f], widths)
+    for f in r.get("block_repeat_list_fields") or ():  # per-stage repeats that set no grid
+        v = d.get(f)
+        if isinstance(v, list) and v and all(is_int(x) for x in v):
+            d[f] = [min(x, r["stage_depth_max"]) for x in v]
+    for f, cap in (r.get("depth_scale_fields") or {}).items():
+        if isinstance(d.get(f), (int, float)) and not isinstance(d[f], bool) and d[f] > cap:
+            d[f] = cap
     for f in r["stage_head_list_fields"]:
         v = d.get(f)
         if isinstance(v, list) and v and all(is_int(x) and x > 0 for x in v):

@@ -6,6 +6,8 @@
   the new count, leaving one pattern period of producers before the consumers; k equal to the
   layer count (every layer shares: Gemma-4's assistant) stays equal to it; tail counts ("the last
   k layers also see the queries": EoMT) keep at least one such layer and one before them;
+- multiples: a count that was k x the layer count (HRM's invocations of its looped stack) stays
+  k x the new count;
 - layer indices into another config's stack (a VLM adapter's ``vision_feature_layer``) are
   remapped into the shrunk stack, keeping their distance from its end and staying distinct.
 """
@@ -33,6 +35,10 @@ def tie_layer_counts(d: dict, r: dict, old_n: int, new_n: int) -> None:
             d[f] = new_n
         elif is_int(k) and 0 < k < old_n and k >= new_n - period + 1:
             d[f] = max(0, min(new_n - period, round(k * new_n / old_n)))
+    for f in ties.get("multiples", []):
+        k = d.get(f)
+        if is_int(k) and k > old_n and k % old_n == 0:
+            d[f] = k // old_n * new_n
     for f in ties.get("tail_counts", []):
         k = d.get(f)
         if is_int(k) and 0 < k < old_n and k >= new_n:

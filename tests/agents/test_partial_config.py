@@ -79,3 +79,14 @@ def test_the_summary_of_a_real_model_builds_and_runs_forward_on_cpu(model_id, su
                        config=json.dumps(summary), config_level="partial").to_spec()
     forward = check_model(spec, backend="cpu", stages=["load", "forward"]).stages["forward"]
     assert forward.status == "pass", forward
+
+
+def test_a_summarys_quotient_head_dim_for_a_type_whose_head_dim_is_no_quotient_is_dropped():
+    """LongCat-Flash's `head_dim` is its rotary size (64 in the default, = qk_rope_head_dim); the
+    dump's 96 is hidden / heads (before: the rotary embedding got 96, "size of tensor a (4) must
+    match ... (8)" after shrinking). A type whose head_dim is the quotient keeps it (Llama above)."""
+    longcat = {"num_attention_heads": 64, "num_key_value_heads": 64, "head_dim": 96, "hidden_size": 6144,
+               "vocab_size": 131072, "context_length": 131072, "model_type": "longcat_flash"}
+    out = normalize_partial(longcat)
+    assert "head_dim" not in out and out["hidden_size"] == 6144
+    assert normalize_partial({**longcat, "head_dim": 128})["head_dim"] == 128  # no quotient: the model's own

@@ -201,3 +201,48 @@ def test_a_failing_cpu_reference_of_numerics_is_the_harness_not_the_backend(monk
     assert num.status is Status.ERROR and num.reason.startswith("cpu reference raised: RuntimeError")
     assert num.blame == "harness" and num.blame_evidence["rule"] == "harness_reasons"
     assert result.stages["forward"].status is Status.PASS
+
+
+def test_an_output_field_the_output_class_never_defines_is_upstream(monkeypatch):
+    """The modeling code reads an attribute its output dataclass does not have, whatever the
+    inputs (Llama-4's ForConditionalGeneration reads `image_outputs` from its language model's
+    `MoeCausalLMOutputWithPast`, transformers 5.24): upstream, with the class's fields as evidence."""
+    from transformers.modeling_outputs import BaseModelOutput
+    from transformers.models.bert import modeling_bert
+
+    def forward(self, input_ids=None, **kwargs):
+        return BaseModelOutput(last_hidden_state=self.embeddings(input_ids)).image_outputs
+
+    monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
+    fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.output_attribute"
+    ev = fwd.blame_evidence["output_attribute"]
+    assert ev["output_class"] == "BaseModelOutput" and ev["attribute"] == "image_outputs"
+    assert ev["status"] == "not_a_field" and "last_hidden_state" in ev["fields"]
+
+
+def test_an_output_attribute_of_no_transformers_output_class_stays_the_harness():
+    """Only transformers' own output dataclasses are evidence: a class of another name, or a
+    field the class has, is no upstream verdict."""
+    from harness.blame_probe import probe_output_attribute
+
+    assert probe_output_attribute("'MyHarnessOutput' object has no attribute 'x'")["status"] == "inconclusive"
+    assert probe_output_attribute("'BaseModelOutput' object has no attribute 'hidden_states'")["status"] == "field"
+    assert probe_output_attribute("'BertConfig' object has no attribute 'x'") == {}
+
+
+def test_layers_of_the_unshrunk_default_that_disagree_in_width_are_upstream():
+    """PP-OCRv6's neck takes `layer_list_out_channels` [12, 18, 42, 360] from a backbone whose
+    stages give [96, 96, 192, 384]: the unshrunk default fails the same way inside the model (no
+    input reaches that conv), whatever the synthesized image: upstream, naming the layer. A
+    width mismatch at the model's input (Granite-Speech-5's `input_linear` given the harness'
+    unstacked mel features) stays the harness'."""
+    spec = ModelSpec("catalog/pp_ocrv6_small_det", "pp_ocrv6_small_det", "PPOCRV6SmallDetForObjectDetection")
+    fwd = check_with_blame(spec, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.layer_width"
+    layer = fwd.blame_evidence["fake_run"]["layer_width"]
+    assert layer["layer_class"] == "Conv2d" and layer["weights_take"] == 12 and layer["input_has"] == 384
+    speech = ModelSpec("catalog/granite_speech5_encoder", "granite_speech5_encoder", "GraniteSpeech5Encoder")
+    fwd = check_with_blame(speech, "cpu", STAGES).stages["forward"]
+    assert fwd.status is Status.ERROR and fwd.blame == "harness"
+    assert fwd.blame_evidence["fake_run"]["status"] == "not_run"

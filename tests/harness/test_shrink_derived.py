@@ -137,3 +137,32 @@ def test_groups_tails_global_widths_and_unit_grids_follow_the_shrunk_sizes():
     hiera = cfg("hiera")
     tokens = hiera.image_size[0] // hiera.patch_stride[0]
     assert tokens % hiera.masked_unit_size[0] == 0 and tokens % hiera.query_stride[0] ** hiera.num_query_pool == 0
+
+
+def test_attributes_the_config_class_computes_in_post_init_are_recomputed():
+    """Zamba2's `mamba_headdim` (= expand x hidden / mamba heads) is no field: `__post_init__`
+    computes it, and a value passed in overrides it. Left at 640 the shrunk Mamba layer reshaped
+    a 64-wide state into 8 heads of 640 ("shape '[2, 16, 8, 640]' is invalid"); dropped, the
+    class computes it from the shrunk sizes."""
+    cfg = forward("zamba2", "Zamba2ForCausalLM")
+    assert cfg.mamba_headdim == cfg.mamba_expand * cfg.hidden_size // cfg.n_mamba_heads
+    assert cfg.attention_hidden_size == 2 * cfg.hidden_size
+
+
+def test_a_looped_stack_shrinks_its_per_stack_layers_and_keeps_the_invocation_multiple():
+    """HRM runs `num_layers_per_stack` layers H x (L + 1) times; its `num_hidden_layers` is that
+    product (128 = 16 x 2 x 4). The per-stack count is the level's layer count (before: 16 layers
+    per stack were kept, a 60 s forward and load timeouts) and the product follows it."""
+    cfg = forward("hrm_text", "HrmTextModel")
+    assert cfg.num_layers_per_stack == 2
+    assert cfg.num_hidden_layers == cfg.num_layers_per_stack * cfg.H_cycles * (cfg.L_cycles + 1)
+
+
+def test_a_compound_scaled_net_keeps_few_blocks_per_stage():
+    """EfficientNet repeats ceil(depth_coefficient x repeats) blocks per stage (B7's 3.1: 55 blocks);
+    the coefficient is capped at 1 and each stage's repeats at the stage depth cap."""
+    from harness.shrink import rules
+
+    cfg = forward("efficientnet", "EfficientNetModel")
+    assert cfg.depth_coefficient <= 1.0
+    assert max(cfg.num_block_repeats) <= rules()["stage_depth_max"]

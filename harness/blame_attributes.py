@@ -1,0 +1,88 @@
+"""Probes that read a failure's message: an attribute the modeling code reads that transformers'
+own class never defines (a config field, an output field) is transformers' defect, whatever the
+harness chose."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import threading
+from typing import Any, Iterator
+
+from harness import blame as rules_mod
+from harness.quiet import quiet_transformers
+
+
+_CONFIG_ATTRIBUTE = re.compile(r"'(\w+Config)' object has no attribute '(\w+)'")
+
+
+def probe_config_attribute(text: str) -> dict[str, Any]:
+    """A failure "'XConfig' object has no attribute 'y'": does X built from its own defaults (no
+    harness change at all) have y? If not, transformers' modeling code reads a field its config
+    class never defines. {} when the message is not of that form."""
+    import transformers
+
+    match = _CONFIG_ATTRIBUTE.search(text or "")
+    if not match:
+        return {}
+    name, attribute = match.groups()
+    out: dict[str, Any] = {"config_class": name, "attribute": attribute}
+    try:
+        with quiet_transformers(), deadline():
+            default = getattr(transformers, name)()
+    except Exception as exc:  # noqa: BLE001 - inconclusive
+        return {**out, "status": "inconclusive", "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    present = hasattr(default, attribute)
+    return {**out, "status": "present_in_default" if present else "missing_in_default"}
+
+
+_OUTPUT_ATTRIBUTE = re.compile(r"'(\w+Output\w*)' object has no attribute '(\w+)'")
+
+
+def probe_output_attribute(text: str) -> dict[str, Any]:
+    """A failure "'XOutput' object has no attribute 'y'" where X is one of transformers' output
+    dataclasses (`ModelOutput`) and y none of its fields: the modeling code reads what the
+    output class it returns never holds (Llama-4 reads `image_outputs` from its language model's
+    `MoeCausalLMOutputWithPast`). {} when the message is not of that form."""
+    import dataclasses
+
+    import transformers
+    from transformers import modeling_outputs
+    from transformers.utils import ModelOutput
+
+    match = _OUTPUT_ATTRIBUTE.search(text or "")
+    if not match:
+        return {}
+    name, attribute = match.groups()
+    out: dict[str, Any] = {"output_class": name, "attribute": attribute}
+    cls = getattr(modeling_outputs, name, None) or getattr(transformers, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, ModelOutput) and dataclasses.is_dataclass(cls)):
+        return {**out, "status": "inconclusive", "why": "not a transformers output dataclass"}
+    fields = sorted(f.name for f in dataclasses.fields(cls))
+    return {**out, "fields": fields, "status": "field" if attribute in fields else "not_a_field"}
+
+
+class ProbeTimeout(TimeoutError):
+    """A probe took longer than blame_rules.yaml's probe.timeout: inconclusive."""
+
+
+@contextlib.contextmanager
+def deadline() -> Iterator[None]:
+    """Bound a probe's time with SIGALRM where we can (the main thread), else run unbounded."""
+    seconds = float(rules_mod.rules()["probe"].get("timeout") or 0)
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread() \
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0:  # off thread, or an outer alarm bounds us
+        yield
+        return
+
+    def on_alarm(signum, frame):  # noqa: ARG001
+        raise ProbeTimeout(f"probe exceeded {seconds:.0f}s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
