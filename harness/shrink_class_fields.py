@@ -58,30 +58,63 @@ def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[
             continue
         if getattr(rebuilt, name, None) == d[name]:
             out.add(path + (name,))
-    for key, sub_cls in (getattr(cls, "sub_configs", None) or {}).items():
-        if isinstance(d.get(key), dict) and isinstance(sub_cls, type):
+    for key in getattr(cls, "sub_configs", None) or {}:
+        sub_cls = _sub_class(cls, key, d.get(key))
+        if sub_cls is not None:
             out |= class_derived_fields(sub_cls, d[key], path + (key,))
     return out
+
+
+def _sub_class(cls, key: str, sub: Any):
+    """The config class of sub-config `key`: the one the class names, else (an `AutoConfig`
+    slot: VisionTextDualEncoder's towers) the class of the sub-dict's own model_type."""
+    if not isinstance(sub, dict):
+        return None
+    named = (getattr(cls, "sub_configs", None) or {}).get(key)
+    if isinstance(named, type) and dataclasses.is_dataclass(named):
+        return named
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    mt = sub.get("model_type")
+    return CONFIG_MAPPING[mt] if isinstance(mt, str) and mt in CONFIG_MAPPING else None
 
 
 def recompute_class_derived(original: dict, d: dict, derived: set[tuple[str, ...]], cls=None) -> None:
     """Derived fields the shrinker left as they were go back to None, or out of the dict when
     they are no field of the class (a rule that shrank one knows it: a window, a head size; a
-    class fallback is often a constant, not a product)."""
+    class fallback is often a constant, not a product). The attributes of one level go out
+    together, and only when the class computes every one of them at least 2 from the shrunk
+    sizes (BROS's sinusoid width hidden / 4 / 8 would be 1: its stale pair still agrees)."""
+    attrs: dict[str, list[str]] = {}
     for path in derived:
         parent = ".".join(path[:-1])
         level = get_path(d, parent) if parent else d
         old = get_path(original, parent) if parent else original
         if isinstance(level, dict) and isinstance(old, dict) and level.get(path[-1]) == old.get(path[-1]):
-            if _is_field(cls, path):
+            if _is_field(cls, path, original):
                 level[path[-1]] = None
             else:
-                level.pop(path[-1], None)
+                attrs.setdefault(parent, []).append(path[-1])
+    for parent, names in attrs.items():
+        level = get_path(d, parent) if parent else d
+        level_cls = _class_at(cls, tuple(parent.split(".")) if parent else (), original)
+        try:
+            rebuilt = level_cls(**{k: v for k, v in level.items() if k not in names and k != "model_type"})
+        except Exception:  # noqa: BLE001 - the shrunk level needs them as they are
+            continue
+        if all(is_int(getattr(rebuilt, n, None)) and getattr(rebuilt, n) >= 2 for n in names):
+            for n in names:
+                level.pop(n, None)
 
 
-def _is_field(cls, path: tuple[str, ...]) -> bool:
-    """Whether `path` names a dataclass field of `cls` (its sub-config classes followed)."""
-    for part in path[:-1]:
-        cls = (getattr(cls, "sub_configs", None) or {}).get(part)
+def _class_at(cls, parts: tuple[str, ...], d: dict):
+    for part in parts:
+        cls, d = _sub_class(cls, part, d.get(part) if isinstance(d, dict) else None), (d or {}).get(part)
+    return cls
+
+
+def _is_field(cls, path: tuple[str, ...], d: dict) -> bool:
+    """Whether `path` names a dataclass field of `cls` (its sub-config classes followed in `d`)."""
+    cls = _class_at(cls, path[:-1], d)
     return not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or path[-1] in {
         f.name for f in dataclasses.fields(cls)}

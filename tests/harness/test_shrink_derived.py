@@ -166,3 +166,12 @@ def test_a_compound_scaled_net_keeps_few_blocks_per_stage():
     cfg = forward("efficientnet", "EfficientNetModel")
     assert cfg.depth_coefficient <= 1.0
     assert max(cfg.num_block_repeats) <= rules()["stage_depth_max"]
+
+
+def test_computed_fields_of_a_tower_in_an_auto_config_slot_are_recomputed():
+    """VisionTextDualEncoder (clip-italian) takes any vision and text tower (`AutoConfig` slots):
+    the ViT tower's `pooler_output_size` (None -> its hidden size) is found through the tower's
+    own model_type and recomputed (before: a 768-wide pooler on a 32-wide tower, the projection's
+    matmul failed)."""
+    cfg = forward("vision-text-dual-encoder", "VisionTextDualEncoderModel")
+    assert cfg.vision_config.pooler_output_size == cfg.vision_config.hidden_size

@@ -109,3 +109,17 @@ def test_the_image_keeps_a_patch_grid_after_the_nets_downsampling():
     assert config.image_size >= config.output_stride * config.patch_size
     config = forward("vitpose", "VitPoseForPoseEstimation")
     assert min(config.backbone_config.image_size) >= 4 * config.backbone_config.patch_size[0]
+
+
+@pytest.mark.slow
+def test_layers_a_fusion_stage_taps_in_a_sub_models_stack_follow_it():
+    """Depth Pro's fusion taps `intermediate_hook_ids` [11, 5] of its 12-layer patch encoder:
+    remapped into the shrunk encoder (before: "tuple index out of range"); its image is
+    patch_size / min(scaled_images_ratios) on a side (a `by_model_type` input recipe: the
+    processor needs torchvision; before: 32 px, "too small to be scaled")."""
+    arch = "DepthProForDepthEstimation"
+    cfg = resolve_config(ModelSpec("catalog/depth_pro", "depth_pro", arch))
+    assert all(0 <= i < cfg.patch_model_config.num_hidden_layers for i in cfg.intermediate_hook_ids)
+    assert len(set(cfg.intermediate_hook_ids)) == 2
+    pixels = make_inputs(build_model(cfg, arch), cfg, arch).kwargs["pixel_values"]
+    assert pixels.shape[-1] * min(cfg.scaled_images_ratios) >= cfg.patch_size
