@@ -190,7 +190,7 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
         out.kwargs["return_dict"] = True
     if refuses_labels(model):
         sig = sig - {"labels"}
-        out.notes.append("no labels: the forward raises NotImplementedError for labels (no training loss)")
+        out.notes.append("no labels: the forward refuses labels (no training loss)")
     elif "labels" in sig and (missing := loss_missing_arguments(model)):
         sig = sig - {"labels"}
         out.notes.append(f"no labels: the head's loss function needs {missing}, which its forward never passes")

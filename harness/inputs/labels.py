@@ -43,12 +43,14 @@ def _num_classes(config) -> int:
     return int(getattr(config, "num_labels", 2) or 2)
 
 
-_REFUSES_LABELS = re.compile(r"if labels is not None:\s*\n\s*raise NotImplementedError")
+_REFUSES_LABELS = re.compile(r"if labels is not None:\s*\n\s*raise (NotImplementedError|ValueError)\(")
 
 
 def refuses_labels(model) -> bool:
-    """The head's forward raises NotImplementedError as soon as labels are given (OmDet-Turbo,
-    depth and matting heads: "Training is not implemented yet"): it has no loss to run."""
+    """The head's forward raises as soon as labels are given: NotImplementedError (OmDet-Turbo,
+    depth and matting heads: "Training is not implemented yet") or ValueError (inference-only
+    heads: PP-DocLayout "does not support training", SuperGlue "is not trainable"): it has no
+    loss to run, so backward runs the surrogate loss."""
     try:
         source = inspect.getsource(type(model).forward)
     except (OSError, TypeError):

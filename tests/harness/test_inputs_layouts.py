@@ -137,3 +137,31 @@ def test_a_head_whose_loss_cannot_be_called_as_its_forward_calls_it_gets_no_labe
     # a head whose forward calls its loss fully keeps its labels
     model, cfg, inputs = built("parakeet_ctc", "ParakeetForCTC")
     assert inputs.labels == ["labels"]
+
+
+@pytest.mark.parametrize("model_type, architecture", [
+    ("pp_doclayout_v4", "PPDocLayoutV4ForObjectDetection"),  # "does not support training"
+    ("superglue", "SuperGlueForKeypointMatching"),            # "is not trainable"
+])
+def test_an_inference_only_head_that_raises_valueerror_for_labels_gets_none(model_type, architecture):
+    # such heads have no loss: given labels they raise ValueError, so they get none and the
+    # backward stage runs its surrogate loss
+    model, cfg, inputs = built(model_type, architecture)
+    assert "labels" not in inputs.kwargs and not inputs.labels
+    assert any("refuses labels" in n for n in inputs.notes)
+    runs(model, inputs)
+
+
+def test_a_vision_language_action_policy_gets_state_actions_and_camera_images():
+    # PI0: the robot state, the action chunk its flow-matching loss regresses on, camera images
+    # stacked per sample with their mask, and one image token per patch in the prompt
+    model, cfg, inputs = built("pi0", "PI0ForConditionalGeneration")
+    kw = inputs.kwargs
+    assert tuple(kw["state"].shape) == (2, cfg.max_state_dim)
+    assert tuple(kw["actions"].shape) == (2, cfg.chunk_size, cfg.max_action_dim) and inputs.labels == ["actions"]
+    assert kw["pixel_values"].dim() == 5 and kw["pixel_attention_mask"].dtype == torch.bool
+    vision = cfg.vlm_config.vision_config
+    per_image = (vision.image_size // vision.patch_size) ** 2
+    assert ((kw["input_ids"] == cfg.vlm_config.image_token_id).sum(-1) == per_image).all()
+    out = model(**kw)
+    assert out.loss is not None and torch.isfinite(out.loss)
