@@ -258,7 +258,19 @@ def missing_package(text: str) -> str:
             module = names.get(name, name).split(".")[0]
             if module and module.isidentifier() and not _importable(module):
                 return module
+    for pattern in r.get("optional_import_patterns") or ():
+        for m in re.finditer(pattern, text or ""):
+            if _optional_in_transformers(m.group(1)) and not _importable(m.group(1)):
+                return m.group(1)
     return ""
+
+
+@functools.cache
+def _optional_in_transformers(module: str) -> bool:
+    """transformers guards imports of this module with `is_<module>_available()`."""
+    from transformers.utils import import_utils
+
+    return callable(getattr(import_utils, f"is_{module}_available", None))
 
 
 def harness_message(text: str) -> str:

@@ -138,6 +138,11 @@ def test_missing_package_only_when_it_is_really_missing():
         == "natten_fake"
     assert missing_package("No module named 'torch'") == ""  # installed: an import bug, not the environment
     assert missing_package("cannot import name 'Foo' from 'transformers'") == ""
+    # a module transformers imports only when available, then uses unguarded (SAM-3: torchvision)
+    if importlib.util.find_spec("torchvision") is None:
+        assert missing_package("name 'torchvision' is not defined") == "torchvision"
+    assert missing_package("name 'torch' is not defined") == ""            # installed
+    assert missing_package("name 'surely_not_a_module' is not defined") == ""  # a plain NameError
 
 
 def test_same_way_masks_sizes_but_not_the_failure():
