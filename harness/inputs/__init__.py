@@ -23,7 +23,7 @@ import torch
 
 from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get, required_inputs
 from harness.inputs.docshapes import docstring_input
-from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments, refuses_labels
+from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments, refused_labels
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape
 from harness.inputs.placeholders import add_placeholders
 from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
@@ -148,9 +148,10 @@ def _decoder(out: ModelInputs, m: Maker, config, sig: set[str], architecture: st
     kw = out.kwargs
     if "decoder_input_ids" not in sig:
         return
-    if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw and label_kind(architecture) in ("sequence", "qa"):
-        # classification heads pool decoder states at the input's eos positions: the decoder
-        # sees the input shifted right, as the model would build it itself
+    if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw and label_kind(architecture) in ("sequence", "qa", "tokens"):
+        # classification heads pool decoder states at the input's eos positions, and token
+        # classification labels each input position from the decoder's: the decoder sees the
+        # input shifted right, as the model would build it itself
         start = get(config, "decoder_start_token_id", "pad_token_id", default=0)
         ids = kw["input_ids"]
         kw["decoder_input_ids"] = torch.cat([torch.full_like(ids[:, :1], int(start)), ids[:, :-1]], dim=1)
@@ -188,9 +189,10 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
         out.kwargs["use_cache"] = False
     if "return_dict" in sig:
         out.kwargs["return_dict"] = True
-    if refuses_labels(model):
-        sig = sig - {"labels"}
-        out.notes.append("no labels: the forward refuses labels (no training loss)")
+    refused = refused_labels(model)
+    if refused:
+        sig = sig - refused
+        out.notes.append(f"no labels: the forward refuses {', '.join(sorted(refused))} (no training loss)")
     elif "labels" in sig and (missing := loss_missing_arguments(model)):
         sig = sig - {"labels"}
         out.notes.append(f"no labels: the head's loss function needs {missing}, which its forward never passes")

@@ -43,19 +43,21 @@ def _num_classes(config) -> int:
     return int(getattr(config, "num_labels", 2) or 2)
 
 
-_REFUSES_LABELS = re.compile(r"if labels is not None:\s*\n\s*raise (NotImplementedError|ValueError)\(")
+_REFUSES_LABELS = re.compile(
+    r"if ((?:\w*labels is not None(?: or )?)+):\s*\n\s*raise (?:NotImplementedError|ValueError)\(")
 
 
-def refuses_labels(model) -> bool:
-    """The head's forward raises as soon as labels are given: NotImplementedError (OmDet-Turbo,
-    depth and matting heads: "Training is not implemented yet") or ValueError (inference-only
-    heads: PP-DocLayout "does not support training", SuperGlue "is not trainable"): it has no
-    loss to run, so backward runs the surrogate loss."""
+def refused_labels(model) -> set[str]:
+    """The label inputs whose mere presence makes the head's forward raise: NotImplementedError
+    (OmDet-Turbo, depth and matting heads: "Training is not implemented yet") or ValueError
+    (inference-only heads: PP-DocLayout "does not support training", SuperGlue "is not
+    trainable", Videomt's `mask_labels`/`class_labels` on video). Such a head has no loss to run:
+    it gets none of them, and backward runs the surrogate loss."""
     try:
         source = inspect.getsource(type(model).forward)
     except (OSError, TypeError):
-        return False
-    return bool(_REFUSES_LABELS.search(source))
+        return set()
+    return {name for m in _REFUSES_LABELS.finditer(source) for name in re.findall(r"(\w*labels) is not None", m.group(1))}
 
 
 def _call_arguments(source: str, callee: str) -> str | None:

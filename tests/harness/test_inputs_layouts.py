@@ -142,13 +142,14 @@ def test_a_head_whose_loss_cannot_be_called_as_its_forward_calls_it_gets_no_labe
 @pytest.mark.parametrize("model_type, architecture", [
     ("pp_doclayout_v4", "PPDocLayoutV4ForObjectDetection"),  # "does not support training"
     ("superglue", "SuperGlueForKeypointMatching"),            # "is not trainable"
+    ("videomt", "VideomtForUniversalSegmentation"),           # mask/class labels refused on video
 ])
 def test_an_inference_only_head_that_raises_valueerror_for_labels_gets_none(model_type, architecture):
     # such heads have no loss: given labels they raise ValueError, so they get none and the
     # backward stage runs its surrogate loss
     model, cfg, inputs = built(model_type, architecture)
-    assert "labels" not in inputs.kwargs and not inputs.labels
-    assert any("refuses labels" in n for n in inputs.notes)
+    assert not {"labels", "mask_labels", "class_labels"} & set(inputs.kwargs) and not inputs.labels
+    assert any("the forward refuses" in n for n in inputs.notes)
     runs(model, inputs)
 
 
@@ -165,3 +166,13 @@ def test_a_vision_language_action_policy_gets_state_actions_and_camera_images():
     assert ((kw["input_ids"] == cfg.vlm_config.image_token_id).sum(-1) == per_image).all()
     out = model(**kw)
     assert out.loss is not None and torch.isfinite(out.loss)
+
+
+def test_encoder_decoder_token_classification_labels_every_input_position_through_the_decoder():
+    # T5Gemma's token-classification head scores the decoder's states: the decoder sees the
+    # input shifted right, so there is one logit per labelled input position
+    model, cfg, inputs = built("t5gemma", "T5GemmaForTokenClassification")
+    kw = inputs.kwargs
+    assert kw["decoder_input_ids"].shape == kw["input_ids"].shape == kw["labels"].shape
+    assert inputs.sources["decoder_input_ids"] == "synthetic:shifted_input_ids"
+    assert torch.isfinite(model(**kw).loss)
