@@ -227,13 +227,7 @@ def run_image_processor(proc, maker: Maker, channels: int, height: int, width: i
     if channels == 1:
         kwargs.setdefault("input_data_format", "channels_last")
     out = proc(data, **kwargs)
-    tensors = {k: v for k, v in dict(out).items() if isinstance(v, torch.Tensor)}
-    pv = tensors.get("pixel_values")
-    if frames and pv is not None and pv.dim() == 4 and pv.shape[0] == BATCH * frames:
-        # an image processor given clips returns their frames as one flat stack (CLIP's, which
-        # X-CLIP maps to): regroup them per clip, the (batch, frames, C, H, W) the model takes
-        tensors["pixel_values"] = pv.reshape(BATCH, frames, *pv.shape[1:])
-    return tensors
+    return {k: v for k, v in dict(out).items() if isinstance(v, torch.Tensor)}
 
 
 def build_feature_extractor(cls, scope: ConfigScope, rules: dict):

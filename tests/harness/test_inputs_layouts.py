@@ -176,12 +176,3 @@ def test_encoder_decoder_token_classification_labels_every_input_position_throug
     assert kw["decoder_input_ids"].shape == kw["input_ids"].shape == kw["labels"].shape
     assert inputs.sources["decoder_input_ids"] == "synthetic:shifted_input_ids"
     assert torch.isfinite(model(**kw).loss)
-
-
-def test_clips_through_an_image_processor_are_regrouped_per_clip():
-    # X-CLIP maps to CLIP's image processor, which returns a clip's frames as one flat stack
-    model, cfg, inputs = built("xclip", "XCLIPModel")
-    pv = inputs.kwargs["pixel_values"]
-    assert inputs.sources["pixel_values"].startswith("processor:")
-    assert pv.dim() == 5 and pv.shape[:2] == (2, cfg.vision_config.num_frames)
-    runs(model, inputs)
