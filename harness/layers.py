@@ -31,13 +31,21 @@ def _per_layer_fields(d: dict, n: int, r: dict) -> dict[str, Any]:
     for k, v in d.items():
         if k.endswith("_config") or isinstance(v, dict) or n < 2:
             continue
-        if any(k.endswith(s) for s in r["token_id_suffixes"]):
+        if any(k.endswith(s) for s in r["token_id_suffixes"]) or _names_every_layer(k, v, n, r):
             continue
         if isinstance(v, list) and len(v) == n:
             out[k] = v
         elif isinstance(v, str) and len(v) == n and k.endswith("pattern"):
             out[k] = v
     return out
+
+
+def _names_every_layer(k: str, v: Any, n: int, r: dict) -> bool:
+    """An index list that happens to name all n layers (LFM2's default `full_attn_idxs` is
+    0..31): its entries are layer indices, not per-layer values, so each layer would otherwise
+    get a signature of its own and none could be dropped."""
+    return (isinstance(v, list) and len(v) == n and any(k.endswith(s) for s in r["index_list_suffixes"])
+            and v == list(range(n)))
 
 
 def _index_lists(d: dict, n: int, r: dict, per_layer: dict) -> dict[str, list[int]]:

@@ -69,11 +69,13 @@ def remap_foreign_indices(original: dict, shrunk: dict, r: dict) -> None:
             if not (old_n and new_n and new_n < old_n):
                 continue
             values = v if isinstance(v, list) else [v]
-            if not all(is_int(x) for x in values) or all(x < new_n for x in values):
+            if not all(is_int(x) for x in values) or all(-new_n <= x < new_n for x in values):
                 continue
             mapped: list[int] = []
             for x in values:
-                y = x if x < 0 else min(new_n - 1, max(0, new_n - (old_n - x)))
+                # from the end, as before; a negative index beyond the shrunk stack becomes its
+                # first layer (VipLLaVA taps -2, -5, -8, -11 of 24), repeated when it must be
+                y = max(x, -new_n) if x < 0 else min(new_n - 1, max(0, new_n - (old_n - x)))
                 while y in mapped and y > (-new_n if y < 0 else 0):
                     y -= 1
                 mapped.append(y)
