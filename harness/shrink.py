@@ -30,7 +30,8 @@ from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.layers import is_int, rescale_parts, select_layers
 from harness.shrink_class_fields import class_derived_fields, get_path as _get_path, nest_flat_text_fields, recompute_class_derived
 from harness.shrink_derived import keep_derived_widths
-from harness.shrink_families import shrink_experts, shrink_mla, shrink_modalities, shrink_ssm, shrink_windows, tie_image_sizes
+from harness.shrink_families import (shrink_experts, shrink_mla, shrink_modalities, shrink_patch_count_keys, shrink_ssm,
+                                     shrink_windows, tie_image_sizes)
 
 #: Shrink strengths, strongest first.
 LEVELS = ("full", "core", "layers")
@@ -370,6 +371,7 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
     finish(d)
     if level == "full":
         tie_image_sizes(config, d, r)
+        shrink_patch_count_keys(d, r)
     remap_foreign_indices(config, d, r)
     if level == "full":
         keep_derived_widths(config, d, r)

@@ -120,13 +120,15 @@ def _eval(expr: str, names: dict) -> float:
 
 def _apply_formulas(shrunk: dict, formulas: dict) -> list[str]:
     """{model_type: {field: formula}}: at every level of that type, the field becomes the
-    formula over the same level's (shrunk) fields (skipped when a name is missing)."""
+    formula over the same level's (shrunk) fields, `len_X` being the length of list X (skipped
+    when a name is missing)."""
     changed: list[str] = []
 
     def walk(path: tuple[str, ...], d: dict) -> None:
+        names = {**d, **{f"len_{k}": len(v) for k, v in d.items() if isinstance(v, list)}}
         for f, expr in (formulas.get(d.get("model_type")) or {}).items():
             try:
-                v = _eval(str(expr), d)
+                v = _eval(str(expr), names)
             except (ValueError, ZeroDivisionError):
                 continue
             if abs(v - round(v)) < 1e-6 and round(v) >= 1 and d.get(f) != round(v):

@@ -272,3 +272,34 @@ def tie_image_sizes(original: dict, shrunk: dict, r: dict) -> None:
         for f in r.get("image_grid_fields") or ():
             if f in s and s[f] == o.get(f):
                 s[f] = scale(s[f])
+
+
+def shrink_patch_count_keys(d: dict, r: dict) -> None:
+    """Dicts keyed by the patch count of each image size a projector supports (Aria's
+    `projector_patch_to_query_dict`, {35²: 128, 70²: 256}) follow the shrunk patch grid: the
+    smallest key becomes the grid of a sub-config's shrunk image, the others keep their side ratio
+    to it; the query counts are capped at the new patch count."""
+    for f in r.get("patch_count_keyed_fields") or ():
+        table = d.get(f)
+        grid = _patch_grid(d)
+        if not (isinstance(table, dict) and table and grid):
+            continue
+        sides = {k: math.isqrt(int(k)) for k in table}
+        if any(s * s != int(k) for k, s in sides.items()):
+            continue  # keys that are no square grid: not a patch count
+        smallest = min(sides.values())
+        if smallest <= grid:
+            continue
+        out = {}
+        for k, v in table.items():
+            n = (sides[k] * grid // smallest) ** 2
+            out[type(k)(n) if isinstance(k, str) else n] = min(int(v), n)
+        d[f] = out
+
+
+def _patch_grid(d: dict) -> int | None:
+    """Patches per side of the first sub-config with an image size and a patch size."""
+    for v in d.values():
+        if isinstance(v, dict) and _side(v.get("image_size")) and is_int(v.get("patch_size")) and v["patch_size"] > 0:
+            return _side(v["image_size"]) // v["patch_size"]
+    return None

@@ -123,3 +123,28 @@ def test_layers_a_fusion_stage_taps_in_a_sub_models_stack_follow_it():
     assert len(set(cfg.intermediate_hook_ids)) == 2
     pixels = make_inputs(build_model(cfg, arch), cfg, arch).kwargs["pixel_values"]
     assert pixels.shape[-1] * min(cfg.scaled_images_ratios) >= cfg.patch_size
+
+
+def test_a_projector_keyed_by_patch_count_follows_the_shrunk_patch_grid():
+    """Aria's projector picks its query count by the number of patches ({35²: 128, 70²: 256}); the
+    shrunk tower gives a 4 x 4 grid, which must be one of its keys (else KeyError in forward)."""
+    config = forward("aria", "AriaForConditionalGeneration")
+    grid = (config.vision_config.image_size // config.vision_config.patch_size) ** 2
+    assert min(config.projector_patch_to_query_dict) == grid
+    assert config.max_value_projector_patch_to_query_dict == max(config.projector_patch_to_query_dict.values())
+
+
+def test_a_text_projection_meets_an_unprojected_image_embedding():
+    """ALIGN projects only the text, to `projection_dim`, which must equal its EfficientNet's last
+    block width (round_filters(320) at the width coefficient); the image embedding is not
+    projected, so both shrink together."""
+    config = forward("align", "AlignModel")
+    assert config.projection_dim == 320 * config.vision_config.width_coefficient
+
+
+def test_a_swin_audio_tower_projects_its_last_stage_width():
+    """CLAP's audio Swin doubles the patch-embedding width per stage and projects `hidden_size`
+    features: the embedding width x 2^(stages - 1) must be the shrunk hidden size."""
+    config = forward("clap", "ClapModel")
+    a = config.audio_config
+    assert a.patch_embeds_hidden_size * 2 ** (len(a.depths) - 1) == a.hidden_size
