@@ -68,7 +68,9 @@ class EagerRepresentative:
         self.stages, self.timeout = FULL_STAGES, self._tier.timeout
 
     def setup(self, backend: str) -> None:
-        self._tier.setup(backend)
+        from harness.tiers import FullTier
+
+        FullTier().setup(backend)  # the eager stages' start-up: no compile warm-up
 
     def cases(self, inputs):
         return self._tier.cases(inputs)

@@ -109,6 +109,21 @@ def _compile_log() -> Iterator[CompileLog]:
             callback_handler.remove_start_callback(log)
 
 
+# ---------------------------------------------------------------------- start-up
+
+def warm_up() -> None:
+    """Import torch.compile's own stack (Dynamo, AOTAutograd, functorch's partitioners, sympy,
+    networkx: ~1,300 modules) without compiling anything.
+
+    The first compile in a process imports them (13-15 s of the first model's compile stage at
+    load 12, docs/runner.md); a tier that compiles imports them in its workers' start-up instead,
+    which overlaps the listing of the cases. Imports only: no Dynamo state is created."""
+    import torch._dynamo  # noqa: F401
+    import torch._functorch.aot_autograd  # noqa: F401
+    import torch._functorch.partitioners  # noqa: F401
+    import torch._inductor.codecache  # noqa: F401  (torch.compile imports it for every backend)
+
+
 # ---------------------------------------------------------------------- the compiled step
 
 @dataclass

@@ -182,6 +182,24 @@ class UnitTier:
         return {"scaling": unit_tier.scaling_report([CaseOutcome.from_dict(r["outcome"]).stages for r in records])}
 
 
+#: transformers modules every model case imports when it builds its first model (modeling and
+#: loss utilities with scipy, the models' lazy import structure: ~5 s at load 15): imported in the
+#: worker's start-up, which overlaps the listing, not in the first case's load stage
+MODEL_PRELOAD = ("transformers.modeling_utils", "transformers.modeling_layers", "transformers.loss.loss_utils",
+                 "transformers.models")
+
+
+def _load_model_stack(backend: str) -> None:
+    import harness.check  # noqa: F401  (torch + transformers once per worker, not per case)
+
+    get_backend(backend)
+    for name in MODEL_PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the case that needs it reports the failure, as without the preload
+            pass
+
+
 class RepresentativeTier:
     """The selected representative models (agents.select), every stage."""
 
@@ -191,9 +209,11 @@ class RepresentativeTier:
     timeout = TIER_LIMITS["representative"].timeout
 
     def setup(self, backend: str) -> None:
-        import harness.check  # noqa: F401  (torch + transformers once per worker, not per case)
+        _load_model_stack(backend)
+        if "compile" in self.stages:  # torch.compile's imports in the start-up, not the first compile stage
+            from harness.compile_stage import warm_up
 
-        get_backend(backend)
+            warm_up()
 
     def cases(self, inputs: TierInputs) -> list[Case]:
         from agents import select
@@ -218,7 +238,7 @@ class FullTier:
     timeout = TIER_LIMITS["full"].timeout
 
     def setup(self, backend: str) -> None:
-        RepresentativeTier.setup(self, backend)  # type: ignore[arg-type]
+        _load_model_stack(backend)
 
     def cases(self, inputs: TierInputs) -> list[Case]:
         from harness.population import dedupe_cases, load_population, sample_members
