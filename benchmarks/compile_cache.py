@@ -7,6 +7,7 @@
    Import time is excluded; Dynamo/AOTAutograd tracing is included (it is never cached).
    The simulated compiler cost is ``--cost-scale`` x the cost model (see docs: compile.md).
 2. Steady-state compiled step on neuron vs the same step in CPU eager (median of repeats).
+   Also with each compiler (``NEURON_COMPILER``: interpreter, inductor), one after the other.
 3. Adaptive eager vs plain neuron eager, steady state after its background compiles finished.
 
 ``--json`` prints one object with ``warm_disk_over_cold``, ``warm_shared_over_cold``,
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def tiny_bert():
@@ -90,15 +92,26 @@ def _first_step(env_extra: dict[str, str], scale: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _restore(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def measure(scale: float, repeats: int) -> dict:
+    from backend.neff.inductor import COMPILERS, ENV_VAR as COMPILER_ENV, compiler_name
+
     with tempfile.TemporaryDirectory(prefix="neff-bench-") as tmp:
         local_a, local_b, shared = (str(Path(tmp) / n) for n in ("machine_a", "machine_b", "shared"))
         print("first step: cold cache ...", file=sys.stderr)
-        cold = _first_step({"NEURON_CACHE_DIR": local_a, "NEURON_SHARED_CACHE_DIR": shared}, scale)
+        # each machine has its own Inductor cache too (NEURON_COMPILER=inductor compiles on load)
+        ind_a, ind_b = local_a + "-inductor", local_b + "-inductor"
+        cold = _first_step({"NEURON_CACHE_DIR": local_a, "NEURON_SHARED_CACHE_DIR": shared, INDUCTOR_CACHE: ind_a}, scale)
         print("first step: warm disk ...", file=sys.stderr)
-        warm_disk = _first_step({"NEURON_CACHE_DIR": local_a, "NEURON_SHARED_CACHE_DIR": ""}, scale)
+        warm_disk = _first_step({"NEURON_CACHE_DIR": local_a, "NEURON_SHARED_CACHE_DIR": "", INDUCTOR_CACHE: ind_a}, scale)
         print("first step: warm shared ...", file=sys.stderr)
-        warm_shared = _first_step({"NEURON_CACHE_DIR": local_b, "NEURON_SHARED_CACHE_DIR": shared}, scale)
+        warm_shared = _first_step({"NEURON_CACHE_DIR": local_b, "NEURON_SHARED_CACHE_DIR": shared, INDUCTOR_CACHE: ind_b}, scale)
 
         os.environ["NEURON_CACHE_DIR"] = str(Path(tmp) / "steady")
         os.environ["NEURON_COMPILE_COST_SCALE"] = "1"
@@ -115,6 +128,14 @@ def measure(scale: float, repeats: int) -> dict:
         batch = {k: v.to("neuron") for k, v in batch.items()}
         neuron_eager = median_step(model, batch, repeats)
         compiled = median_step(torch.compile(model, backend="neuron"), batch, repeats)
+        by_compiler = {}  # the same step with each compiler (NEURON_COMPILER), side by side
+        previous_compiler = os.environ.get(COMPILER_ENV)
+        for name in COMPILERS:
+            os.environ[COMPILER_ENV] = name
+            torch._dynamo.reset()
+            by_compiler[name] = median_step(torch.compile(model, backend="neuron"), batch, repeats)
+        _restore(COMPILER_ENV, previous_compiler)
+        torch._dynamo.reset()
         with adaptive.adaptive_eager() as mode:
             for _ in range(3):
                 step(model, batch)
@@ -133,10 +154,14 @@ def measure(scale: float, repeats: int) -> dict:
         "compiled_step_over_cpu_eager": compiled / cpu_eager,
         "adaptive_over_eager": adaptive_eager / neuron_eager,
         "compiled_step_over_cpu_eager_exact_precision": compiled_exact / cpu_eager,
+        "compiled_step_over_cpu_eager_by_compiler": {k: v / cpu_eager for k, v in by_compiler.items()},
+        "compiler": compiler_name(),
         "first_step_seconds": {"cold": cold["seconds"], "warm_disk": warm_disk["seconds"], "warm_shared": warm_shared["seconds"]},
         "first_step_counters": {"cold": cold["counters"], "warm_disk": warm_disk["counters"], "warm_shared": warm_shared["counters"]},
         "step_seconds": {"cpu_eager": cpu_eager, "neuron_eager": neuron_eager, "neuron_compiled": compiled, "neuron_adaptive": adaptive_eager,
-                         "neuron_compiled_exact_precision": compiled_exact},
+                         "neuron_compiled_exact_precision": compiled_exact,
+                         **{f"neuron_compiled_{k}": v for k, v in by_compiler.items()}},
+        "load_average": os.getloadavg(),
         "adaptive_stats": stats,
         "cost_scale": scale,
         "repeats": repeats,
@@ -169,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
           f"compiled {s['neuron_compiled'] * 1e3:.1f} ms, adaptive {s['neuron_adaptive'] * 1e3:.1f} ms")
     print(f"  compiled_step_over_cpu_eager {r['compiled_step_over_cpu_eager']:.3f}   (target <= 1.3)")
     print(f"  compiled_step_over_cpu_eager_exact_precision {r['compiled_step_over_cpu_eager_exact_precision']:.3f}")
+    for name, ratio in r["compiled_step_over_cpu_eager_by_compiler"].items():
+        print(f"  compiled_step_over_cpu_eager with NEURON_COMPILER={name} {ratio:.3f}")
     print(f"  adaptive_over_eager          {r['adaptive_over_eager']:.3f}")
     return 0
 

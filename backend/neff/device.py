@@ -7,7 +7,7 @@ new neuron tensors (``backend.storage.from_cpu``: no copy, memory accounted by t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -26,3 +26,11 @@ def to_host(t: Any) -> Any:
 def to_device(t: Any) -> Any:
     """A neuron tensor adopting a host result (no copy)."""
     return storage.from_cpu(t) if isinstance(t, torch.Tensor) else t
+
+
+def adopter() -> Callable[[torch.Tensor], torch.Tensor]:
+    """`from_cpu` of the native path when it is installed (one C++ call per result), else Python's."""
+    from backend import native
+
+    mod = native.module()
+    return mod.from_cpu if mod is not None and mod.is_installed() else storage.from_cpu

@@ -67,13 +67,19 @@ class Executable:
     With backend.native loaded it runs as a native program (the same aten calls in the same
     order, no Python per node); otherwise as the FX module's generated Python."""
 
-    def __init__(self, artifact: Artifact, module: torch.fx.GraphModule, program: Any = None) -> None:
+    def __init__(
+        self, artifact: Artifact, module: torch.fx.GraphModule, program: Any = None, compiled: Any = None
+    ) -> None:
         self.artifact = artifact
         self.module = module
         self.program = program
+        self.compiled = compiled  # Inductor's callable (NEURON_COMPILER=inductor), else None
         self.key = artifact.key
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        if self.compiled is not None:
+            out = self.compiled(*args)
+            return list(out) if isinstance(out, (list, tuple)) else [out]
         if self.program is not None:
             return self.program.run_host(args)
         out = self.module(*args)
@@ -82,6 +88,12 @@ class Executable:
     def run_device(self, args: Any, on_device: list[bool]) -> list[Any] | None:
         """Device tensors in, outputs flagged `on_device` as device tensors: one native call.
         None without the native program (the caller converts and calls instead)."""
+        if self.compiled is not None:
+            from backend.neff.device import adopter, to_host
+
+            outs = self(*[to_host(a) for a in args])
+            adopt = adopter()
+            return [adopt(o) if dev and isinstance(o, torch.Tensor) else o for o, dev in zip(outs, on_device)]
         if self.program is None:
             return None
         return self.program.run_device(args, on_device)
@@ -197,4 +209,10 @@ def load_executable(artifact: Artifact) -> Executable:
                 raise CorruptArtifactError(f"unknown node kind {kind!r}")
     except (KeyError, TypeError) as exc:
         raise CorruptArtifactError(f"malformed graph: {exc}") from None
-    return Executable(artifact, torch.fx.GraphModule(root, graph), _native_program(artifact, mode))
+    module = torch.fx.GraphModule(root, graph)
+    if artifact.flags.get("compiler") == "inductor":
+        from backend.neff import inductor
+
+        compiled = getattr(artifact, "compiled", None) or inductor.compile_module(module, artifact.inputs)
+        return Executable(artifact, module, None, compiled)
+    return Executable(artifact, module, _native_program(artifact, mode))

@@ -1,0 +1,73 @@
+"""A NEFF partition compiled by Inductor on the CPU (``NEURON_COMPILER=inductor``).
+
+The interpreter executable runs a partition's aten calls one by one and rounds every fp32
+matmul input to bf16 per call; it cannot beat eager, since it does the same work. Inductor
+compiles the same graph (rebuilt from the artifact's JSON, with the device's precision rule as
+ordinary ``.bfloat16().float()`` calls on the same arguments) into fused C++ kernels, so the
+rounding is fused into the kernels that produce the rounded values.
+``emulate_precision_casts`` keeps those bf16 round trips: without it Inductor's CPU code
+elides a ``float -> bf16 -> float`` pair inside a fused kernel, which would drop the rule.
+
+The artifact stays the JSON graph: Inductor's output (generated C++ and shared objects, in its
+own cache, ``TORCHINDUCTOR_CACHE_DIR``, default ``/tmp/torchinductor_<user>``) is never part of a
+NEFF, so a shared cache still only carries aten graphs. Loading an artifact compiles it again,
+which Inductor's FX graph cache answers without gcc on a machine that compiled it before.
+Results are not bit-identical to eager (fused pointwise code, reduction order): within the
+tolerances of docs/compile.md.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import torch
+
+from backend.neff.format import TensorSpec, parse_dtype
+
+ENV_VAR = "NEURON_COMPILER"
+COMPILERS = ("interpreter", "inductor")
+DEFAULT = "interpreter"
+#: Inductor options every partition is compiled with (what makes its code honour the device rule)
+OPTIONS = {"emulate_precision_casts": True}
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def compiler_name() -> str:
+    """The compiler `NEURON_COMPILER` selects (``inductor`` by default)."""
+    name = os.environ.get(ENV_VAR, "").strip().lower() or DEFAULT
+    if name not in COMPILERS:
+        raise ValueError(f"{ENV_VAR}={name!r}: use one of {COMPILERS}")
+    return name
+
+
+def _example(spec: TensorSpec) -> torch.Tensor:
+    dtype = parse_dtype(spec.dtype)
+    extent = 1 + sum((n - 1) * s for n, s in zip(spec.shape, spec.stride) if n > 0)
+    if any(n == 0 for n in spec.shape):
+        extent = 0
+    return torch.zeros(extent, dtype=dtype).as_strided(spec.shape, spec.stride)
+
+
+def _compile(module: torch.fx.GraphModule, example: list[torch.Tensor]) -> Callable[..., Any]:
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(module, example, config_patches=dict(OPTIONS))
+
+
+def compile_module(module: torch.fx.GraphModule, inputs: list[TensorSpec]) -> Callable[..., Any]:
+    """Inductor's callable for the rebuilt partition module (host tensors in, host tensors out).
+
+    It compiles on a thread of its own: the caller may be inside Dynamo/AOTAutograd's tracing
+    (fake tensor mode, tracing context), which are thread-local and must not leak into a
+    separate compile of concrete CPU inputs."""
+    global _pool
+    example = [_example(s) for s in inputs]
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuron-inductor")
+    return _pool.submit(_compile, module, example).result()
