@@ -33,7 +33,7 @@ DEFAULT = "interpreter"
 #: Inductor options every partition is compiled with (what makes its code honour the device rule)
 OPTIONS = {"emulate_precision_casts": True}
 
-_pool: ThreadPoolExecutor | None = None
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
 _pool_lock = threading.Lock()
 
 
@@ -68,6 +68,7 @@ def compile_module(module: torch.fx.GraphModule, inputs: list[TensorSpec]) -> Ca
     global _pool
     example = [_example(s) for s in inputs]
     with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuron-inductor")
-    return _pool.submit(_compile, module, example).result()
+        if _pool is None or _pool[0] != os.getpid():  # a pool's thread does not survive fork()
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuron-inductor"))
+        pool = _pool[1]
+    return pool.submit(_compile, module, example).result()
