@@ -119,7 +119,9 @@ def _summary_quotient(config: dict[str, Any]) -> int | None:
     return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else None
 
 
-def _config_class(model_type: str):
+def config_class(model_type: str):
+    """The installed transformers' config class of a model type (None when it does not know the
+    type). The one lookup: harness.shrink.config_class raises on None."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     return CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None
@@ -139,7 +141,7 @@ def dropped_fields(config: dict[str, Any], model_type: str | None = None) -> lis
 
 def _split(config: dict[str, Any], model_type: str | None) -> tuple[dict[str, Any], list[str]]:
     mt = model_type or config.get("model_type")
-    cls = _config_class(str(mt)) if mt else None
+    cls = config_class(str(mt)) if mt else None
     top = config_fields(cls) if cls is not None else frozenset()
     if not top:
         return dict(config), []

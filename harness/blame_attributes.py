@@ -8,7 +8,7 @@ import contextlib
 import re
 import signal
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from harness import blame as rules_mod
 from harness.quiet import quiet_transformers
@@ -61,6 +61,40 @@ def probe_output_attribute(text: str) -> dict[str, Any]:
         return {**out, "status": "inconclusive", "why": "not a transformers output dataclass"}
     fields = sorted(f.name for f in dataclasses.fields(cls))
     return {**out, "fields": fields, "status": "field" if attribute in fields else "not_a_field"}
+
+
+def probe_config_unset(text: str, default: Callable[[], Any]) -> dict[str, Any]:
+    """A failure saying the config does not set a field the modeling code needs ("Could not find a
+    `sliding_window` argument in the config, or it is not set": `unset_config_patterns`) where the
+    unshrunk config (`default()`) holds that field and leaves it None at every level that has it:
+    the harness kept the default's value, and the default cannot run that code whatever the inputs
+    (Step-3.7 builds a sliding-window mask whatever its layer types; its default window is None).
+    {} when the message is not of that form."""
+    attribute = next((m.group(1) for p in rules_mod.rules().get("unset_config_patterns") or ()
+                      for m in [re.search(p, text or "")] if m), "")
+    if not attribute:
+        return {}
+    out: dict[str, Any] = {"attribute": attribute}
+    try:
+        with quiet_transformers(), deadline():
+            config = default()
+    except Exception as exc:  # noqa: BLE001 - inconclusive
+        return {**out, "status": "inconclusive", "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    found: dict[str, Any] = {}
+
+    def walk(path: str, d: dict) -> None:
+        for k, v in d.items():
+            if k == attribute:
+                found[f"{path}{k}"] = v
+            elif isinstance(v, dict):
+                walk(f"{path}{k}.", v)
+
+    walk("", config.to_dict())
+    out["config_class"] = type(config).__name__
+    if found and all(v is None for v in found.values()):
+        return {**out, "status": "unset_in_default", "unset_at": ", ".join(sorted(found))}
+    return {**out, "status": "set_in_default" if found else "not_a_field",
+            "values": {k: str(v)[:40] for k, v in found.items()}}
 
 
 class ProbeTimeout(TimeoutError):

@@ -37,7 +37,8 @@ from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import FAILING, MODEL_STAGES, Blame, Status
 from contracts.timing import phase
 from harness import blame as rules_mod
-from harness.blame_attributes import ProbeTimeout, deadline as _deadline, probe_config_attribute, probe_output_attribute  # noqa: F401
+from harness.blame_attributes import (ProbeTimeout, deadline as _deadline, probe_config_attribute,  # noqa: F401
+                                      probe_config_unset, probe_output_attribute)
 from harness.blame_layers import interior_width_mismatch, watch_layers
 from harness.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class
@@ -178,6 +179,23 @@ def _no_grad_leak() -> Iterator[None]:
 
 # ------------------------------------------------------------------- judging a reference failure
 
+#: Probes of a failure's message that decide `upstream` by themselves: (probe(text, spec),
+#: evidence key, the probe status that decides, rule, why). A field or attribute the modeling code
+#: reads that transformers' own classes never define, or leave unset, is transformers' defect
+#: whatever the harness chose.
+_ATTRIBUTE_PROBES = (
+    (lambda text, spec: probe_config_attribute(text), "config_attribute", "missing_in_default",
+     "upstream.config_attribute", "the modeling code reads {config_class}.{attribute}, which the config "
+     "class does not define even with its own defaults"),
+    (lambda text, spec: probe_output_attribute(text), "output_attribute", "not_a_field",
+     "upstream.output_attribute", "the modeling code reads {output_class}.{attribute}, which that output "
+     "class does not define, whatever the inputs"),
+    (lambda text, spec: probe_config_unset(text, lambda: _raw_config(spec)), "config_unset", "unset_in_default",
+     "upstream.config_unset", "the modeling code needs `{attribute}`, which the unshrunk config leaves unset "
+     "({unset_at}) and the harness kept so: the default cannot run it, whatever the inputs"),
+)
+
+
 @phase("blame")  # upstream/environment probes (contracts.timing)
 def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed: int = 0) -> tuple[str, dict[str, Any]]:
     """environment / upstream / harness for a stage that failed on the reference backend."""
@@ -205,20 +223,13 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
         evidence["why"] = (f"the unshrunk config does not build its class, so {stage} cannot be probed; the "
                            "harness' shrunk model did build")
         return Blame.HARNESS.value, {"rule": "default", **evidence}
-    attr = probe_config_attribute(f"{row.reason} {row.message}")
-    if attr:
-        evidence["config_attribute"] = attr
-        if attr.get("status") == "missing_in_default":
-            evidence["why"] = (f"the modeling code reads {attr['config_class']}.{attr['attribute']}, which the "
-                               "config class does not define even with its own defaults")
-            return Blame.UPSTREAM.value, {"rule": "upstream.config_attribute", **evidence}
-    out_attr = probe_output_attribute(f"{row.reason} {row.message}")
-    if out_attr:
-        evidence["output_attribute"] = out_attr
-        if out_attr.get("status") == "not_a_field":
-            evidence["why"] = (f"the modeling code reads {out_attr['output_class']}.{out_attr['attribute']}, which "
-                               "that output class does not define, whatever the inputs")
-            return Blame.UPSTREAM.value, {"rule": "upstream.output_attribute", **evidence}
+    text = f"{row.reason} {row.message}"
+    for probe, key, decisive, rule, why in _ATTRIBUTE_PROBES:
+        found = probe(text, spec)
+        if found:
+            evidence[key] = found
+            if found.get("status") == decisive:
+                return Blame.UPSTREAM.value, {"rule": rule, **evidence, "why": why.format(**found)}
     fake = probe_fake(spec, arch, stage, seed)
     evidence["fake_run"] = fake
     if fake.get("status") != "pass" and same_way(row, fake) and fake.get("layer_width"):

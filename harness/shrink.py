@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from agents import partial_config
 from harness.budget import fit_budget
 from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.layers import is_int, rescale_parts, select_layers
@@ -432,11 +433,11 @@ def _replace_subconfigs(d: dict, r: dict) -> None:
 
 
 def config_class(model_type: str):
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    if model_type not in CONFIG_MAPPING:
+    """agents.partial_config.config_class, raising for a type the installed transformers lacks."""
+    cls = partial_config.config_class(model_type)
+    if cls is None:
         raise KeyError(f"model_type {model_type!r} is unknown to the installed transformers")
-    return CONFIG_MAPPING[model_type]
+    return cls
 
 
 def _first_line(exc: BaseException) -> str:

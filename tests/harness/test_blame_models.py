@@ -251,3 +251,27 @@ def test_layers_of_the_unshrunk_default_that_disagree_in_width_are_upstream():
     fwd = check_with_blame(speech, "cpu", STAGES).stages["forward"]
     assert fwd.status is Status.ERROR and fwd.blame == "harness"
     assert fwd.blame_evidence["fake_run"]["status"] == "not_run"
+
+
+def test_a_field_the_default_leaves_unset_and_the_model_needs_is_upstream():
+    """Step-3.7 builds a sliding-window mask whatever its layer types, and its default
+    `text_config.sliding_window` is None (the harness keeps it): transformers raises "Could not find
+    a `sliding_window` argument in the config" for any input. Upstream, with where it is unset."""
+    spec = ModelSpec("catalog/step3p7/Step3p7Model", "step3p7", "Step3p7Model")
+    fwd = check_with_blame(spec, "cpu", STAGES).stages["forward"]
+    assert fwd.status is Status.ERROR and fwd.blame == "upstream"
+    assert fwd.blame_evidence["rule"] == "upstream.config_unset"
+    assert fwd.blame_evidence["config_unset"]["unset_at"] == "text_config.sliding_window"
+
+
+def test_a_field_the_default_sets_or_lacks_is_no_unset_verdict():
+    """The same message for a config whose default sets the field (the harness' config lost it) or
+    never has it (not the config's field) is no evidence against transformers."""
+    from transformers import BertConfig, MistralConfig
+
+    from harness.blame_attributes import probe_config_unset
+
+    text = "ValueError: Could not find a `sliding_window` argument in the config, or it is not set"
+    assert probe_config_unset(text, MistralConfig)["status"] == "set_in_default"
+    assert probe_config_unset(text, BertConfig)["status"] == "not_a_field"
+    assert probe_config_unset("ValueError: something else", MistralConfig) == {}
