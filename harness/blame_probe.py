@@ -232,6 +232,10 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
                 return Blame.UPSTREAM.value, {"rule": rule, **evidence, "why": why.format(**found)}
     fake = probe_fake(spec, arch, stage, seed)
     evidence["fake_run"] = fake
+    if fake.get("status") == "error" and fake.get("step") == "inputs":
+        # make_inputs notes a processor that fails and goes on: what escapes it is the harness' code
+        evidence["why"] = "the harness' input maker raised for the unshrunk config too: its own failure"
+        return Blame.HARNESS.value, {"rule": "default", **evidence}
     if fake.get("status") != "pass" and same_way(row, fake) and fake.get("layer_width"):
         lw = fake["layer_width"]
         evidence["why"] = (f"the unshrunk model fails {stage} the same way under FakeTensorMode, inside the "

@@ -75,6 +75,23 @@ def _index_dicts(d: dict, n: int) -> dict[str, dict]:
     return out
 
 
+def _source_lists(per_layer: dict, n: int, r: dict) -> dict[str, list[int]]:
+    """Per-layer lists whose entry is the index of the layer a layer reads from, an earlier one
+    producing its own (Kolibri's `kv_source_layers`: layer 9 reads layer 4's K/V): a layer's kind
+    is whether it reads its own, is read by others or reads another; the entries are remapped."""
+    out = {}
+    for k, v in per_layer.items():
+        if (any(k.endswith(s) for s in r["index_list_suffixes"]) and all(is_int(x) for x in v)
+                and max(v) > 1 and any(x < i for i, x in enumerate(v))  # not 0/1 flags, a reader
+                and all(0 <= x <= i and v[x] == x for i, x in enumerate(v))):
+            out[k] = v
+    return out
+
+
+def _source_kind(v: list[int], i: int) -> str:
+    return "reads" if v[i] != i else "read" if i in v[i + 1:] else "own"
+
+
 def smallest_period(seq: list) -> int:
     """The shortest q with seq[i] == seq[i + q] for every i (len(seq) when none is shorter)."""
     for q in range(1, len(seq) + 1):
@@ -101,6 +118,7 @@ def rescale_parts(parts: list[int], total: int) -> list[int]:
 
 def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
     per_layer = _per_layer_fields(d, n, r)
+    sources = _source_lists(per_layer, n, r)
     index_lists = _index_lists(d, n, r, per_layer)
     prefixes = {f: d[f] for f in r["prefix_fields"] if is_int(d.get(f)) and 0 < d[f] < n}
     periods = [d[f] for f in r["period_fields"] if is_int(d.get(f)) and d[f] > 1]
@@ -111,7 +129,8 @@ def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
 
     def sig(i: int) -> tuple:
         return (
-            tuple(per_layer[k][i] if not isinstance(per_layer[k][i], (list, dict)) else str(per_layer[k][i])
+            tuple(_source_kind(per_layer[k], i) if k in sources
+                  else per_layer[k][i] if not isinstance(per_layer[k][i], (list, dict)) else str(per_layer[k][i])
                   for k in per_layer)
             + tuple(i in members[k] for k in members)
             + tuple(dict_sigs[k].get(i) for k in dict_sigs)
@@ -144,11 +163,11 @@ def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
     while len(keep) < min(min_layers, n) and i < n:
         keep.append(i)
         i += 1
-    keep = sorted(set(keep))
+    keep = sorted(set(keep) | {v[i] for v in sources.values() for i in keep})  # a reader's source stays
 
     updates: dict[str, Any] = {}
     for k, v in per_layer.items():
-        picked = [v[i] for i in keep]
+        picked = [keep.index(v[i]) if k in sources else v[i] for i in keep]
         updates[k] = "".join(picked) if isinstance(v, str) else picked
     for k, v in index_lists.items():
         updates[k] = [keep.index(x) for x in v if x in keep]

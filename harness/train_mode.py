@@ -86,7 +86,10 @@ def _fill_placeholder_ids(config, taken: set[int]) -> list[str]:
     below the text vocab, so the prompt can carry the placeholders the model looks for. Only when
     the model has that modality (its sub-config is there) and no sibling field names the token."""
     fields = _rules()["fill_placeholder_token_ids"]
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    try:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    except ValueError:  # two text configs (MusicGen's text encoder and decoder): no single vocab
+        return []
     vocab = getattr(text, "vocab_size", None)
     if not isinstance(vocab, int) or vocab <= 1:
         return []

@@ -275,3 +275,20 @@ def test_a_field_the_default_sets_or_lacks_is_no_unset_verdict():
     assert probe_config_unset(text, MistralConfig)["status"] == "set_in_default"
     assert probe_config_unset(text, BertConfig)["status"] == "not_a_field"
     assert probe_config_unset("ValueError: something else", MistralConfig) == {}
+
+
+def test_the_input_maker_raising_in_the_probe_too_is_the_harness(monkeypatch):
+    """make_inputs notes a processor that fails and goes on, so an exception escaping it is the
+    harness' own code; the fake run calls the same code and fails the same way, which is no
+    evidence against transformers (MusicGen's ambiguous `get_text_config()` was blamed upstream)."""
+    import harness.check
+    import harness.inputs
+
+    def raising(*args, **kwargs):
+        raise ValueError("the input maker broke")
+
+    monkeypatch.setattr(harness.inputs, "make_inputs", raising)
+    monkeypatch.setattr(harness.check, "make_inputs", raising)
+    load = check_with_blame(BERT, "cpu", STAGES).stages["load"]
+    assert load.status is Status.ERROR and load.blame == "harness"
+    assert load.blame_evidence["fake_run"]["step"] == "inputs"

@@ -39,3 +39,22 @@ def test_negative_taps_into_a_shrunk_vision_tower_stay_inside_it():
     taps = config.vision_feature_layers
     assert len(taps) == 5
     assert all(-n <= t < n for t in taps)
+
+
+def test_a_per_layer_list_of_source_layers_keeps_each_readers_source():
+    """Kolibri-1.1's `kv_source_layers` names, per layer, the earlier layer whose K/V it reads (its
+    own index when it computes them): read as plain values every layer differed (no level built);
+    a layer's kind is own / read by others / reads another, a kept reader keeps its source, and
+    the entries are remapped into the kept layers (its config validates exactly that)."""
+    config = forward("kolibri1_1", "Kolibri1_1ForCausalLM")
+    src = config.kv_source_layers
+    assert config.num_hidden_layers < 50 and len(src) == config.num_hidden_layers
+    assert any(s != i for i, s in enumerate(src))  # a reader is kept
+    assert all(src[s] == s and config.layer_types[s] == config.layer_types[i] for i, s in enumerate(src))
+
+
+def test_a_config_with_two_text_configs_resolves():
+    """MusicGen has a text encoder and a decoder, so `get_text_config()` is ambiguous and raised
+    while the config was prepared: the type did not shrink at all."""
+    config = resolve_config(ModelSpec("catalog/musicgen", "musicgen", "MusicgenForCausalLM"))
+    assert config._shrink_level == "full"
