@@ -1,4 +1,4 @@
-"""Layer selection and layer indices after shrinking, on real architectures.
+"""Layer selection, layer indices and per-layer state after shrinking, on real architectures.
 
 Each test is one class of layer bookkeeping the shrinker got wrong: the config built, but kept
 every layer or pointed past the shrunk stack; the shrunk config is checked and a forward on cpu
@@ -58,3 +58,11 @@ def test_a_config_with_two_text_configs_resolves():
     while the config was prepared: the type did not shrink at all."""
     config = resolve_config(ModelSpec("catalog/musicgen", "musicgen", "MusicgenForCausalLM"))
     assert config._shrink_level == "full"
+
+
+def test_a_forward_that_reads_use_cache_from_the_config_builds_no_cache():
+    """GraniteMoeHybrid's forward takes no `use_cache` argument, so the config's decided: its
+    default stack is all Mamba, and the cache it built could not give the attention mask's sizes.
+    Shrunk configs run without a cache, as the inputs ask where the forward names it."""
+    config = forward("granitemoehybrid", "GraniteMoeHybridForCausalLM")
+    assert config.use_cache is False and set(config.layer_types) == {"linear_attention"}
