@@ -24,7 +24,7 @@ import torch
 from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get, required_inputs
 from harness.inputs.docshapes import docstring_input
 from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments, refused_labels
-from harness.inputs.media import add_audio, add_images, add_videos, image_shape
+from harness.inputs.media import add_audio, add_images, add_videos, image_shape, takes_clips
 from harness.inputs.placeholders import add_placeholders
 from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
 from harness.inputs.expr import defined
@@ -64,6 +64,7 @@ def _text(out: ModelInputs, m: Maker, config, sig: set[str], architecture: str) 
         # a seq2seq tokenizer ends every sample with eos (BART-style classification pools it)
         last = mask.sum(-1, keepdim=True) - 1
         ids = ids.scatter(-1, last, eos)
+    ids = _prompt_tokens(ids, config, m)
     kw["input_ids"] = m.pad_ids(ids, mask) if "attention_mask" in sig else ids
     out.sources["input_ids"] = "synthetic"
     if "attention_mask" in sig:
@@ -72,6 +73,18 @@ def _text(out: ModelInputs, m: Maker, config, sig: set[str], architecture: str) 
     if "token_type_ids" in sig:
         kw["token_type_ids"] = torch.zeros(*shape, dtype=torch.long)
         out.sources["token_type_ids"] = "synthetic"
+
+
+def _prompt_tokens(ids: torch.Tensor, config, m: Maker) -> torch.Tensor:
+    """Marker tokens a prompt holds once per sample (the config names the id; the synthetic ids
+    avoid it): Splinter's span selection reads at its `[QUESTION]` token and refuses a sample
+    without one. Put at position 1, inside every sample's unpadded part."""
+    for name in recipes()["prompt_tokens"]:
+        token = get(m.text, name, default=get(config, name))
+        if isinstance(token, int) and not isinstance(token, bool) and 0 <= token < m.vocab and ids.shape[-1] > 2:
+            ids = ids.clone()
+            ids[..., 1] = token
+    return ids
 
 
 def _alias_sources(sig: set[str], scope: ConfigScope) -> set[str]:
@@ -176,7 +189,7 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     scope = ConfigScope(config, batch=BATCH, seq=seq, vocab=m.vocab, arch=architecture)
     out = ModelInputs(kwargs={})
     _text(out, m, config, sig, architecture)
-    add_images(out, m, config, scope, sig | _alias_sources(sig, scope), model_type)
+    add_images(out, m, config, scope, sig | _alias_sources(sig, scope), model_type, clips=takes_clips(model))
     add_videos(out, m, config, scope, sig, model_type)
     add_audio(out, m, config, scope, sig, model_type)
     _aliases(out, sig, scope)

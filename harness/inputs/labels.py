@@ -99,7 +99,9 @@ def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str
     b, num_labels = BATCH, _num_classes(config)
     kind = label_kind(arch)
     per_image = int(recipes()["objects_per_image"])
-    if kind == "qa" and "start_positions" in sig:
+    if "start_positions" in sig and (kind == "qa" or "end_positions" in sig and "labels" not in sig):
+        # span positions, also for a head trained on spans that is no QA head (Splinter's
+        # question-aware pretraining)
         kw["start_positions"] = m.labels_of(m.seq, b)
         kw["end_positions"] = m.labels_of(m.seq, b)
         return ["start_positions", "end_positions"]

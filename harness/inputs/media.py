@@ -5,12 +5,14 @@ Each builder fills `ModelInputs.kwargs` and records the source of every tensor i
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 
 import torch
 
 from harness.inputs.base import BATCH, ConfigScope, Maker, ModelInputs, get, subconfig, wrapped_configs
-from harness.inputs.expr import defined
+from harness.inputs.expr import defined, evaluate
 from harness.inputs.processors import image_input_name, processor_inputs, video_only
 from harness.inputs.recipes import recipes
 
@@ -41,6 +43,9 @@ def image_shape(config) -> tuple[int, int, int]:
     feature level of a stride-64 pyramid keeps some pixels."""
     vision = vision_level(config) or config
     size = get(vision, "image_size", "img_size", default=get(config, "image_size", default=32))
+    formula = (recipes().get("image_size_by_type") or {}).get(str(getattr(config, "model_type", "")))
+    if formula:  # the image the processor makes is part of what the config sizes (SegGPT's pair)
+        size = evaluate(formula, ConfigScope(config))
     if isinstance(size, (list, tuple)):
         h, w = int(size[0]), int(size[-1])
     elif isinstance(size, dict):
@@ -114,7 +119,36 @@ def _grid_patches(m: Maker, config, frames: int, model_type: str = "") -> tuple[
     return m.randn(BATCH * t * gh * gw, c * tp * p * p), grid
 
 
-def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
+_CLIP_UNPACK = re.compile(r"^\s*\w+, *(\w+), *\w+, *\w+, *\w+ = pixel_values\.shape", re.M)
+
+
+def takes_clips(model) -> bool:
+    """The forward unpacks a frame axis from its pixels (`batch_size, num_frames, num_channels,
+    height, width = pixel_values.shape`: X-CLIP, TimeSformer). Read from the model's own forward,
+    not from a frame count in its config (Perceiver's top-level `num_frames` is its multimodal
+    autoencoder's: its image classifiers take images)."""
+    for owner in (model, getattr(model, "model", None)):
+        try:
+            source = inspect.getsource(type(owner).forward) if owner is not None else ""
+        except (OSError, TypeError):
+            continue
+        if any("frame" in axis for axis in _CLIP_UNPACK.findall(source)):
+            return True
+    return False
+
+
+def _per_clip(tensors: dict[str, torch.Tensor], frames: int) -> dict[str, torch.Tensor]:
+    """An image processor given clips returns their frames as one flat stack (CLIP's, which
+    X-CLIP maps to): regrouped per clip, (batch, frames, C, H, W)."""
+    pv = tensors.get("pixel_values")
+    if pv is None or pv.dim() != 4 or pv.shape[0] != BATCH * frames:
+        return tensors
+    return {**tensors, "pixel_values": pv.reshape(BATCH, frames, *pv.shape[1:])}
+
+
+def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str,
+               clips: bool = False) -> None:
+    """`clips`: the model's forward takes (batch, frames, ...) pixels (`takes_clips`)."""
     if "pixel_values" not in sig:
         # a forward that takes its processor's own layout instead (Pix2Struct's flattened patches)
         name = image_input_name(model_type, recipes()["processors"].get("classes", {}).get("image", {}))
@@ -130,6 +164,8 @@ def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
         frames = frame_count(config) or rules["video"]["default_frames"]
     kind = "video" if frames else "image"
     proc = processor_inputs(kind, model_type, scope, m, rules["processors"], c, h, w, frames)
+    if proc is not None and proc.tensors and frames and clips:
+        proc.tensors = _per_clip(proc.tensors, frames)
     if proc is not None and proc.tensors:
         pv = proc.tensors.get("pixel_values")
         # a processor that also says each image's grid/size packs or tiles the pixels itself
@@ -208,9 +244,23 @@ def add_videos(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
     out.sources[name] = "synthetic"
 
 
-def _audio_samples(config) -> int:
-    strides = get(config, "conv_stride", default=None)
-    kernels = get(config, "conv_kernel", default=None)
+def _audio_get(scope: ConfigScope, *names, default=None):
+    """A field of the audio level first (a composite's `audio_config.num_mel_bins`), then the
+    config, its other sub-configs and the configs nested below them (a codec's
+    `semantic_model_config`); never the text or vision sub-config's."""
+    audio = scope.named.get("audio")
+    others = [scope.named.get(k) for k in ("text", "vision") if scope.named.get(k) is not scope.config]
+    levels = [audio] if audio is not None else []
+    for level in levels + [c for c in scope.levels if not any(c is o for o in others)]:
+        v = get(level, *names)
+        if v is not None:
+            return v
+    return default
+
+
+def _audio_samples(scope: ConfigScope) -> int:
+    strides = _audio_get(scope, "conv_stride")
+    kernels = _audio_get(scope, "conv_kernel")
     if isinstance(strides, (list, tuple)) and isinstance(kernels, (list, tuple)):
         return int(math.prod(strides) * 16 + sum(kernels) * math.prod(strides[:1]))
     return 4000
@@ -233,22 +283,34 @@ def add_audio(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[s
         return
     if proc is not None and proc.error:
         out.notes.append(f"{proc.name} failed: {proc.error}")
+    _synthetic_audio(out, m, scope, sig, wants)
+
+
+def _synthetic_audio(out: ModelInputs, m: Maker, scope: ConfigScope, sig: set[str], wants: list[str]) -> None:
+    """Audio when no feature extractor works here. A codec that takes a waveform and semantic
+    features of it (XCodec2, NeuCodec) gets them aligned: one feature frame per hop of its
+    acoustic encoder, the waveform (batch, 1, samples) as its extractor pads it."""
+    synthetic = recipes()["synthetic_audio"]
+    frames = int(synthetic["frames"])
+    width = _audio_get(scope, *synthetic["width_fields"])
+    hop = _audio_get(scope, *synthetic["hop_fields"]) if {"input_values", "input_features"} <= set(wants) else None
     if "input_values" in wants:
-        channels = get(config, *recipes()["synthetic_audio"]["channel_fields"])
-        shape = (BATCH, int(channels), _audio_samples(config)) if channels else (BATCH, _audio_samples(config))
+        channels = _audio_get(scope, *synthetic["channel_fields"], default=1 if hop else None)
+        samples = frames * int(hop) if hop else _audio_samples(scope)
+        shape = (BATCH, int(channels), samples) if channels else (BATCH, samples)
         out.kwargs["input_values"] = m.randn(*shape)
         out.sources["input_values"] = "synthetic"
         if "attention_mask" in sig and "input_ids" not in sig:
             out.kwargs["attention_mask"] = torch.ones_like(out.kwargs["input_values"], dtype=torch.long)
             out.sources["attention_mask"] = "synthetic"
     if "input_features" in wants:
-        mel = get(config, "num_mel_bins", "feature_size", "input_feat_per_channel", default=80)
-        src = get(config, "max_source_positions", default=None)
+        mel = _audio_get(scope, *synthetic["mel_fields"], default=80)
+        src = None if width else _audio_get(scope, "max_source_positions")
         if src:  # whisper layout: (batch, mel, 2 * source positions)
             out.kwargs["input_features"] = m.randn(BATCH, int(mel), 2 * int(src))
-        else:  # (batch, frames, features)
-            chans = int(get(config, *recipes()["synthetic_audio"]["feature_multipliers"], default=1))
-            out.kwargs["input_features"] = m.randn(BATCH, 64, int(mel) * chans)
+        else:  # (batch, frames, features): the model's input width, else mel bins x stacked frames
+            chans = int(_audio_get(scope, *synthetic["feature_multipliers"], default=1))
+            out.kwargs["input_features"] = m.randn(BATCH, frames, int(width) if width else int(mel) * chans)
         out.sources["input_features"] = "synthetic"
         frames = out.kwargs["input_features"].shape[-1 if src else 1]
         mask = next((n for n in AUDIO_MASK_NAMES if n in sig and n not in out.kwargs and n != "padding_mask"), None)

@@ -246,8 +246,12 @@ def run_feature_extractor(fe, maker: Maker, scope: ConfigScope, rules: dict, equ
     r = rules["audio"]
     named = {k: v for k, v in scope.named.items() if k != "config"}
     local = ConfigScope(scope.config, **named, fe=fe, sampling_rate=getattr(fe, "sampling_rate", 16000))
-    formula = r.get("by_class", {}).get(type(fe).__name__, {}).get("samples", r["samples"])
-    samples = int(evaluate(formula, local))
+    formulas = r.get("by_class", {}).get(type(fe).__name__, {}).get("samples", r["samples"])
+    # the first formula whose fields the model has (GLM-ASR's Whisper extractor: no source positions)
+    values = _formula_values(dict(enumerate(formulas if isinstance(formulas, list) else [formulas])), local)
+    if not values:
+        raise NameError(f"no waveform length formula applies: {formulas}")
+    samples = int(values[min(values)])
     channels = int(getattr(fe, "feature_size", 1) or 1) if type(fe).__name__ in r["multichannel_waveform"] else 1
     waves = []
     for i in range(BATCH):
