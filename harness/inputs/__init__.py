@@ -23,7 +23,7 @@ import torch
 
 from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get, required_inputs
 from harness.inputs.docshapes import docstring_input
-from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments, refused_labels
+from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments, refused_labels, returns_no_loss
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape, takes_clips
 from harness.inputs.placeholders import add_placeholders
 from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
@@ -114,8 +114,9 @@ def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: 
             continue
         tensor, key, is_label = made
         if name == "input_ids" and "attention_mask" in out.kwargs:  # keep the padding consistent
-            out.kwargs["attention_mask"] = m.mask(*tensor.shape)
-            tensor = m.pad_ids(tensor, out.kwargs["attention_mask"])
+            out.kwargs["attention_mask"] = m.mask(*tensor.shape[:2])  # (batch, seq[, codebooks])
+            if tensor.dim() == 2 and m.pad is not None and m.pad <= int(tensor.max()):  # else another vocab's pad (Dia's
+                tensor = m.pad_ids(tensor, out.kwargs["attention_mask"])  # decoder's, not its encoder's)
         out.kwargs[name] = tensor
         out.sources[name] = f"recipe:{key}"
         if is_label:
@@ -159,7 +160,7 @@ def _documented(out: ModelInputs, model, m: Maker, scope: ConfigScope, required:
 
 def _decoder(out: ModelInputs, m: Maker, config, sig: set[str], architecture: str) -> None:
     kw = out.kwargs
-    if "decoder_input_ids" not in sig:
+    if "decoder_input_ids" not in sig or "decoder_input_ids" in kw:  # a recipe made them (Dia's codes)
         return
     if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw and label_kind(architecture) in ("sequence", "qa", "tokens"):
         # classification heads pool decoder states at the input's eos positions, and token
@@ -206,10 +207,13 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     if refused:
         sig = sig - refused
         out.notes.append(f"no labels: the forward refuses {', '.join(sorted(refused))} (no training loss)")
+    elif "labels" in sig and returns_no_loss(model):
+        sig = sig - {"labels"}
+        out.notes.append("no labels: the forward's output has no loss")
     elif "labels" in sig and (missing := loss_missing_arguments(model)):
         sig = sig - {"labels"}
         out.notes.append(f"no labels: the head's loss function needs {missing}, which its forward never passes")
-    out.labels = add_labels(m, architecture, config, out.kwargs, sig) + recipe_labels
+    out.labels = add_labels(m, architecture, config, out.kwargs, sig - set(recipe_labels)) + recipe_labels
     for name in out.labels:
         out.sources.setdefault(name, "synthetic")
     return out

@@ -144,6 +144,8 @@ class Maker:
         self.gen = torch.Generator().manual_seed(seed)
         self.seq = seq
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        if get(text, "vocab_size") is None:  # a wrapper of a text model (FastSpeech2 + HiFi-GAN:
+            text = next((c for c in wrapped_configs(config) if get(c, "vocab_size") is not None), text)  # model_config)
         self.text = text
         self.vocab = int(get(text, "vocab_size", default=get(config, "vocab_size", default=100)) or 100)
         self.special = special

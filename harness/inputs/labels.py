@@ -60,6 +60,26 @@ def refused_labels(model) -> set[str]:
     return {name for m in _REFUSES_LABELS.finditer(source) for name in re.findall(r"(\w*labels) is not None", m.group(1))}
 
 
+def returns_no_loss(model) -> bool:
+    """The forward builds its own output and never names a loss (ShieldGemma-2's classifier returns
+    the yes/no logits and hands `labels` on to the causal LM inside, whose loss it drops): labels
+    could give no loss here, only a shape error. Read from the forward's code (its docstring
+    aside): no identifier, attribute or keyword with `loss` in it, and a `return Output(...)`."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(type(model).forward)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    names += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
+    names += [n.arg for n in ast.walk(tree) if isinstance(n, ast.keyword) and n.arg]
+    builds = any(isinstance(n, ast.Return) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+                 and n.value.func.id[:1].isupper() for n in ast.walk(tree))  # not `super().forward(...)`
+    return builds and not any("loss" in name for name in names)
+
+
 def _call_arguments(source: str, callee: str) -> str | None:
     """The argument text of the first `callee(...)` call in `source` (balanced parentheses)."""
     start = source.find(callee + "(")

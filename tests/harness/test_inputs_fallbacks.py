@@ -158,3 +158,55 @@ def test_clips_through_an_image_processor_are_regrouped_only_for_a_model_taking_
     model, cfg, inputs = built("perceiver", "PerceiverForImageClassificationLearned")
     assert inputs.kwargs["pixel_values"].dim() == 4
     trains(model, inputs)
+
+
+def test_a_head_whose_forward_builds_an_output_without_a_loss_gets_no_labels():
+    # ShieldGemma-2's classifier hands `labels` on to the causal LM inside and returns only the
+    # yes/no logits: (batch,) class labels reached the LM loss as a shape error. Its yes/no token
+    # ids are hard-coded defaults the shrinker does not yet remap into the shrunk vocab: set here
+    model, cfg, inputs = built("shieldgemma2", "ShieldGemma2ForImageClassification",
+                               yes_token_index=5, no_token_index=6)
+    assert not inputs.labels and "labels" not in inputs.kwargs
+    assert any("no loss" in note for note in inputs.notes)
+    trains(model, inputs)
+    # a head that returns its parent's forward keeps its labels (Gemma-3 classification)
+    model, cfg, inputs = built("gemma3", "Gemma3ForSequenceClassification")
+    assert inputs.labels == ["labels"]
+
+
+def test_multi_codebook_decoder_ids_and_their_labels():
+    # Dia: a text encoder with its own small vocab, a decoder over parallel audio codebooks
+    # (batch, length, channels); its loss takes one row per (sample, channel)
+    model, cfg, inputs = built("dia", "DiaForConditionalGeneration")
+    dec, enc = cfg.decoder_config, cfg.encoder_config
+    ids, codes, labels = (inputs.kwargs[k] for k in ("input_ids", "decoder_input_ids", "labels"))
+    assert int(ids.max()) < enc.vocab_size
+    assert codes.shape[-1] == dec.num_channels and int(codes.max()) < dec.vocab_size
+    assert labels.shape == (codes.shape[0] * dec.num_channels, codes.shape[1])
+    assert inputs.labels == ["labels"]
+    trains(model, inputs)
+
+
+@pytest.mark.parametrize("model_type, architecture", [
+    ("fastspeech2_conformer", "FastSpeech2ConformerModel"),
+    # a wrapper config: the token vocab is its model_config's (the ids stayed below 100 before)
+    ("fastspeech2_conformer_with_hifigan", "FastSpeech2ConformerWithHifiGan"),
+])
+def test_a_tts_model_trains_on_aligned_duration_spectrogram_pitch_energy(model_type, architecture):
+    model, cfg, inputs = built(model_type, architecture)
+    kw = inputs.kwargs
+    assert set(inputs.labels) == {"duration_labels", "spectrogram_labels", "pitch_labels", "energy_labels"}
+    assert (kw["duration_labels"].sum(-1) == kw["spectrogram_labels"].shape[1]).all()
+    vocab = getattr(cfg, "model_config", cfg).vocab_size
+    assert int(kw["input_ids"].max()) < vocab
+    assert torch.isfinite(trains(model, inputs))
+
+
+def test_token_ids_with_a_code_per_audio_codebook():
+    # Kyutai STT: each position holds its text token and one code per audio codebook
+    model, cfg, inputs = built("kyutai_speech_to_text", "KyutaiSpeechToTextForConditionalGeneration")
+    ids = inputs.kwargs["input_ids"]
+    assert ids.shape[-1] == 1 + cfg.num_codebooks and int(ids.max()) < min(cfg.vocab_size, cfg.codebook_vocab_size)
+    assert inputs.kwargs["attention_mask"].shape == ids.shape[:2]
+    assert inputs.kwargs["labels"].shape == ids.shape[:2]
+    trains(model, inputs)
