@@ -192,7 +192,7 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     _text(out, m, config, sig, architecture)
     add_images(out, m, config, scope, sig | _alias_sources(sig, scope), model_type, clips=takes_clips(model))
     add_videos(out, m, config, scope, sig, model_type)
-    add_audio(out, m, config, scope, sig, model_type)
+    add_audio(out, m, config, scope, sig | _alias_sources(sig, scope), model_type)
     _aliases(out, sig, scope)
     recipe_labels = _recipes(out, m, sig, model_type, scope, required_inputs(params))
     _documented(out, model, m, scope, required_inputs(params))

@@ -210,3 +210,44 @@ def test_token_ids_with_a_code_per_audio_codebook():
     assert inputs.kwargs["attention_mask"].shape == ids.shape[:2]
     assert inputs.kwargs["labels"].shape == ids.shape[:2]
     trains(model, inputs)
+
+
+@pytest.mark.parametrize("model_type, architecture, renamed", [
+    # an audio tower naming its extractor's spectrogram and mask its own way (Gemma-3n)
+    ("gemma3n_audio", "Gemma3nAudioEncoder", {"audio_mel": "input_features", "audio_mel_mask": "input_features_mask"}),
+    # a vision tower taking its processor's patch positions under its own name (Gemma-4)
+    ("gemma4_vision", "Gemma4VisionModel", {"pixel_position_ids": "image_position_ids"}),
+])
+def test_a_towers_own_names_for_its_processors_outputs(model_type, architecture, renamed):
+    model, cfg, inputs = built(model_type, architecture)
+    for name in renamed:
+        assert inputs.sources[name].startswith("processor:")
+    trains(model, inputs)
+
+
+def test_a_processor_asked_for_what_the_pretraining_loss_needs():
+    # FLAVA's image processor makes the codebook's pixels and the masked-patch mask on request,
+    # sized to the model's patch grid (one codebook token per patch)
+    model, cfg, inputs = built("flava", "FlavaForPreTraining")
+    kw = inputs.kwargs
+    side = cfg.image_config.image_size // cfg.image_config.patch_size
+    assert inputs.sources["codebook_pixel_values"] == inputs.sources["pixel_values"]
+    assert tuple(kw["bool_masked_pos"].shape[-2:]) == (side, side)
+    assert kw["codebook_pixel_values"].shape[-1] == 8 * side
+    trains(model, inputs)
+
+
+def test_tts_latent_labels_with_their_audio_positions():
+    # Gradium Phonon TTS: the prompt holds the audio BOS and one latent position per target frame
+    model, cfg, inputs = built("gradium_phonon_tts", "GradiumPhononTTSForConditionalGeneration")
+    ids, labels = inputs.kwargs["input_ids"], inputs.kwargs["labels"]
+    assert ((ids == cfg.audio_latent_token_id).sum(-1) == labels.shape[1]).all()
+    assert labels.shape[-1] == cfg.latent_dim
+    trains(model, inputs)
+
+
+def test_images_per_sample_and_their_text_attention():
+    model, cfg, inputs = built("idefics", "IdeficsForVisionText2Text")
+    assert inputs.kwargs["pixel_values"].dim() == 5
+    assert inputs.kwargs["image_attention_mask"].shape == (*inputs.kwargs["input_ids"].shape, 1)
+    trains(model, inputs)
