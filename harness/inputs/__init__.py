@@ -22,7 +22,7 @@ import re
 import torch
 
 from harness.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get, required_inputs
-from harness.inputs.docshapes import docstring_input
+from harness.inputs.docshapes import docstring_input, documented_unused
 from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments, refused_labels, returns_no_loss
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape, takes_clips
 from harness.inputs.placeholders import add_placeholders
@@ -197,6 +197,10 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     recipe_labels = _recipes(out, m, sig, model_type, scope, required_inputs(params))
     _documented(out, model, m, scope, required_inputs(params))
     _exclusive(out, model)
+    for name in sorted(documented_unused(model.forward) & set(out.kwargs)):
+        out.kwargs.pop(name)
+        out.sources.pop(name, None)
+        out.notes.append(f"no {name}: the forward's docstring says it is not used")
     add_placeholders(out, model, config, sig, recipes()["placeholders"])
     _decoder(out, m, config, sig, architecture)
     if "use_cache" in sig:

@@ -32,6 +32,18 @@ def documented_shapes(fn) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
+_PARAGRAPH = re.compile(r"^(?P<indent>[ \t]*)(?P<name>\w+) \((?P<body>.*?)(?=^(?P=indent)\w+ \(|\Z)", re.M | re.S)
+_UNUSED = re.compile(r"\bit is not used\b|\bis not used\b|preserved for compatibility", re.I)
+
+
+def documented_unused(fn) -> set[str]:
+    """Arguments the forward's docstring says it does not use ("preserved for compatibility, but it
+    is not used": Qwen2-Audio's and Voxtral's encoders, which still hand a given one to their
+    layers as an additive mask)."""
+    doc = inspect.getdoc(fn) or ""
+    return {m["name"] for m in _PARAGRAPH.finditer(doc) if _UNUSED.search(m["body"])}
+
+
 def _split(shape: str) -> list[str]:
     """Top-level comma split (a dimension may be `dim * len(config.target_layer_ids)`)."""
     parts, depth, cur = [], 0, ""

@@ -235,7 +235,9 @@ def build_feature_extractor(cls, scope: ConfigScope, rules: dict):
     values = _formula_values(r["init"], scope)
     values.update(_formula_values(r.get("by_class", {}).get(cls.__name__, {}).get("init", {}), scope))
     fe = cls(**_init_kwargs(cls, values))
-    for attr, v in _formula_values(r.get("by_class", {}).get(cls.__name__, {}).get("set", {}), scope).items():
+    # `set` formulas may name the built extractor (`fe.hop_length`)
+    local = ConfigScope(scope.config, **{k: v for k, v in scope.named.items() if k != "config"}, fe=fe)
+    for attr, v in _formula_values(r.get("by_class", {}).get(cls.__name__, {}).get("set", {}), local).items():
         setattr(fe, attr, v)
     return fe
 

@@ -251,3 +251,19 @@ def test_images_per_sample_and_their_text_attention():
     assert inputs.kwargs["pixel_values"].dim() == 5
     assert inputs.kwargs["image_attention_mask"].shape == (*inputs.kwargs["input_ids"].shape, 1)
     trains(model, inputs)
+
+
+def test_an_input_the_forward_documents_as_unused_is_not_given():
+    # Qwen2-Audio's encoder documents attention_mask as "preserved for compatibility, but it is
+    # not used" and still hands a given one to its layers as an additive float mask
+    model, cfg, inputs = built("qwen2_audio_encoder", "Qwen2AudioEncoder")
+    assert "attention_mask" not in inputs.kwargs and inputs.sources["input_features"].startswith("processor:")
+    trains(model, inputs)
+
+
+def test_an_extractor_sized_like_whispers_under_its_own_name():
+    # MOSS's extractor is Whisper's under another name: the same frame count rule (2 x source
+    # positions), its `set` formulas naming the built extractor (`fe.hop_length`)
+    model, cfg, inputs = built("moss_transcribe_diarize_audio", "MossTranscribeDiarizeAudioModel")
+    assert inputs.kwargs["input_features"].shape[-1] == 2 * cfg.max_source_positions
+    trains(model, inputs)
