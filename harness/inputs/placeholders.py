@@ -88,6 +88,28 @@ def _count_the_model_asks_for(model, kwargs: dict, rule: dict, token: int, exc: 
         return None
 
 
+def _count_the_forward_says(model, kwargs: dict, rule: dict, token: int) -> int | None:
+    """A model with no feature method (Qwen2-Audio merges audio inside its forward) says its count
+    in its own mismatch error when its prompt holds a wrong number of placeholders (two per
+    sample: consecutive placeholders mark a prompt its processor expanded): that count, per sample."""
+    import re
+
+    if not rule.get("count_messages") or "input_ids" not in kwargs:
+        return None
+    ids = kwargs["input_ids"]
+    trial = dict(kwargs, input_ids=torch.cat([torch.full((BATCH, 2), token), ids], dim=1))
+    if "attention_mask" in kwargs and kwargs["attention_mask"].shape == ids.shape:
+        trial["attention_mask"] = torch.cat([torch.ones(BATCH, 2, dtype=ids.dtype), kwargs["attention_mask"]], 1)
+    trial.pop("labels", None)
+    try:
+        with torch.no_grad():
+            model(**trial)
+    except Exception as exc:  # noqa: BLE001 - the error is the answer
+        found = [int(g) for pattern in rule["count_messages"] for g in re.findall(pattern, str(exc))]
+        return found[0] // BATCH if found and found[0] % BATCH == 0 and found[0] else None
+    return None
+
+
 def _rejected(model, config, ids: torch.Tensor, counts: dict[str, int]) -> str:
     """The model's own placeholder check (`get_placeholder_mask`) on a prompt holding `counts`
     placeholders per sample of each modality: '' when it accepts (or has no such check), else why."""
@@ -132,6 +154,8 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
                 failed[kind] = f"{type(exc).__name__}: {str(exc)[:120]}"
                 out.notes.append(f"{kind} feature count unknown: {failed[kind]}")
                 continue
+        if n is None and _feature_method(model, rule["feature_methods"]) is None:
+            n = _count_the_forward_says(model, kw, rule, int(token))
         if not n:
             continue
         ids = torch.cat([torch.full((BATCH, n), int(token)), kw["input_ids"]], dim=1)

@@ -267,3 +267,13 @@ def test_an_extractor_sized_like_whispers_under_its_own_name():
     model, cfg, inputs = built("moss_transcribe_diarize_audio", "MossTranscribeDiarizeAudioModel")
     assert inputs.kwargs["input_features"].shape[-1] == 2 * cfg.max_source_positions
     trains(model, inputs)
+
+
+def test_a_model_without_a_feature_method_says_its_placeholder_count_in_its_own_error():
+    # Qwen2-Audio merges audio inside its forward (no get_audio_features): a probe prompt with two
+    # placeholders per sample gets "tokens: 4, features: N" back, and the prompt holds N / batch
+    model, cfg, inputs = built("qwen2_audio", "Qwen2AudioForConditionalGeneration")
+    per_sample = (inputs.kwargs["input_ids"] == cfg.audio_token_id).sum(-1)
+    assert (per_sample == per_sample[0]).all() and int(per_sample[0]) > 2
+    assert inputs.labels == ["labels"]
+    trains(model, inputs)
