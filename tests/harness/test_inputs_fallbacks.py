@@ -277,3 +277,11 @@ def test_a_model_without_a_feature_method_says_its_placeholder_count_in_its_own_
     assert (per_sample == per_sample[0]).all() and int(per_sample[0]) > 2
     assert inputs.labels == ["labels"]
     trains(model, inputs)
+
+
+def test_image_feature_positions_marked_by_a_mask():
+    # Kosmos-2's prompt keeps latent_query_num positions for the image features, marked by a mask
+    model, cfg, inputs = built("kosmos-2", "Kosmos2ForConditionalGeneration")
+    mask = inputs.kwargs["image_embeds_position_mask"]
+    assert mask.shape == inputs.kwargs["input_ids"].shape and (mask.sum(-1) == cfg.latent_query_num).all()
+    trains(model, inputs)
