@@ -285,3 +285,14 @@ def test_image_feature_positions_marked_by_a_mask():
     mask = inputs.kwargs["image_embeds_position_mask"]
     assert mask.shape == inputs.kwargs["input_ids"].shape and (mask.sum(-1) == cfg.latent_query_num).all()
     trains(model, inputs)
+
+
+def test_a_torchvision_only_processor_replaced_by_the_pil_one_making_its_layout():
+    # LFM2-VL's processor needs torchvision; its SigLIP-2 tower takes the flattened patches, their
+    # spatial shapes and mask that SigLIP-2's PIL processor makes (at most the tower's patch grid)
+    model, cfg, inputs = built("lfm2_vl", "Lfm2VlForConditionalGeneration")
+    assert inputs.sources["pixel_values"] == "processor:Siglip2ImageProcessorPil"
+    assert {"spatial_shapes", "pixel_attention_mask"} <= set(inputs.kwargs)
+    v = cfg.vision_config
+    assert inputs.kwargs["pixel_values"].shape[1] <= v.num_patches
+    trains(model, inputs)
