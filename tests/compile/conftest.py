@@ -42,3 +42,18 @@ def exact_precision():
     previous = precision.set_precision("exact")
     yield
     precision.set_precision(previous)
+
+
+@pytest.fixture
+def table_without_gelu():
+    """The device's table with aten.gelu (and its backward) removed, under a new version."""
+    from backend import lowering
+
+    previous = lowering.current_table()
+    doc = previous.to_dict()
+    for op in [k for k in doc["ops"] if k.startswith("aten.gelu")]:
+        del doc["ops"][op]
+    doc["version"] = previous.version + "+no-gelu"
+    lowering.set_table(lowering.parse_table(doc, "test"))
+    yield
+    lowering.set_table(previous)

@@ -14,7 +14,6 @@ import torch
 
 import backend
 import backend.compile as neuron_compile
-from backend import lowering
 from backend.cache import get_cache
 from neff_helpers import mlp_step, small_mlp, tiny_transformer, training_step
 
@@ -61,18 +60,6 @@ def test_tiny_transformer_compiles_and_matches_eager(kind):
     for name in grads:
         torch.testing.assert_close(grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
-
-@pytest.fixture
-def table_without_gelu():
-    """The device's table with aten.gelu (and its backward) removed, under a new version."""
-    previous = lowering.current_table()
-    doc = previous.to_dict()
-    for op in [k for k in doc["ops"] if k.startswith("aten.gelu")]:
-        del doc["ops"][op]
-    doc["version"] = previous.version + "+no-gelu"
-    lowering.set_table(lowering.parse_table(doc, "test"))
-    yield
-    lowering.set_table(previous)
 
 
 def test_unsupported_op_gives_partitions_and_eager_identical_fallbacks(table_without_gelu):

@@ -13,7 +13,7 @@ import torch
 
 import backend
 import backend.compile as neuron_compile
-from backend import faults, lowering
+from backend import faults
 from backend.cache import get_cache
 from backend.neff import Artifact
 from neff_helpers import mlp_step, small_mlp, tiny_transformer, training_step
@@ -76,17 +76,6 @@ def test_key_differs_from_the_interpreters(monkeypatch):
     with pytest.raises(ValueError, match="NEURON_COMPILER"):
         CompilerFlags.current()
 
-
-@pytest.fixture
-def table_without_gelu():
-    previous = lowering.current_table()
-    doc = previous.to_dict()
-    for op in [k for k in doc["ops"] if k.startswith("aten.gelu")]:
-        del doc["ops"][op]
-    doc["version"] = previous.version + "+no-gelu"
-    lowering.set_table(lowering.parse_table(doc, "test"))
-    yield
-    lowering.set_table(previous)
 
 
 def test_declined_ops_still_run_eagerly_and_are_recorded(table_without_gelu):

@@ -7,19 +7,11 @@ passes.
 
 from __future__ import annotations
 
-import torch
-
 from contracts.records import ModelSpec
-from harness.inputs import make_inputs
-from harness.models import build_model, resolve_config
+from harness.models import resolve_config
+from shrink_helpers import forward
 
 
-def forward(model_type: str, architecture: str):
-    config = resolve_config(ModelSpec(f"catalog/{model_type}/{architecture}", model_type, architecture))
-    model = build_model(config, architecture)
-    with torch.no_grad():
-        model(**make_inputs(model, config, architecture).kwargs)
-    return config
 
 
 def test_an_index_list_naming_every_layer_does_not_pin_every_layer():

@@ -8,20 +8,14 @@ and a forward on cpu passes.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from contracts.records import ModelSpec
 from harness.budget import fit_budget
 from harness.inputs import make_inputs
 from harness.models import build_model, resolve_config
+from shrink_helpers import forward
 
 
-def forward(model_type: str, architecture: str):
-    config = resolve_config(ModelSpec(f"catalog/{model_type}/{architecture}", model_type, architecture))
-    model = build_model(config, architecture)
-    with torch.no_grad():
-        model(**make_inputs(model, config, architecture).kwargs)
-    return config
 
 
 @pytest.mark.parametrize("model_type, architecture", [("gptj", "GPTJForCausalLM"), ("codegen", "CodeGenModel")])

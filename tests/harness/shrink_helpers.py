@@ -1,0 +1,18 @@
+"""What the shrink tests share: build a catalog type's shrunk model and run it forward on cpu."""
+
+from __future__ import annotations
+
+import torch
+
+from contracts.records import ModelSpec
+from harness.inputs import make_inputs
+from harness.models import build_model, resolve_config
+
+
+def forward(model_type: str, architecture: str):
+    """Shrink, build and run one forward (no grad); returns the shrunk config for the checks."""
+    config = resolve_config(ModelSpec(f"catalog/{model_type}/{architecture}", model_type, architecture))
+    model = build_model(config, architecture)
+    with torch.no_grad():
+        model(**make_inputs(model, config, architecture).kwargs)
+    return config
