@@ -279,9 +279,9 @@ def shrink_patch_count_keys(d: dict, r: dict) -> None:
     `projector_patch_to_query_dict`, {35²: 128, 70²: 256}) follow the shrunk patch grid: the
     smallest key becomes the grid of a sub-config's shrunk image, the others keep their side ratio
     to it; the query counts are capped at the new patch count."""
+    grid = _patch_grid(d)
     for f in r.get("patch_count_keyed_fields") or ():
         table = d.get(f)
-        grid = _patch_grid(d)
         if not (isinstance(table, dict) and table and grid):
             continue
         sides = {k: math.isqrt(int(k)) for k in table}

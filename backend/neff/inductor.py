@@ -38,7 +38,7 @@ _pool_lock = threading.Lock()
 
 
 def compiler_name() -> str:
-    """The compiler `NEURON_COMPILER` selects (``inductor`` by default)."""
+    """The compiler `NEURON_COMPILER` selects (``interpreter`` when unset)."""
     name = os.environ.get(ENV_VAR, "").strip().lower() or DEFAULT
     if name not in COMPILERS:
         raise ValueError(f"{ENV_VAR}={name!r}: use one of {COMPILERS}")

@@ -8,8 +8,10 @@ training, so the matcher and the head's real loss run instead of a surrogate.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
+import textwrap
 
 import torch
 
@@ -65,9 +67,6 @@ def returns_no_loss(model) -> bool:
     the yes/no logits and hands `labels` on to the causal LM inside, whose loss it drops): labels
     could give no loss here, only a shape error. Read from the forward's code (its docstring
     aside): no identifier, attribute or keyword with `loss` in it, and a `return Output(...)`."""
-    import ast
-    import textwrap
-
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(type(model).forward)))
     except (OSError, TypeError, SyntaxError):

@@ -7,6 +7,8 @@ projector's merging are accounted for without knowing them.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from harness.inputs.base import BATCH, ModelInputs, get, required_inputs, signature_parameters, wrapped_configs
@@ -75,8 +77,6 @@ def _count_the_model_asks_for(model, kwargs: dict, rule: dict, token: int, exc: 
     timestamps from them) fails on a prompt without any, saying how many features it has
     (transformers' "tokens: 0, features: 32"): that count, per sample, once the method accepts a
     prompt holding it."""
-    import re
-
     found = [int(g) for pattern in rule.get("count_messages", []) for g in re.findall(pattern, str(exc))]
     if not found or found[0] % BATCH or "input_ids" not in kwargs:
         return None
@@ -92,8 +92,6 @@ def _count_the_forward_says(model, kwargs: dict, rule: dict, token: int) -> int 
     """A model with no feature method (Qwen2-Audio merges audio inside its forward) says its count
     in its own mismatch error when its prompt holds a wrong number of placeholders (two per
     sample: consecutive placeholders mark a prompt its processor expanded): that count, per sample."""
-    import re
-
     if not rule.get("count_messages") or "input_ids" not in kwargs:
         return None
     ids = kwargs["input_ids"]
