@@ -160,12 +160,15 @@ def feature_extractor_class(model_type: str, overrides: dict):
 
 
 def _formula_values(formulas: dict[str, Any], scope: ConfigScope) -> dict[str, Any]:
+    """attr -> value of its formula; a list of formulas: the first whose fields the config has."""
     out = {}
     for attr, formula in (formulas or {}).items():
-        try:
-            out[attr] = evaluate(formula, scope)
-        except (NameError, TypeError, KeyError, IndexError, ValueError, ZeroDivisionError):
-            continue
+        for one in formula if isinstance(formula, list) else [formula]:
+            try:
+                out[attr] = evaluate(one, scope)
+                break
+            except (NameError, TypeError, KeyError, IndexError, ValueError, ZeroDivisionError):
+                continue
     return out
 
 
