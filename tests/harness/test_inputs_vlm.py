@@ -36,3 +36,13 @@ def test_a_vision_config_with_a_temporal_patch_keeps_it():
     vision = cfg.vision_config
     width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
     assert vision.temporal_patch_size == 2 and inputs.kwargs["pixel_values"].shape[-1] == width
+
+
+def test_a_dsa_indexer_keeps_its_top_k_a_multiple_of_its_key_pool():
+    # GLM-5-Next validates index_topk % index_kpool == 0: with the pool unshrunk (16) the full
+    # level failed, the core level kept the vision merger wider than the text (96 vs 32)
+    cfg = resolve_config(ModelSpec("test/glm5_next", "glm5_next", "Glm5NextModel"))
+    text = cfg.text_config
+    assert cfg._shrink_level == "full"
+    assert text.index_topk % text.index_kpool == 0
+    assert cfg.vision_config.out_hidden_size == text.hidden_size
