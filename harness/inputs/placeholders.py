@@ -156,7 +156,8 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
             n = _count_the_forward_says(model, kw, rule, int(token))
         if not n:
             continue
-        ids = torch.cat([torch.full((BATCH, n), int(token)), kw["input_ids"]], dim=1)
+        run = _boundaries(config, rule, [int(token)] * n)
+        ids = torch.cat([torch.tensor(run).expand(BATCH, -1), kw["input_ids"]], dim=1)
         rejected = _rejected(model, config, ids, {**added, kind: n})
         if rejected:
             # the model cannot tell this modality's placeholders from an earlier one's (GLM-4.1V
@@ -167,12 +168,12 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
         kw["input_ids"] = ids
         for mask in ("attention_mask",):
             if mask in kw and kw[mask].dim() == 2:
-                kw[mask] = torch.cat([torch.ones(BATCH, n, dtype=kw[mask].dtype), kw[mask]], 1)
+                kw[mask] = torch.cat([torch.ones(BATCH, len(run), dtype=kw[mask].dtype), kw[mask]], 1)
         if "token_type_ids" in kw:
             kw["token_type_ids"] = torch.zeros_like(ids)
         if "mm_token_type_ids" in sig:  # 1 marks image positions, 2 video positions (qwen-vl)
             prev = kw.get("mm_token_type_ids")
-            prev = torch.cat([torch.zeros(BATCH, n, dtype=torch.long), prev], 1) if prev is not None else torch.zeros_like(ids)
+            prev = torch.cat([torch.zeros(BATCH, len(run), dtype=torch.long), prev], 1) if prev is not None else torch.zeros_like(ids)
             kw["mm_token_type_ids"] = torch.where(ids == int(token), 1 if kind == "image" else 2, prev)
         out.sources["input_ids"] = out.sources.get("input_ids", "synthetic") + f"+{kind}_placeholders"
         out.notes.append(f"{n} {kind} placeholder tokens")
@@ -182,6 +183,19 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
         # keeps the modalities that work, and the note says which one was left out
         for kind, why in failed.items():
             _drop(out, kind, rules, added, why)
+
+
+def _boundaries(config, rule: dict, run: list[int]) -> list[int]:
+    """The placeholder run between the modality's start and end tokens, when the config names
+    both (`boundary_fields`): Ovis2.5 puts its visual indicator embeddings there and counts them,
+    GLM-5-Next tells video placeholders from image ones by the video span."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for start_field, end_field in rule.get("boundary_fields", []):
+        start = get(config, start_field, default=get(text, start_field))
+        end = get(config, end_field, default=get(text, end_field))
+        if isinstance(start, int) and isinstance(end, int):
+            return [start, *run, end]
+    return run
 
 
 def _drop(out: ModelInputs, kind: str, rules: dict, added: dict[str, int], why: str) -> None:
