@@ -380,6 +380,15 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
     return d
 
 
+def _refit_token_ids(d: dict, changes: list[str], r: dict) -> bool:
+    """A vocab the budget pass cut (Florence-2's text vocab 1024 -> 256): the token ids remapped
+    to the top of the shrunk vocab move to the top of the cut one. True when an id moved."""
+    cut = [v for p in changes if p.rpartition(".")[2] in r["vocab_fields"] and is_int(v := _get_path(d, p))]
+    mapping = _token_map(d, min(cut), r) if cut else {}
+    _apply_token_map(d, mapping, r)
+    return bool(mapping)
+
+
 def _apply_references(d: dict, r: dict, depth: int = 0) -> None:
     """Overrides whose value is "=path.to.field" copy that (shrunk) field: cross-config ties. A
     wrapped whole-model config (ColQwen2's `vlm_config`, a qwen2_vl) keeps its own type's ties."""
@@ -479,6 +488,8 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
                 shrunk, params, changes = fit_budget(shrunk, lambda d: validate(build_config(mt, d)), budget)
                 if changes and level == "full":  # halved widths: the cross-config ties hold again
                     _apply_references(shrunk, rules())
+                    params = validate(build_config(mt, shrunk))
+                if _refit_token_ids(shrunk, changes, rules()):
                     params = validate(build_config(mt, shrunk))
                 cfg = build_config(mt, shrunk)
             cfg._shrink_level = level
