@@ -46,3 +46,35 @@ def test_a_dsa_indexer_keeps_its_top_k_a_multiple_of_its_key_pool():
     assert cfg._shrink_level == "full"
     assert text.index_topk % text.index_kpool == 0
     assert cfg.vision_config.out_hidden_size == text.hidden_size
+
+
+def test_placeholders_sit_between_the_modalitys_boundary_tokens():
+    # Ovis2.5 puts its visual indicator embeddings on the image start/end tokens and counts them
+    # (one pair per image): the prompt holds start, the placeholders, end, as its processor writes
+    model, cfg, inputs = built("ovis2_5", "Ovis2_5Model")
+    ids = inputs.kwargs["input_ids"]
+    for start, token, end in [(cfg.image_start_token_id, cfg.image_token_id, cfg.image_end_token_id),
+                              (cfg.video_start_token_id, cfg.video_token_id, cfg.video_end_token_id)]:
+        assert ((ids == start).sum(-1) == 1).all() and ((ids == end).sum(-1) == 1).all()
+        first, last = (ids[0] == token).nonzero()[[0, -1], 0].tolist()
+        assert ids[0, first - 1] == start and ids[0, last + 1] == end
+    runs(model, inputs)
+
+
+def test_token_ids_follow_a_vocab_the_budget_pass_cut():
+    # Florence-2's text vocab is cut 1024 -> 256 by the parameter budget: its image token id,
+    # remapped to the top of the 1024-token vocab, must move inside the cut one
+    model, cfg, inputs = built("florence2", "Florence2ForConditionalGeneration")
+    assert "text_config.vocab_size" in cfg._shrink_budget_changes
+    assert 0 <= cfg.image_token_id < cfg.text_config.vocab_size
+    assert int(inputs.kwargs["input_ids"].max()) < cfg.text_config.vocab_size
+    runs(model, inputs)
+
+
+def test_a_token_id_the_modeling_code_hard_codes_is_moved_into_the_vocab():
+    # ShieldGemma-2 scores the logits of its yes/no tokens, read with getattr defaults
+    # (10784, 3771) its config does not hold
+    model, cfg, inputs = built("shieldgemma2", "ShieldGemma2ForImageClassification")
+    vocab = cfg.text_config.vocab_size
+    assert 0 <= model.yes_token_index < vocab and 0 <= model.no_token_index < vocab
+    runs(model, inputs)
