@@ -122,11 +122,16 @@ def _rejected(model, config, ids: torch.Tensor, counts: dict[str, int]) -> str:
         return ""
     embeds = torch.zeros(*ids.shape, hidden)
     for kind in kinds:
-        try:
-            with torch.no_grad():
-                fn(ids, inputs_embeds=embeds, **{f"{kind}_features": torch.zeros(counts[kind] * BATCH, hidden)})
-        except (ValueError, RuntimeError) as exc:
-            return f"{type(exc).__name__}: {str(exc)[:120]}"
+        # features packed (images x tokens, hidden), else per image (VideoLLaVA flattens them)
+        for shape in [(counts[kind] * BATCH, hidden), (BATCH, counts[kind], hidden)]:
+            try:
+                with torch.no_grad():
+                    fn(ids, inputs_embeds=embeds, **{f"{kind}_features": torch.zeros(shape)})
+                break
+            except IndexError:  # a layout the check cannot take: try the next
+                continue
+            except (ValueError, RuntimeError) as exc:
+                return f"{type(exc).__name__}: {str(exc)[:120]}"
     return ""
 
 

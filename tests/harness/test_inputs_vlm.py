@@ -78,3 +78,12 @@ def test_a_token_id_the_modeling_code_hard_codes_is_moved_into_the_vocab():
     vocab = cfg.text_config.vocab_size
     assert 0 <= model.yes_token_index < vocab and 0 <= model.no_token_index < vocab
     runs(model, inputs)
+
+
+def test_a_placeholder_check_that_takes_features_per_image_gets_them():
+    # VideoLLaVA's get_placeholder_mask flattens (images, tokens, hidden) features: the packed
+    # (tokens, hidden) layout made it raise IndexError and the inputs were never made
+    model, cfg, inputs = built("video_llava", "VideoLlavaModel")
+    ids = inputs.kwargs["input_ids"]
+    assert ((ids == cfg.image_token_id).sum(-1) > 0).all() and ((ids == cfg.video_token_id).sum(-1) > 0).all()
+    runs(model, inputs)
