@@ -87,3 +87,15 @@ def test_a_placeholder_check_that_takes_features_per_image_gets_them():
     ids = inputs.kwargs["input_ids"]
     assert ((ids == cfg.image_token_id).sum(-1) > 0).all() and ((ids == cfg.video_token_id).sum(-1) > 0).all()
     runs(model, inputs)
+
+
+def test_per_item_merge_sizes_go_with_their_modality():
+    # VideoLLaMA-3's feature methods require the merge size of each image / video: the image
+    # processor's `image_merge_sizes` reach get_image_features, the synthetic videos get theirs
+    model, cfg, inputs = built("video_llama_3", "VideoLlama3ForConditionalGeneration")
+    kw = inputs.kwargs
+    assert inputs.sources["image_merge_sizes"].startswith("processor:")
+    assert kw["video_merge_sizes"].shape == (kw["video_grid_thw"].shape[0],)
+    for token in (cfg.image_token_id, cfg.video_token_id):
+        assert ((kw["input_ids"] == token).sum(-1) > 0).all()
+    runs(model, inputs)
