@@ -1,0 +1,48 @@
+"""Input layouts keyed by what feeds the model, not by one model type (issue 10): every type an
+image processor feeds takes that processor's layout, its special tokens and separators are
+where the head looks for them. Each on a real architecture, forward on cpu."""
+
+from __future__ import annotations
+
+import torch
+
+from contracts.records import ModelSpec
+from harness.inputs import make_inputs
+from harness.inputs.recipes import image_processor_name
+from harness.models import build_model, resolve_config
+
+
+def built(model_type: str, architecture: str):
+    cfg = resolve_config(ModelSpec(f"test/{model_type}", model_type, architecture))
+    model = build_model(cfg, architecture, seed=0)
+    return model, cfg, make_inputs(model, cfg, architecture, seed=0)
+
+
+def runs(model, inputs):
+    with torch.no_grad():
+        return model(**inputs.kwargs)
+
+
+def test_a_vision_tower_takes_the_patch_layout_of_the_processor_feeding_its_composite():
+    # Inkling-2's stand-alone vision tower is fed by Inkling2ImageProcessor (torchvision only):
+    # one (patch * merge, patch * merge, channels) block per merged token, as the composite gets
+    assert image_processor_name("inkling2_vision") == "Inkling2ImageProcessor"
+    model, cfg, inputs = built("inkling2_vision", "Inkling2VisionModel")
+    pv, grid = inputs.kwargs["pixel_values"], inputs.kwargs["image_grid_thw"]
+    side = cfg.patch_size * cfg.spatial_merge_size
+    assert tuple(pv.shape[1:]) == (side, side, cfg.num_channels)
+    assert pv.shape[0] == int(grid.prod(-1).sum())
+    runs(model, inputs)
+
+
+def test_a_sibling_type_gets_the_recipe_of_the_image_processor_it_shares():
+    # PI0.5 is fed by PI0's image processor: camera images stacked per sample with their mask,
+    # one image token per patch in the prompt (a `by_image_processor` recipe)
+    model, cfg, inputs = built("pi05", "PI05ForConditionalGeneration")
+    kw = inputs.kwargs
+    assert inputs.sources["pixel_values"] == "recipe:PI0ImageProcessor.pixel_values"
+    assert kw["pixel_values"].dim() == 5 and kw["pixel_attention_mask"].dtype == torch.bool
+    vision = cfg.vlm_config.vision_config
+    assert ((kw["input_ids"] == cfg.vlm_config.image_token_id).sum(-1) == (vision.image_size // vision.patch_size) ** 2).all()
+    out = model(**kw)
+    assert out.loss is not None and torch.isfinite(out.loss)
