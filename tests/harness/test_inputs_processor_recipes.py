@@ -46,3 +46,19 @@ def test_a_sibling_type_gets_the_recipe_of_the_image_processor_it_shares():
     assert ((kw["input_ids"] == cfg.vlm_config.image_token_id).sum(-1) == (vision.image_size // vision.patch_size) ** 2).all()
     out = model(**kw)
     assert out.loss is not None and torch.isfinite(out.loss)
+
+
+def test_question_answering_and_multiple_choice_prompts_are_separated_pairs():
+    # Longformer's QA and multiple-choice heads put global attention on the question they find
+    # before exactly three separators (`<s> q </s></s> c </s>`) in every sample (and choice)
+    for architecture, dims in (("LongformerForQuestionAnswering", 2), ("LongformerForMultipleChoice", 3)):
+        model, cfg, inputs = built("longformer", architecture)
+        ids = inputs.kwargs["input_ids"]
+        assert ids.dim() == dims
+        assert ((ids == cfg.sep_token_id).sum(-1) == 3).all()
+        assert runs(model, inputs).loss is not None
+
+
+def test_heads_that_read_no_pair_keep_their_synthetic_prompt():
+    _, cfg, inputs = built("longformer", "LongformerForSequenceClassification")
+    assert not (inputs.kwargs["input_ids"] == cfg.sep_token_id).any()
