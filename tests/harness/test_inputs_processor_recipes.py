@@ -62,3 +62,19 @@ def test_question_answering_and_multiple_choice_prompts_are_separated_pairs():
 def test_heads_that_read_no_pair_keep_their_synthetic_prompt():
     _, cfg, inputs = built("longformer", "LongformerForSequenceClassification")
     assert not (inputs.kwargs["input_ids"] == cfg.sep_token_id).any()
+
+
+def test_a_model_without_an_input_preprocessor_gets_model_wide_inputs():
+    # the bare Perceiver cross-attends to (batch, positions, d_model) of anything
+    model, cfg, inputs = built("perceiver", "PerceiverModel")
+    assert inputs.sources["inputs"] == "recipe:inputs"
+    assert inputs.kwargs["inputs"].shape[-1] == cfg.d_model
+    runs(model, inputs)
+
+
+def test_a_decoder_of_fixed_length_gets_text_of_that_length():
+    # Perceiver's masked-LM decoder queries max_position_embeddings positions: the text (and so
+    # the labels) are that long, and its own loss runs
+    model, cfg, inputs = built("perceiver", "PerceiverForMaskedLM")
+    assert inputs.kwargs["input_ids"].shape == (2, cfg.max_position_embeddings) == inputs.kwargs["labels"].shape
+    assert torch.isfinite(runs(model, inputs).loss)
