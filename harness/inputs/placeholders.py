@@ -124,7 +124,9 @@ def _rejected(model, config, ids: torch.Tensor, counts: dict[str, int]) -> str:
     for kind in kinds:
         try:
             with torch.no_grad():
-                fn(ids, inputs_embeds=embeds, **{f"{kind}_features": torch.zeros(counts[kind] * BATCH, hidden)})
+                # NeoMME's check takes the ids and features only
+                embeds_kw = {"inputs_embeds": embeds} if "inputs_embeds" in params else {}
+                fn(ids, **embeds_kw, **{f"{kind}_features": torch.zeros(counts[kind] * BATCH, hidden)})
         except (ValueError, RuntimeError) as exc:
             return f"{type(exc).__name__}: {str(exc)[:120]}"
     return ""

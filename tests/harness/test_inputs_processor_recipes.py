@@ -78,3 +78,16 @@ def test_a_decoder_of_fixed_length_gets_text_of_that_length():
     model, cfg, inputs = built("perceiver", "PerceiverForMaskedLM")
     assert inputs.kwargs["input_ids"].shape == (2, cfg.max_position_embeddings) == inputs.kwargs["labels"].shape
     assert torch.isfinite(runs(model, inputs).loss)
+
+
+def test_processors_that_cut_flattened_patches_get_them_with_one_placeholder_each():
+    # Fuyu's (batch, patches, patch * patch * channels) and NeoMME's stacked (patches, 3 * p * p):
+    # the width the patch embedding projects, one image token per patch in every prompt
+    for model_type, architecture, width in (("fuyu", "FuyuForCausalLM", lambda c: c.patch_size ** 2 * c.num_channels),
+                                            ("neomme", "NeoMMEForMaskedLM", lambda c: 3 * c.patch_size ** 2)):
+        model, cfg, inputs = built(model_type, architecture)
+        pv = inputs.kwargs["pixel_values"]
+        assert inputs.sources["pixel_values"].startswith("recipe:") and pv.shape[-1] == width(cfg)
+        patches = pv.shape[:-1].numel() // 2
+        assert ((inputs.kwargs["input_ids"] == cfg.image_token_id).sum(-1) == patches).all()
+        assert torch.isfinite(runs(model, inputs).loss)
