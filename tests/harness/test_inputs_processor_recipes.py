@@ -91,3 +91,13 @@ def test_processors_that_cut_flattened_patches_get_them_with_one_placeholder_eac
         patches = pv.shape[:-1].numel() // 2
         assert ((inputs.kwargs["input_ids"] == cfg.image_token_id).sum(-1) == patches).all()
         assert torch.isfinite(runs(model, inputs).loss)
+
+
+def test_a_text_and_region_pretraining_head_gets_regions_and_labels_over_both():
+    # VisualBERT's pretraining labels span text + detector regions, with the text/image match label
+    model, cfg, inputs = built("visual_bert", "VisualBertForPreTraining")
+    kw = inputs.kwargs
+    assert kw["visual_embeds"].shape[-1] == cfg.visual_embedding_dim
+    assert kw["labels"].shape[-1] == kw["input_ids"].shape[-1] + kw["visual_embeds"].shape[1]
+    assert set(inputs.labels) == {"labels", "sentence_image_labels"}
+    assert torch.isfinite(runs(model, inputs).loss)
