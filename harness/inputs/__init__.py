@@ -27,7 +27,7 @@ from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape, takes_clips
 from harness.inputs.placeholders import add_placeholders
 from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
-from harness.inputs.expr import defined
+from harness.inputs.expr import defined, evaluate
 from harness.shrink import rules as shrink_rules
 
 __all__ = ["BATCH", "CHOICES", "ModelInputs", "make_inputs", "special_token_ids", "image_shape"]
@@ -65,6 +65,7 @@ def _text(out: ModelInputs, m: Maker, config, sig: set[str], architecture: str) 
         last = mask.sum(-1, keepdim=True) - 1
         ids = ids.scatter(-1, last, eos)
     ids = _prompt_tokens(ids, config, m)
+    ids = _pair_separators(ids, config, m, architecture)
     kw["input_ids"] = m.pad_ids(ids, mask) if "attention_mask" in sig else ids
     out.sources["input_ids"] = "synthetic"
     if "attention_mask" in sig:
@@ -84,6 +85,24 @@ def _prompt_tokens(ids: torch.Tensor, config, m: Maker) -> torch.Tensor:
         if isinstance(token, int) and not isinstance(token, bool) and 0 <= token < m.vocab and ids.shape[-1] > 2:
             ids = ids.clone()
             ids[..., 1] = token
+    return ids
+
+
+def _pair_separators(ids: torch.Tensor, config, m: Maker, architecture: str) -> torch.Tensor:
+    """A question/context pair for the heads that read one (`pair_prompts`): the separator token
+    at the same positions of every sample (and choice)."""
+    rule = recipes().get("pair_prompts") or {}
+    if label_kind(architecture) not in rule.get("kinds", []):
+        return ids
+    token = next((t for name in rule["token_fields"]
+                  for t in [get(m.text, name, default=get(config, name))] if t is not None), None)
+    if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < m.vocab:
+        return ids
+    positions = [int(p) for p in evaluate(rule["positions"], ConfigScope(config, seq=ids.shape[-1]))]
+    if not positions or len(set(positions)) != len(positions) or not all(0 < p < ids.shape[-1] for p in positions):
+        return ids
+    ids = ids.clone()
+    ids[..., positions] = token
     return ids
 
 

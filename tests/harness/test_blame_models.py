@@ -300,3 +300,31 @@ def test_the_input_maker_raising_in_the_probe_too_is_the_harness(monkeypatch):
     load = check_with_blame(BERT, "cpu", STAGES).stages["load"]
     assert load.status is Status.ERROR and load.blame == "harness"
     assert load.blame_evidence["fake_run"]["step"] == "inputs"
+
+
+def test_a_submodule_the_default_config_never_builds_is_upstream(monkeypatch):
+    """The forward reads a submodule that no module of its class has when the model is built from
+    its own unshrunk config (Blip2ForImageTextRetrieval's Q-Former `intermediate`, built only with
+    `use_qformer_text_input`): upstream, with the module class and attribute as evidence."""
+    from transformers.models.bert import modeling_bert
+
+    def forward(self, input_ids=None, **kwargs):
+        return self.encoder.layer[0].planted_submodule_nobody_builds
+
+    monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
+    fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.module_attribute"
+    assert fwd.blame_evidence["module_attribute"]["module_class"] == "BertLayer"
+    assert fwd.blame_evidence["module_attribute"]["status"] == "missing_in_default"
+
+
+def test_a_submodule_the_default_config_builds_is_the_harness(monkeypatch):
+    """The same error for a submodule the default model has (the harness' config lost it): harness."""
+    from transformers.models.bert import modeling_bert
+
+    def forward(self, input_ids=None, **kwargs):
+        raise AttributeError("'BertLayer' object has no attribute 'attention'")
+
+    monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
+    fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "harness" and fwd.blame_evidence["module_attribute"]["status"] == "present_in_default"
