@@ -342,13 +342,17 @@ def _importable(module: str) -> bool:
 def _masked(text: str) -> str:
     settings = rules_mod.rules()["probe"]["same_way"]
     text = (text or "").strip()
+    for name, patterns in (settings.get("same_failure") or {}).items():
+        if any(re.search(p, text) for p in patterns):
+            return name
     if settings.get("mask_numbers", True):
         text = _NUMBER.sub("#", text)
     return text[: int(settings.get("compare_chars", 200))]
 
 
 def same_way(row: StageResult, probe: dict[str, Any]) -> bool:
-    """Does the probe fail as the reference did (same exception type and message, numbers masked)?"""
+    """Does the probe fail as the reference did (same exception type and message, numbers masked;
+    a message the FakeTensor kernel words otherwise counts as the same, blame_rules' same_failure)?"""
     if row.status == Status.FAIL:
         return probe.get("status") == "fail" and _masked(row.reason) == _masked(probe.get("reason", ""))
     return (probe.get("status") == "error" and probe.get("error_class") == row.error_class

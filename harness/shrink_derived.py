@@ -103,14 +103,21 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, as
 
 
 def _eval(expr: str, names: dict) -> float:
-    """Arithmetic over the level's numeric fields (no calls, no attributes: data, not code)."""
+    """Arithmetic over the level's numeric fields, `sub.field` naming a field of a sub-config
+    (no calls: data, not code)."""
+    def field(n: ast.AST) -> Any:
+        if isinstance(n, ast.Name):
+            return names.get(n.id)
+        owner = field(n.value) if isinstance(n, ast.Attribute) else None
+        return owner.get(n.attr) if isinstance(owner, dict) else None
+
     def ev(n: ast.AST) -> float:
         if isinstance(n, ast.Expression):
             return ev(n.body)
         if isinstance(n, ast.Constant) and _number(n.value):
             return n.value
-        if isinstance(n, ast.Name) and _number(names.get(n.id)):
-            return names[n.id]
+        if isinstance(n, (ast.Name, ast.Attribute)) and _number(v := field(n)):
+            return v
         if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
             return _OPS[type(n.op)](ev(n.left), ev(n.right))
         raise ValueError(f"cannot evaluate {ast.dump(n)} in {expr!r}")
@@ -120,8 +127,8 @@ def _eval(expr: str, names: dict) -> float:
 
 def _apply_formulas(shrunk: dict, formulas: dict) -> list[str]:
     """{model_type: {field: formula}}: at every level of that type, the field becomes the
-    formula over the same level's (shrunk) fields, `len_X` being the length of list X (skipped
-    when a name is missing)."""
+    formula over the same level's (shrunk) fields and its sub-configs' (`sub.field`), `len_X` being
+    the length of list X (skipped when a name is missing)."""
     changed: list[str] = []
 
     def walk(path: tuple[str, ...], d: dict) -> None:

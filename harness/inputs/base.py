@@ -53,6 +53,18 @@ def subconfig(config, *names):
     return None
 
 
+def text_config(config):
+    """The config's text config: itself, or its one text sub-config. A config with two (MusicGen's
+    text encoder and its decoder) makes `get_text_config()` ambiguous: the text input's (the
+    encoder's) is taken, as `input_ids` go to it."""
+    if not hasattr(config, "get_text_config"):
+        return config
+    try:
+        return config.get_text_config()
+    except ValueError:
+        return config.get_text_config(encoder=True)
+
+
 def wrapped_configs(config) -> list:
     """The whole-model configs a wrapper config holds (ColPali's `vlm_config`): config-valued
     attributes, in definition order."""
@@ -107,8 +119,8 @@ class ConfigScope(Mapping):
         self.named: dict[str, Any] = {"config": config, **extra}
         for kind, names in SUBCONFIG_NAMES.items():
             sub = subconfig(config, *names)
-            if kind == "text" and sub is None and hasattr(config, "get_text_config"):
-                sub = config.get_text_config()
+            if kind == "text" and sub is None:
+                sub = text_config(config)
             if sub is not None:
                 self.named[kind] = sub
                 self.levels.append(sub)
@@ -143,7 +155,7 @@ class Maker:
     def __init__(self, config, seed: int, seq: int, special: set[int]):
         self.gen = torch.Generator().manual_seed(seed)
         self.seq = seq
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text = text_config(config)
         if get(text, "vocab_size") is None:  # a wrapper of a text model (FastSpeech2 + HiFi-GAN:
             text = next((c for c in wrapped_configs(config) if get(c, "vocab_size") is not None), text)  # model_config)
         self.text = text

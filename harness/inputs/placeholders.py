@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from harness.inputs.base import BATCH, ModelInputs, get, required_inputs, signature_parameters, wrapped_configs
+from harness.inputs.base import BATCH, ModelInputs, get, required_inputs, signature_parameters, text_config, wrapped_configs
 
 
 def _owners(model) -> list:
@@ -116,7 +116,7 @@ def _rejected(model, config, ids: torch.Tensor, counts: dict[str, int]) -> str:
     kinds = [k for k in counts if f"{k}_features" in params]
     if not kinds:
         return ""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     hidden = int(get(text, "hidden_size", default=0) or 0)
     if hidden <= 0:
         return ""
@@ -144,7 +144,7 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
     failed: dict[str, str] = {}
     for kind, rule in rules.items():
         token = get(config, *rule["token_fields"])
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text = text_config(config)
         token = token if token is not None else get(text, *rule["token_fields"])
         for wrapped in wrapped_configs(config) if token is None else []:  # ColPali: config.vlm_config
             token = get(wrapped, *rule["token_fields"]) if token is None else token

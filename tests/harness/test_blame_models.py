@@ -158,6 +158,19 @@ def test_same_way_masks_sizes_but_not_the_failure():
     assert not same_way(row, {"status": "pass"})
 
 
+def test_same_way_knows_the_fake_kernels_wording_of_a_matmul_width_mismatch():
+    """The fake run meets the meta kernel's words for the failure the real op reports (Granite
+    Speech's projector takes 1408 wide encoder states, its default encoder gives 1024)."""
+    from contracts.records import StageResult
+
+    row = StageResult("forward", "error", reason="r", error_class="RuntimeError",
+                      message="mat1 and mat2 shapes cannot be multiplied (150x32 and 1408x32)")
+    fake = {"status": "error", "error_class": "RuntimeError",
+            "message": "a and b must have same reduction dim, but got [150, 1024] X [1408, 768]."}
+    assert same_way(row, fake)
+    assert not same_way(row, {**fake, "message": "The size of tensor a (7) must match the size of tensor b (8)"})
+
+
 def test_a_passing_model_has_no_blame():
     result = check_with_blame(BERT, "cpu", STAGES)
     assert all(r.status is Status.PASS and r.blame == "" and r.blame_evidence == {} for r in result.stages.values())

@@ -123,3 +123,17 @@ def test_text_to_speech_labels_are_mel_frames():
     assert labels.shape[1] % cfg.reduction_factor == 0
     out = model(**inputs.kwargs)
     assert out.loss is not None and torch.isfinite(out.loss)
+
+
+def test_a_config_with_two_text_configs_gets_inputs_per_codebook():
+    # MusicGen has a text encoder and a decoder: `get_text_config()` is ambiguous (the input maker
+    # raised); the text input's is the one, and the decoder's codes are one row per codebook
+    from harness.inputs.base import text_config
+
+    model, cfg, inputs = built("musicgen", "MusicgenForConditionalGeneration")
+    assert text_config(cfg) is cfg.text_encoder
+    books = cfg.decoder.num_codebooks
+    assert inputs.kwargs["decoder_input_ids"].shape[0] == 2 * books
+    assert inputs.kwargs["labels"].shape[-1] == books
+    out = model(**inputs.kwargs)
+    assert out.loss is not None and torch.isfinite(out.loss)

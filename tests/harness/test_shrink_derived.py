@@ -52,6 +52,14 @@ def test_a_type_formula_gives_the_relation_its_default_lacks():
     assert v.projector_input_dim == v.projector_output_dim == v.vision_output_dim
 
 
+def test_a_type_formula_names_a_sub_configs_width():
+    """NeuCodec quantizes its acoustic and semantic features concatenated: `quantization_dim` is
+    the sum of its width and its semantic tower's (2048 = 1024 + 1024), which stayed 2048 while
+    both towers shrank (the forward failed at the quantizer's first matmul)."""
+    cfg = forward("neucodec", "NeuCodecModel")
+    assert cfg.quantization_dim == cfg.hidden_size + cfg.semantic_model_config.hidden_size < 2048
+
+
 def test_only_relations_of_the_unshrunk_config_are_kept():
     """A width that is no product of a shrunk width and a factor stays; a field another rule
     shrank is that rule's."""
