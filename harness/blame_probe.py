@@ -304,6 +304,9 @@ def _importable(module: str) -> bool:
 def _masked(text: str) -> str:
     settings = rules_mod.rules()["probe"]["same_way"]
     text = (text or "").strip()
+    for group in settings.get("equivalent_messages") or ():  # one error, worded by the real kernel or the fake one
+        if any(re.search(pattern, text) for pattern in group):
+            return group[0]
     if settings.get("mask_numbers", True):
         text = _NUMBER.sub("#", text)
     return text[: int(settings.get("compare_chars", 200))]
