@@ -34,7 +34,7 @@ from harness.models import architecture_of, build_model, parameter_count, resolv
 from harness.numerics import float_tensors
 from harness.numerics_stage import numerics_stage
 from harness.quiet import quiet_transformers
-from harness.stage_run import StageFailed, StageRun, StageSkipped, to_device, tracked
+from harness.stage_run import StageFailed, StageRun, StageSkipped, fresh, to_device, tracked
 from harness.step import NoLoss, train_mode, training_loss
 
 #: stage -> the stages that must have passed before it can run
@@ -86,7 +86,7 @@ def _load(run: _Run) -> dict[str, Any]:
 def _forward(run: _Run) -> dict[str, Any]:
     torch.manual_seed(run.seed)
     with quiet_transformers():
-        run.output = _tracked(run, lambda: run.model(**run.kwargs))
+        run.output = _tracked(run, lambda: run.model(**fresh(run.kwargs)))
     tensors = float_tensors(run.output)
     if not tensors:
         raise StageFailed("the model returned no floating-point output")
@@ -98,11 +98,16 @@ def _forward(run: _Run) -> dict[str, Any]:
 
 def _backward(run: _Run) -> dict[str, Any]:
     """The forward again in train mode (dropout is 0: the same values as in eval mode), then
-    backward; buffers a train-mode forward updates (BatchNorm running stats) are restored."""
+    backward; buffers a train-mode forward updates (BatchNorm running stats) are restored. A
+    forward that runs under `torch.inference_mode` (video trackers) has no backward: its eval
+    outputs are inference tensors, and its train-mode path is not meant to run."""
+    outputs = float_tensors(run.output) if run.output is not None else []
+    if outputs and all(t.is_inference() for t in outputs):
+        raise StageSkipped("the forward runs under torch.inference_mode: there is no backward")
     with train_mode(run.model):
         torch.manual_seed(run.seed)
         with quiet_transformers():
-            output = _tracked(run, lambda: run.model(**run.kwargs))
+            output = _tracked(run, lambda: run.model(**fresh(run.kwargs)))
         try:
             loss, source = training_loss(output)
         except NoLoss as exc:

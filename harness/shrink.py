@@ -160,8 +160,8 @@ def _heads(d: dict, r: dict) -> tuple[int | None, dict[str, int]]:
     updates: dict[str, int] = {}
     q_heads = None
     for q, kv in r["head_pairs"]:
-        if q in updates or not is_int(d.get(q)) or d[q] <= 0:
-            continue
+        if q in updates or not is_int(d.get(q)) or d[q] <= 0 or kv and kv not in d:
+            continue  # (a pair whose kv field the level lacks leaves q to the next pair: `[q, null]`)
         hq = d[q]
         hk = d.get(kv) if kv else None
         if is_int(hk) and 0 < hk < hq and hq % hk == 0:

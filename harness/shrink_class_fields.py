@@ -38,7 +38,8 @@ def nest_flat_text_fields(cfg: dict, cls) -> None:
 
 def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
     """Integer fields the config class computes itself: a dataclass field whose default is None
-    (Zamba's `attention_hidden_size` = 2 x hidden), or an attribute that is no field at all,
+    (Zamba's `attention_hidden_size` = 2 x hidden; or a list of integers: Sapiens2's per-layer
+    key/value heads from its head counts), or an attribute that is no field at all,
     which `__post_init__` sets from other fields (Zamba2's `mamba_headdim` = expand x hidden /
     mamba heads). Building the level without them gives the same value. After shrinking they go
     back to None, or out of the dict (an attribute passed in overrides what the class computed),
@@ -49,7 +50,7 @@ def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[
         return out
     args = {k: v for k, v in d.items() if k != "model_type"}
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    candidates = [n for n, f in fields.items() if f.default is None and is_int(d.get(n))]
+    candidates = [n for n, f in fields.items() if f.default is None and (is_int(d.get(n)) or _int_list(d.get(n)))]
     candidates += [k for k, v in d.items() if k not in fields and not k.startswith("_") and is_int(v)]
     for name in candidates:
         try:
@@ -63,6 +64,21 @@ def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[
         if sub_cls is not None:
             out |= class_derived_fields(sub_cls, d[key], path + (key,))
     return out
+
+
+def _int_list(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(is_int(x) for x in v)
+
+
+def _stale(new: Any, old: Any) -> bool:
+    """The shrinker left a derived value as it was: the same integer, or a per-layer list whose
+    entries are the unshrunk ones, only resampled with the layers (Sapiens2's key/value heads per
+    layer: 16 and 8 for a level whose heads are now 2). A strictly increasing list is a list of
+    layer indices, which the shrinker remaps itself (Mllama's cross-attention layers)."""
+    if _int_list(new) and _int_list(old):
+        indices = all(a < b for a, b in zip(old, old[1:]))
+        return not indices and set(new) <= set(old)
+    return new == old
 
 
 def _sub_class(cls, key: str, sub: Any):
@@ -90,7 +106,7 @@ def recompute_class_derived(original: dict, d: dict, derived: set[tuple[str, ...
         parent = ".".join(path[:-1])
         level = get_path(d, parent) if parent else d
         old = get_path(original, parent) if parent else original
-        if isinstance(level, dict) and isinstance(old, dict) and level.get(path[-1]) == old.get(path[-1]):
+        if isinstance(level, dict) and isinstance(old, dict) and _stale(level.get(path[-1]), old.get(path[-1])):
             if _is_field(cls, path, original):
                 level[path[-1]] = None
             else:

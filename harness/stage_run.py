@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -61,6 +63,14 @@ def to_device(x: Any, device: torch.device, dtype: torch.dtype | None = None) ->
     if isinstance(x, (list, tuple)):
         return type(x)(to_device(v, device, dtype) for v in x)
     return x
+
+
+def fresh(kwargs: dict) -> dict:
+    """The kwargs for one forward call: an input that is a stateful object, not data (a video
+    tracker's inference session, which each forward fills with its outputs and consumes the
+    prompts of), is a copy of the one the inputs made, so every call sees it as made."""
+    plain = (torch.Tensor, int, float, bool, str, bytes, type(None), list, tuple, dict)
+    return {k: v if isinstance(v, plain) else copy.deepcopy(v) for k, v in kwargs.items()}
 
 
 def tracked(run: StageRun, fn: Callable[[], Any]) -> Any:

@@ -27,6 +27,7 @@ from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape, takes_clips
 from harness.inputs.placeholders import add_placeholders
 from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
+from harness.inputs.sessions import add_sessions
 from harness.inputs.expr import defined, evaluate
 from harness.shrink import rules as shrink_rules
 
@@ -214,6 +215,7 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     add_videos(out, m, config, scope, sig, model_type)
     add_audio(out, m, config, scope, with_aliases, model_type)
     _aliases(out, sig, scope)
+    add_sessions(out, model, config, m)
     recipe_labels = _recipes(out, m, sig, model_type, scope, required_inputs(params))
     _documented(out, model, m, scope, required_inputs(params))
     _exclusive(out, model)

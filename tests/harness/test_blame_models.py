@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from contracts.records import ModelSpec
+from contracts.records import ModelSpec, StageResult
 from contracts.status import Status
 from harness.blame_probe import check_with_blame, missing_package, same_way
 from harness.cli.check import render_table
@@ -169,6 +169,24 @@ def test_same_way_knows_the_fake_kernels_wording_of_a_matmul_width_mismatch():
             "message": "a and b must have same reduction dim, but got [150, 1024] X [1408, 768]."}
     assert same_way(row, fake)
     assert not same_way(row, {**fake, "message": "The size of tensor a (7) must match the size of tensor b (8)"})
+
+
+def test_one_error_worded_by_the_real_kernel_and_by_the_fake_one_is_the_same_way():
+    """LW-DETR's default has no projector scales, so its forward concatenates no feature level:
+    the CPU kernel says "torch.cat(): expected a non-empty list of Tensors", the FakeTensorMode
+    probe of the unshrunk default "cat expects at least one tensor, but received zero!"."""
+    row = StageResult("forward", "error", reason="r", error_class="ValueError",
+                      message="torch.cat(): expected a non-empty list of Tensors")
+    probe = {"status": "error", "error_class": "ValueError", "message": "cat expects at least one tensor, but received zero!"}
+    assert same_way(row, probe)
+    assert not same_way(row, {**probe, "message": "mat1 and mat2 shapes cannot be multiplied (2x16 and 32x8)"})
+
+
+def test_a_default_that_concatenates_no_feature_level_is_upstream():
+    result = check_with_blame(ModelSpec("catalog/lw_detr", "lw_detr", "LwDetrModel"), "cpu", STAGES)
+    fwd = result.stages["forward"]
+    assert fwd.status is Status.ERROR and fwd.blame == "upstream"
+    assert fwd.blame_evidence["rule"] == "upstream.fake_run"
 
 
 def test_a_passing_model_has_no_blame():

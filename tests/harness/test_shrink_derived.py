@@ -183,3 +183,14 @@ def test_computed_fields_of_a_tower_in_an_auto_config_slot_are_recomputed():
     matmul failed)."""
     cfg = forward("vision-text-dual-encoder", "VisionTextDualEncoderModel")
     assert cfg.vision_config.pooler_output_size == cfg.vision_config.hidden_size
+
+
+def test_a_per_layer_list_the_config_class_derives_is_recomputed_from_the_shrunk_heads():
+    """Sapiens2 derives `num_key_value_heads_per_layer` (16 for its full-attention layers, 8 for
+    the GQA ones) from its head counts: resampled with the layers it kept 16 and 8 for a level of
+    2 query heads; recomputed, every entry divides the shrunk heads, and the q:kv ratio of its
+    GQA layers (`num_key_value_attention_heads`) is kept."""
+    cfg = forward("sapiens2", "Sapiens2Model")
+    assert cfg.num_attention_heads // cfg.num_key_value_attention_heads == 2
+    assert len(cfg.num_key_value_heads_per_layer) == cfg.num_hidden_layers
+    assert all(cfg.num_attention_heads % h == 0 for h in cfg.num_key_value_heads_per_layer)

@@ -1,0 +1,41 @@
+"""Video trackers take an `inference_session` object, not tensors: the harness builds the session
+class the forward names, with seeded frames and a prompt through the session's own API (a point
+for the SAM-2 family, text ids for SAM-3 video). Their forward runs under torch.inference_mode:
+the backward stage is skipped as not applicable, not failed."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.records import ModelSpec
+from harness.check import check_model
+from harness.inputs.sessions import session_classes
+from tests.harness.test_inputs_families import built
+
+STAGES = ["load", "forward", "backward"]
+
+
+def stages(model_type: str, architecture: str) -> dict:
+    result = check_model(ModelSpec(f"test/{model_type}", model_type, architecture), backend="cpu", stages=STAGES)
+    return {s: (r.status.value, r.reason) for s, r in result.stages.items()}
+
+
+@pytest.mark.parametrize("model_type,architecture", [
+    ("sam2_video", "Sam2VideoModel"),          # point prompt
+    ("edgetam_video", "EdgeTamVideoModel"),    # point prompt; its 2-D latents fit the shrunk feature map
+    pytest.param("sam3_video", "Sam3VideoModel", marks=pytest.mark.slow),  # text prompt; detections kept
+])
+def test_a_video_tracker_gets_a_prompted_session_and_its_forward_passes(model_type, architecture):
+    model, cfg, inputs = built(model_type, architecture)
+    assert set(session_classes(model)) == {"inference_session"}
+    assert inputs.sources["inference_session"].startswith("session:")
+    assert inputs.kwargs["frame_idx"] == 0
+    got = stages(model_type, architecture)
+    assert got["load"][0] == got["forward"][0] == "pass", got
+    assert got["backward"] == ("skipped", "the forward runs under torch.inference_mode: there is no backward"), got
+
+
+def test_a_model_without_a_session_parameter_gets_none():
+    model, _, inputs = built("sam2", "Sam2Model")
+    assert session_classes(model) == {}
+    assert not any(str(s).startswith("session:") for s in inputs.sources.values())
