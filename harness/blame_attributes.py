@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
+import sys
 import threading
 from typing import Any, Callable, Iterator
 
@@ -120,3 +121,31 @@ def deadline() -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+_MODULE_ATTRIBUTE = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+
+
+def probe_module_attribute(text: str, default_model: Callable[[], Any]) -> dict[str, Any]:
+    """A failure "'XLayer' object has no attribute 'y'" where XLayer is a module of the model: does
+    the model built from the unshrunk config (`default_model`, meta device) have XLayer modules,
+    and does any of them hold y? None does: the forward reads a submodule its own config never
+    builds (Blip2ForImageTextRetrieval reads the Q-Former's text `intermediate`, built only with
+    `use_qformer_text_input`, which the default leaves off). {} when the message is not of that
+    form or names no module of the model."""
+    match = _MODULE_ATTRIBUTE.search(text or "")
+    if not match:
+        return {}
+    name, attribute = match.groups()
+    try:
+        model = default_model()
+    except Exception:  # noqa: BLE001 - no default model: not this probe's question
+        return {}
+    if not hasattr(sys.modules.get(type(model).__module__), name):  # not a module class of its modeling file
+        return {}
+    found = [m for m in model.modules() if type(m).__name__ == name]
+    if not found:
+        return {}
+    out: dict[str, Any] = {"module_class": name, "attribute": attribute, "instances": len(found)}
+    present = any(hasattr(m, attribute) for m in found)
+    return {**out, "status": "present_in_default" if present else "missing_in_default"}

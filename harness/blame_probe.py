@@ -27,7 +27,6 @@ import importlib.util
 import json
 import logging
 import re
-import sys
 from typing import Any, Iterator
 
 import torch
@@ -39,7 +38,7 @@ from contracts.status import FAILING, MODEL_STAGES, Blame, Status
 from contracts.timing import phase
 from harness import blame as rules_mod
 from harness.blame_attributes import (ProbeTimeout, deadline as _deadline, probe_config_attribute,  # noqa: F401
-                                      probe_config_unset, probe_output_attribute)
+                                      probe_config_unset, probe_module_attribute, probe_output_attribute)
 from harness.blame_layers import interior_width_mismatch, watch_layers
 from harness.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class
@@ -194,44 +193,19 @@ _ATTRIBUTE_PROBES = (
     (lambda text, spec: probe_config_unset(text, lambda: _raw_config(spec)), "config_unset", "unset_in_default",
      "upstream.config_unset", "the modeling code needs `{attribute}`, which the unshrunk config leaves unset "
      "({unset_at}) and the harness kept so: the default cannot run it, whatever the inputs"),
-    (lambda text, spec: probe_module_attribute(text, spec), "module_attribute", "missing_in_default",
+    (lambda text, spec: probe_module_attribute(text, lambda: _default_meta_model(spec)), "module_attribute", "missing_in_default",
      "upstream.module_attribute", "the forward reads {module_class}.{attribute}, which none of the "
      "{instances} {module_class} modules the unshrunk config builds has: the default cannot run it, "
      "whatever the inputs"),
 )
 
 
-_MODULE_ATTRIBUTE = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
-
-
-def probe_module_attribute(text: str, spec: ModelSpec) -> dict[str, Any]:
-    """A failure "'XLayer' object has no attribute 'y'" where XLayer is a module of the model: does
-    the model built from the unshrunk config (meta device) have XLayer modules, and does any of
-    them hold y? None does: the forward reads a submodule its own config never builds
-    (Blip2ForImageTextRetrieval reads the Q-Former's text `intermediate`, built only with
-    `use_qformer_text_input`, which the default leaves off). {} when the message is not of that
-    form or names no module of the model."""
-    match = _MODULE_ATTRIBUTE.search(text or "")
-    if not match:
-        return {}
-    name, attribute = match.groups()
-    try:
-        with quiet_transformers(), _deadline():
-            arch = spec.architecture or run_architecture(spec)
-            cls = model_class(arch)
-            if not hasattr(sys.modules.get(cls.__module__), name):  # not a module class of its modeling file
-                return {}
-            config = _raw_config(spec)
-            with torch.device("meta"):
-                model = cls(config_for(cls, config))
-    except Exception:  # noqa: BLE001 - no default model: not this probe's question
-        return {}
-    found = [m for m in model.modules() if type(m).__name__ == name]
-    if not found:
-        return {}
-    out: dict[str, Any] = {"module_class": name, "attribute": attribute, "instances": len(found)}
-    present = any(hasattr(m, attribute) for m in found)
-    return {**out, "status": "present_in_default" if present else "missing_in_default"}
+def _default_meta_model(spec: ModelSpec) -> Any:
+    """The model built from the unshrunk config, on the meta device (no memory, no weights)."""
+    with quiet_transformers(), _deadline():
+        cls = model_class(spec.architecture or run_architecture(spec))
+        with torch.device("meta"):
+            return cls(config_for(cls, _raw_config(spec)))
 
 
 @phase("blame")  # upstream/environment probes (contracts.timing)
