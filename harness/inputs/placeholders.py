@@ -141,11 +141,13 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
     added: dict[str, int] = {}
     failed: dict[str, str] = {}
     for kind, rule in rules.items():
-        token = get(config, *rule["token_fields"])
+        # a type whose processor writes this modality with another one's token (its model reads that one)
+        fields = rule.get("token_fields_by_type", {}).get(getattr(config, "model_type", None), rule["token_fields"])
+        token = get(config, *fields)
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        token = token if token is not None else get(text, *rule["token_fields"])
+        token = token if token is not None else get(text, *fields)
         for wrapped in wrapped_configs(config) if token is None else []:  # ColPali: config.vlm_config
-            token = get(wrapped, *rule["token_fields"]) if token is None else token
+            token = get(wrapped, *fields) if token is None else token
         if token is None or pixel_input(rule, kw) is None or "input_ids" not in kw:
             continue
         fixed = get(config, *rule.get("count_fields", []))

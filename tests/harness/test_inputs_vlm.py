@@ -99,3 +99,12 @@ def test_per_item_merge_sizes_go_with_their_modality():
     for token in (cfg.image_token_id, cfg.video_token_id):
         assert ((kw["input_ids"] == token).sum(-1) > 0).all()
     runs(model, inputs)
+
+
+def test_video_placeholders_written_with_the_image_token_where_the_processor_does():
+    # Nemotron-H Omni's processor writes each video frame's placeholders with the image token and
+    # its forward counts video features there; its config's video token id is never read
+    model, cfg, inputs = built("nemotron_h_omni", "NemotronH_Omni_Reasoning_V3")
+    assert "pixel_values_videos" in inputs.kwargs
+    assert ((inputs.kwargs["input_ids"] == cfg.image_token_id).sum(-1) > 0).all()
+    runs(model, inputs)
