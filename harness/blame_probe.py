@@ -27,6 +27,7 @@ import importlib.util
 import json
 import logging
 import re
+import sys
 from typing import Any, Iterator
 
 import torch
@@ -193,7 +194,56 @@ _ATTRIBUTE_PROBES = (
     (lambda text, spec: probe_config_unset(text, lambda: _raw_config(spec)), "config_unset", "unset_in_default",
      "upstream.config_unset", "the modeling code needs `{attribute}`, which the unshrunk config leaves unset "
      "({unset_at}) and the harness kept so: the default cannot run it, whatever the inputs"),
+    (lambda text, spec: probe_module_attribute(text, spec), "module_attribute", "missing_in_default",
+     "upstream.module_attribute", "the forward reads {module_class}.{attribute}, which none of the "
+     "{instances} {module_class} modules the unshrunk config builds has: the default cannot run it, "
+     "whatever the inputs"),
 )
+
+
+_MODULE_ATTRIBUTE = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+
+
+def probe_module_attribute(text: str, spec: ModelSpec) -> dict[str, Any]:
+    """A failure "'XLayer' object has no attribute 'y'" where XLayer is a module of the model: does
+    the model built from the unshrunk config (meta device) have XLayer modules, and does any of
+    them hold y? None does: the forward reads a submodule its own config never builds
+    (Blip2ForImageTextRetrieval reads the Q-Former's text `intermediate`, built only with
+    `use_qformer_text_input`, which the default leaves off). {} when the message is not of that
+    form or names no module of the model."""
+    match = _MODULE_ATTRIBUTE.search(text or "")
+    if not match:
+        return {}
+    name, attribute = match.groups()
+    try:
+        with quiet_transformers(), _deadline():
+            arch = spec.architecture or run_architecture(spec)
+            cls = model_class(arch)
+            if not hasattr(sys.modules.get(cls.__module__), name):  # not a module class of its modeling file
+                return {}
+            config = _raw_config(spec)
+            with torch.device("meta"):
+                model = cls(config_for(cls, config))
+    except Exception:  # noqa: BLE001 - no default model: not this probe's question
+        return {}
+    found = [m for m in model.modules() if type(m).__name__ == name]
+    if not found:
+        return {}
+    out: dict[str, Any] = {"module_class": name, "attribute": attribute, "instances": len(found)}
+    present = any(hasattr(m, attribute) for m in found)
+    return {**out, "status": "present_in_default" if present else "missing_in_default"}
+
+
+def _message_probes(text: str, spec: ModelSpec, evidence: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The `_ATTRIBUTE_PROBES` in order: the first decisive one's upstream verdict, else None (what
+    each found is added to `evidence`)."""
+    for probe, key, decisive, rule, why in _ATTRIBUTE_PROBES:
+        found = probe(text, spec)
+        if found:
+            evidence[key] = found
+            if found.get("status") == decisive:
+                return Blame.UPSTREAM.value, {"rule": rule, **evidence, "why": why.format(**found)}
+    return None
 
 
 @phase("blame")  # upstream/environment probes (contracts.timing)
@@ -219,17 +269,17 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
         if stage == "load":
             evidence["why"] = "the unshrunk config does not build its class in transformers"
             return Blame.UPSTREAM.value, {"rule": "upstream.default_build", **evidence}
-        # the shrunk model built: what failed after that is not explained by the default's defect
+        # the shrunk model built: what failed after that is not explained by the default's
+        # defect, unless the failure's message shows another defect of the default's
+        said_upstream = _message_probes(f"{row.reason} {row.message}", spec, evidence)
+        if said_upstream:
+            return said_upstream
         evidence["why"] = (f"the unshrunk config does not build its class, so {stage} cannot be probed; the "
                            "harness' shrunk model did build")
         return Blame.HARNESS.value, {"rule": "default", **evidence}
-    text = f"{row.reason} {row.message}"
-    for probe, key, decisive, rule, why in _ATTRIBUTE_PROBES:
-        found = probe(text, spec)
-        if found:
-            evidence[key] = found
-            if found.get("status") == decisive:
-                return Blame.UPSTREAM.value, {"rule": rule, **evidence, "why": why.format(**found)}
+    said_upstream = _message_probes(f"{row.reason} {row.message}", spec, evidence)
+    if said_upstream:
+        return said_upstream
     fake = probe_fake(spec, arch, stage, seed)
     evidence["fake_run"] = fake
     if fake.get("status") == "error" and fake.get("step") == "inputs":

@@ -116,6 +116,29 @@ def rescale_parts(parts: list[int], total: int) -> list[int]:
     return out
 
 
+def rescale_parts_keeping_ties(parts: list[int], total: int) -> list[int]:
+    """`rescale_parts`, but parts that were equal stay equal when some split of `total` allows it
+    (multimodal rope sections: ERNIE-4.5-VL interleaves its equal height and width sections
+    pairwise, so they must stay the same size)."""
+    out = rescale_parts(parts, total)
+    groups: dict[int, list[int]] = {}
+    for i, p in enumerate(parts):
+        groups.setdefault(p, []).append(i)
+    if all(len({out[i] for i in idx}) == 1 for idx in groups.values()):
+        return out
+    s = sum(parts)
+    value = {p: max(1, int(p * total / s)) for p in groups}
+    left = total - sum(value[p] * len(idx) for p, idx in groups.items())
+    # whole groups take one more each, largest shortfall first, while they fit
+    for p in sorted(groups, key=lambda q: q * total / s - value[q], reverse=True):
+        if 0 < len(groups[p]) <= left:
+            value[p] += 1
+            left -= len(groups[p])
+    if left != 0:
+        return out
+    return [value[p] for p in parts]
+
+
 def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
     per_layer = _per_layer_fields(d, n, r)
     sources = _source_lists(per_layer, n, r)

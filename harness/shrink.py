@@ -28,7 +28,7 @@ import yaml
 from agents import partial_config
 from harness.budget import fit_budget
 from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
-from harness.layers import is_int, rescale_parts, select_layers
+from harness.layers import is_int, rescale_parts_keeping_ties, select_layers
 from harness.shrink_class_fields import class_derived_fields, get_path as _get_path, nest_flat_text_fields, recompute_class_derived
 from harness.shrink_derived import keep_derived_widths
 from harness.shrink_families import (shrink_experts, shrink_mla, shrink_modalities, shrink_patch_count_keys, shrink_ssm,
@@ -207,7 +207,7 @@ def _shrink_rope(d: dict, head_dim: int, old_head_dim: int | None) -> None:
             for sk in ("mrope_section", "mrope_sections"):
                 sec = p.get(sk)
                 if isinstance(sec, list) and sec and all(is_int(x) for x in sec):
-                    p[sk] = rescale_parts(sec, max(len(sec), rotary // 2))
+                    p[sk] = rescale_parts_keeping_ties(sec, max(len(sec), rotary // 2))
     if is_int(d.get("rotary_dim")) and old_head_dim:
         d["rotary_dim"] = max(2, 2 * round(d["rotary_dim"] * head_dim / old_head_dim / 2))
 

@@ -26,8 +26,8 @@ from harness.inputs.docshapes import docstring_input, documented_unused
 from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments, refused_labels, returns_no_loss
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape, takes_clips
 from harness.inputs.placeholders import add_placeholders
-from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
-from harness.inputs.expr import defined
+from harness.inputs.recipes import recipe_input, recipes, through_kwargs_names, type_recipe_names
+from harness.inputs.expr import defined, evaluate
 from harness.shrink import rules as shrink_rules
 
 __all__ = ["BATCH", "CHOICES", "ModelInputs", "make_inputs", "special_token_ids", "image_shape"]
@@ -65,6 +65,7 @@ def _text(out: ModelInputs, m: Maker, config, sig: set[str], architecture: str) 
         last = mask.sum(-1, keepdim=True) - 1
         ids = ids.scatter(-1, last, eos)
     ids = _prompt_tokens(ids, config, m)
+    ids = _pair_separators(ids, config, m, architecture)
     kw["input_ids"] = m.pad_ids(ids, mask) if "attention_mask" in sig else ids
     out.sources["input_ids"] = "synthetic"
     if "attention_mask" in sig:
@@ -84,6 +85,24 @@ def _prompt_tokens(ids: torch.Tensor, config, m: Maker) -> torch.Tensor:
         if isinstance(token, int) and not isinstance(token, bool) and 0 <= token < m.vocab and ids.shape[-1] > 2:
             ids = ids.clone()
             ids[..., 1] = token
+    return ids
+
+
+def _pair_separators(ids: torch.Tensor, config, m: Maker, architecture: str) -> torch.Tensor:
+    """A question/context pair for the heads that read one (`pair_prompts`): the separator token
+    at the same positions of every sample (and choice)."""
+    rule = recipes().get("pair_prompts") or {}
+    if label_kind(architecture) not in rule.get("kinds", []):
+        return ids
+    token = next((t for name in rule["token_fields"]
+                  for t in [get(m.text, name, default=get(config, name))] if t is not None), None)
+    if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < m.vocab:
+        return ids
+    positions = [int(p) for p in evaluate(rule["positions"], ConfigScope(config, seq=ids.shape[-1]))]
+    if not positions or len(set(positions)) != len(positions) or not all(0 < p < ids.shape[-1] for p in positions):
+        return ids
+    ids = ids.clone()
+    ids[..., positions] = token
     return ids
 
 
@@ -195,7 +214,9 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     add_videos(out, m, config, scope, sig, model_type)
     add_audio(out, m, config, scope, with_aliases, model_type)
     _aliases(out, sig, scope)
-    recipe_labels = _recipes(out, m, sig, model_type, scope, required_inputs(params))
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    passed_on = through_kwargs_names(model_type) if takes_kwargs else set()
+    recipe_labels = _recipes(out, m, sig | passed_on, model_type, scope, required_inputs(params))
     _documented(out, model, m, scope, required_inputs(params))
     _exclusive(out, model)
     for name in sorted(documented_unused(model.forward) & set(out.kwargs)):

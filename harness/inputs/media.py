@@ -14,7 +14,7 @@ import torch
 from harness.inputs.base import BATCH, ConfigScope, Maker, ModelInputs, get, subconfig, wrapped_configs
 from harness.inputs.expr import defined, evaluate
 from harness.inputs.processors import image_input_name, processor_inputs, video_only
-from harness.inputs.recipes import recipes
+from harness.inputs.recipes import image_processor_name, recipes
 
 VISION_LEVELS = ("vision_config", "image_config", "backbone_config", "encoder_config", "encoder", "vision_encoder_config")
 OWN_VISION_LEVELS = ("vision_config", "image_config", "encoder_config", "encoder", "vision_encoder_config")
@@ -95,8 +95,8 @@ def _take(out: ModelInputs, tensors: dict[str, torch.Tensor], sig: set[str], sou
 
 
 def _grid_patches(m: Maker, config, frames: int, model_type: str = "") -> tuple[torch.Tensor, torch.Tensor]:
-    """qwen-vl layout: flattened patches plus a (t, h, w) grid per sample. Types listed under
-    `grid_patch_layouts: merged_channels_last` (inkling2) take one (p*merge, p*merge, channels)
+    """qwen-vl layout: flattened patches plus a (t, h, w) grid per sample. Types listed (or fed by
+    an image processor listed) under `grid_patch_layouts: merged_channels_last` (inkling2) take one (p*merge, p*merge, channels)
     image block per merged token instead."""
     c, _, _ = image_shape(config)
     vision = subconfig(config, "vision_config") or config
@@ -109,7 +109,8 @@ def _grid_patches(m: Maker, config, frames: int, model_type: str = "") -> tuple[
     # them); with t = 1 both layouts agree
     t = 1
     grid = torch.tensor([[t, gh, gw]] * BATCH)
-    layout = (recipes().get("grid_patch_layouts") or {}).get(model_type)
+    layouts = recipes().get("grid_patch_layouts") or {}
+    layout = layouts.get(model_type) or layouts.get(image_processor_name(model_type))
     if layout == "patches_channels_first":
         return m.randn(BATCH * t * gh * gw, c, p, p), grid
     if layout == "merged_channels_last":

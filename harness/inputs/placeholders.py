@@ -123,10 +123,12 @@ def _rejected(model, config, ids: torch.Tensor, counts: dict[str, int]) -> str:
     embeds = torch.zeros(*ids.shape, hidden)
     for kind in kinds:
         # features packed (images x tokens, hidden), else per image (VideoLLaVA flattens them)
+        # NeoMME's check takes the ids and features only
+        embeds_kw = {"inputs_embeds": embeds} if "inputs_embeds" in params else {}
         for shape in [(counts[kind] * BATCH, hidden), (BATCH, counts[kind], hidden)]:
             try:
                 with torch.no_grad():
-                    fn(ids, inputs_embeds=embeds, **{f"{kind}_features": torch.zeros(shape)})
+                    fn(ids, **embeds_kw, **{f"{kind}_features": torch.zeros(shape)})
                 break
             except IndexError:  # a layout the check cannot take: try the next
                 continue

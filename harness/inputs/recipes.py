@@ -61,13 +61,51 @@ def _fill(variant: dict, shape: list[int], maker: Maker, scope: ConfigScope) -> 
     raise RecipeError(f"unknown fill kind {kind!r}")
 
 
+@lru_cache(maxsize=None)
+def image_processor_name(model_type: str) -> str | None:
+    from harness.inputs.processors import image_processor_class
+
+    try:
+        cls = image_processor_class(model_type, (recipes()["processors"].get("classes") or {}).get("image", {}))
+    except Exception:  # noqa: BLE001 - a mapping that does not resolve here: no processor recipes
+        return None
+    return getattr(cls, "__name__", None)
+
+
+def type_recipes(model_type: str) -> dict[str, Any]:
+    """The hand recipes of one model type: its own (`by_model_type`) over those of the image
+    processor it is fed by (`by_image_processor`: a processor that cannot run here, whose layout
+    every type it feeds takes: PI0's feeds pi0 and pi05)."""
+    r = recipes()
+    merged: dict[str, Any] = {}
+    by_processor = r.get("by_image_processor") or {}
+    if by_processor:
+        name = image_processor_name(model_type)
+        merged.update({k: _keyed(v, name) for k, v in (by_processor.get(name) or {}).items()})
+    merged.update((r.get("by_model_type") or {}).get(model_type) or {})
+    return merged
+
+
+def _keyed(entry: Any, key: str) -> Any:
+    """A recipe's variants marked with the key they came from (its source says which recipe)."""
+    return [dict(v, _key=key) for v in _variants(entry)]
+
+
 def type_recipe_names(model_type: str) -> list[str]:
     """Inputs whose recipe replaces the generic synthesizer's: the model type's own recipes and
     the generic ones marked `replaces_synthetic` (they still apply only when their `when` holds)."""
-    own = set((recipes().get("by_model_type", {}) or {}).get(model_type, {}) or {})
+    own = set(type_recipes(model_type))
     own |= {name for name, entry in (recipes().get("inputs") or {}).items()
             if any(v.get("replaces_synthetic") for v in _variants(entry))}
     return sorted(own)
+
+
+def through_kwargs_names(model_type: str) -> set[str]:
+    """The type's recipe inputs its forward takes in `**kwargs` and hands on to a submodule
+    (`through_kwargs: true`): the bare PI0.5 passes the flow-matching time embedding to its action
+    expert that way. Made only for a forward that takes `**kwargs`."""
+    return {name for name, entry in type_recipes(model_type).items()
+            if any(v.get("through_kwargs") for v in _variants(entry))}
 
 
 def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope,
@@ -75,7 +113,7 @@ def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope,
     """(tensor, recipe key, is_label) for input `name`, or None when no recipe applies
     (`required`: the forward has no default for it, so `required_only` variants apply too)."""
     r = recipes()
-    candidates = [(f"{model_type}.{name}", v) for v in _variants((r.get("by_model_type") or {}).get(model_type, {}).get(name))]
+    candidates = [(f"{v.get('_key', model_type)}.{name}", v) for v in _variants(type_recipes(model_type).get(name))]
     candidates += [(name, v) for v in _variants(r.get("inputs", {}).get(name))]
     for key, variant in candidates:
         if not _applies(variant, scope) or variant.get("required_only") and not required:
