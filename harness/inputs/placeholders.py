@@ -69,7 +69,21 @@ def feature_count(model, kwargs: dict, rule: dict) -> int | None:
     wanted = set(rule["pass_through"]) | required_inputs(signature_parameters(fn))
     extra = {k: kwargs[k] for k in wanted if k in kwargs and k != name}
     with torch.no_grad():
-        return _count(fn(**{name: kwargs[name]}, **extra))
+        out = fn(**{name: kwargs[name]}, **extra)
+        codes = _codes(model, rule, out)
+        return codes if codes is not None else _count(out)
+
+
+def _codes(model, rule: dict, out) -> int | None:
+    """Codes per sample when the model turns its features into discrete prompt tokens with a
+    method taking the features (`token_methods` whose first parameter is `hidden_states`:
+    GLM-Image's VQ-VAE gives one code per merged patch); None otherwise."""
+    fn = _feature_method(model, rule.get("token_methods", []))
+    feats = getattr(out, "pooler_output", None)
+    if fn is None or feats is None or next(iter(signature_parameters(fn)), None) != "hidden_states":
+        return None
+    codes = fn(feats)
+    return int(codes.numel()) // BATCH if isinstance(codes, torch.Tensor) else None
 
 
 def _count_the_model_asks_for(model, kwargs: dict, rule: dict, token: int, exc: Exception) -> int | None:
