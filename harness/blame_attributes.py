@@ -71,10 +71,11 @@ def probe_config_unset(text: str, default: Callable[[], Any]) -> dict[str, Any]:
     the harness kept the default's value, and the default cannot run that code whatever the inputs
     (Step-3.7 builds a sliding-window mask whatever its layer types; its default window is None).
     {} when the message is not of that form."""
-    attribute = next((m.group(1) for p in rules_mod.rules().get("unset_config_patterns") or ()
-                      for m in [re.search(p, text or "")] if m), "")
-    if not attribute:
+    rule = next((r for r in _unset_rules() if re.search(r["pattern"], text or "")), None)
+    if rule is None:
         return {}
+    attribute = rule.get("field") or re.search(rule["pattern"], text or "").group(1)
+    parent = rule.get("in")  # a key of this dict field: left out of it is unset too
     out: dict[str, Any] = {"attribute": attribute}
     try:
         with quiet_transformers(), deadline():
@@ -88,6 +89,8 @@ def probe_config_unset(text: str, default: Callable[[], Any]) -> dict[str, Any]:
             if k == attribute:
                 found[f"{path}{k}"] = v
             elif isinstance(v, dict):
+                if k == parent and attribute not in v:
+                    found[f"{path}{k}.{attribute}"] = None
                 walk(f"{path}{k}.", v)
 
     walk("", config.to_dict())
@@ -96,6 +99,12 @@ def probe_config_unset(text: str, default: Callable[[], Any]) -> dict[str, Any]:
         return {**out, "status": "unset_in_default", "unset_at": ", ".join(sorted(found))}
     return {**out, "status": "set_in_default" if found else "not_a_field",
             "values": {k: str(v)[:40] for k, v in found.items()}}
+
+
+def _unset_rules() -> list[dict[str, Any]]:
+    """`unset_config_patterns` as {pattern, field?, in?}: a bare pattern names the field in its
+    group 1; a message that names none says which `field` (a key of the dict field `in`) it is about."""
+    return [r if isinstance(r, dict) else {"pattern": r} for r in rules_mod.rules().get("unset_config_patterns") or ()]
 
 
 class ProbeTimeout(TimeoutError):

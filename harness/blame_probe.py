@@ -208,6 +208,18 @@ def _default_meta_model(spec: ModelSpec) -> Any:
             return cls(config_for(cls, _raw_config(spec)))
 
 
+def _message_probes(text: str, spec: ModelSpec, evidence: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The `_ATTRIBUTE_PROBES` in order: the first decisive one's upstream verdict, else None (what
+    each found is added to `evidence`)."""
+    for probe, key, decisive, rule, why in _ATTRIBUTE_PROBES:
+        found = probe(text, spec)
+        if found:
+            evidence[key] = found
+            if found.get("status") == decisive:
+                return Blame.UPSTREAM.value, {"rule": rule, **evidence, "why": why.format(**found)}
+    return None
+
+
 @phase("blame")  # upstream/environment probes (contracts.timing)
 def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed: int = 0) -> tuple[str, dict[str, Any]]:
     """environment / upstream / harness for a stage that failed on the reference backend."""
@@ -231,17 +243,17 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
         if stage == "load":
             evidence["why"] = "the unshrunk config does not build its class in transformers"
             return Blame.UPSTREAM.value, {"rule": "upstream.default_build", **evidence}
-        # the shrunk model built: what failed after that is not explained by the default's defect
+        # the shrunk model built: what failed after that is not explained by the default's
+        # defect, unless the failure's message shows another defect of the default's
+        said_upstream = _message_probes(f"{row.reason} {row.message}", spec, evidence)
+        if said_upstream:
+            return said_upstream
         evidence["why"] = (f"the unshrunk config does not build its class, so {stage} cannot be probed; the "
                            "harness' shrunk model did build")
         return Blame.HARNESS.value, {"rule": "default", **evidence}
-    text = f"{row.reason} {row.message}"
-    for probe, key, decisive, rule, why in _ATTRIBUTE_PROBES:
-        found = probe(text, spec)
-        if found:
-            evidence[key] = found
-            if found.get("status") == decisive:
-                return Blame.UPSTREAM.value, {"rule": rule, **evidence, "why": why.format(**found)}
+    said_upstream = _message_probes(f"{row.reason} {row.message}", spec, evidence)
+    if said_upstream:
+        return said_upstream
     fake = probe_fake(spec, arch, stage, seed)
     evidence["fake_run"] = fake
     if fake.get("status") == "error" and fake.get("step") == "inputs":

@@ -26,7 +26,7 @@ from harness.inputs.docshapes import docstring_input, documented_unused
 from harness.inputs.labels import add_labels, label_kind, loss_missing_arguments, refused_labels, returns_no_loss
 from harness.inputs.media import add_audio, add_images, add_videos, image_shape, takes_clips
 from harness.inputs.placeholders import add_placeholders
-from harness.inputs.recipes import recipe_input, recipes, type_recipe_names
+from harness.inputs.recipes import recipe_input, recipes, through_kwargs_names, type_recipe_names
 from harness.inputs.sessions import add_sessions
 from harness.inputs.expr import defined, evaluate
 from harness.shrink import rules as shrink_rules
@@ -216,7 +216,9 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
     add_audio(out, m, config, scope, with_aliases, model_type)
     _aliases(out, sig, scope)
     add_sessions(out, model, config, m)
-    recipe_labels = _recipes(out, m, sig, model_type, scope, required_inputs(params))
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    passed_on = through_kwargs_names(model_type) if takes_kwargs else set()
+    recipe_labels = _recipes(out, m, sig | passed_on, model_type, scope, required_inputs(params))
     _documented(out, model, m, scope, required_inputs(params))
     _exclusive(out, model)
     for name in sorted(documented_unused(model.forward) & set(out.kwargs)):

@@ -175,8 +175,11 @@ def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
             out.notes.append(f"{proc.name} gave {tuple(pv.shape[-2:])}, the model takes {(h, w)}: synthetic pixels")
         elif pv is not None and ("image_grid_thw" not in proc.tensors or "image_grid_thw" in sig or "grid_thw" in sig):
             _take(out, proc.tensors, sig, f"processor:{proc.name}")
-            if rules["processors"].get("layouts", {}).get(model_type) == "per_image_padded_patches":
+            layout = rules["processors"].get("layouts", {}).get(model_type)
+            if layout == "per_image_padded_patches":
                 _pad_patches_per_image(out)
+            elif layout == "target_grid_per_sample" and "images_per_sample" in sig:
+                _add_target_grids(out)
             return
     elif proc is not None and proc.error:
         out.notes.append(f"{proc.name} failed: {proc.error}")
@@ -202,6 +205,19 @@ def _processor_layout(out: ModelInputs, m: Maker, config, scope: ConfigScope, si
         _take(out, proc.tensors, sig, f"processor:{proc.name}")
     elif proc is not None and proc.error:
         out.notes.append(f"{proc.name} failed: {proc.error}")
+
+
+def _add_target_grids(out: ModelInputs) -> None:
+    """Each sample's image grids followed by the grid of the image to generate, and how many
+    grids each sample has (`images_per_sample`): the layout GLM-Image's processor makes in its
+    image-to-image mode (the model encodes all grids of a sample but its last)."""
+    grid = out.kwargs.get("image_grid_thw")
+    if not isinstance(grid, torch.Tensor) or grid.dim() != 2 or grid.shape[0] % BATCH:
+        return
+    per_sample = grid.split(grid.shape[0] // BATCH)
+    out.kwargs["image_grid_thw"] = torch.cat([torch.cat([g, g[-1:]]) for g in per_sample])
+    out.kwargs["images_per_sample"] = torch.tensor([len(g) + 1 for g in per_sample], dtype=torch.long)
+    out.sources["images_per_sample"] = out.sources.get("image_grid_thw", "synthetic") + "+target_grid"
 
 
 def _pad_patches_per_image(out: ModelInputs) -> None:

@@ -69,7 +69,21 @@ def feature_count(model, kwargs: dict, rule: dict) -> int | None:
     wanted = set(rule["pass_through"]) | required_inputs(signature_parameters(fn))
     extra = {k: kwargs[k] for k in wanted if k in kwargs and k != name}
     with torch.no_grad():
-        return _count(fn(**{name: kwargs[name]}, **extra))
+        out = fn(**{name: kwargs[name]}, **extra)
+        codes = _codes(model, rule, out)
+        return codes if codes is not None else _count(out)
+
+
+def _codes(model, rule: dict, out) -> int | None:
+    """Codes per sample when the model turns its features into discrete prompt tokens with a
+    method taking the features (`token_methods` whose first parameter is `hidden_states`:
+    GLM-Image's VQ-VAE gives one code per merged patch); None otherwise."""
+    fn = _feature_method(model, rule.get("token_methods", []))
+    feats = getattr(out, "pooler_output", None)
+    if fn is None or feats is None or next(iter(signature_parameters(fn)), None) != "hidden_states":
+        return None
+    codes = fn(feats)
+    return int(codes.numel()) // BATCH if isinstance(codes, torch.Tensor) else None
 
 
 def _count_the_model_asks_for(model, kwargs: dict, rule: dict, token: int, exc: Exception) -> int | None:
@@ -143,11 +157,13 @@ def add_placeholders(out: ModelInputs, model, config, sig: set[str], rules: dict
     added: dict[str, int] = {}
     failed: dict[str, str] = {}
     for kind, rule in rules.items():
-        token = get(config, *rule["token_fields"])
+        # a type whose processor writes this modality with another one's token (its model reads that one)
+        fields = rule.get("token_fields_by_type", {}).get(getattr(config, "model_type", None), rule["token_fields"])
+        token = get(config, *fields)
         text = text_config(config)
-        token = token if token is not None else get(text, *rule["token_fields"])
+        token = token if token is not None else get(text, *fields)
         for wrapped in wrapped_configs(config) if token is None else []:  # ColPali: config.vlm_config
-            token = get(wrapped, *rule["token_fields"]) if token is None else token
+            token = get(wrapped, *fields) if token is None else token
         if token is None or pixel_input(rule, kw) is None or "input_ids" not in kw:
             continue
         fixed = get(config, *rule.get("count_fields", []))
@@ -196,7 +212,7 @@ def _boundaries(config, rule: dict, run: list[int]) -> list[int]:
     """The placeholder run between the modality's start and end tokens, when the config names
     both (`boundary_fields`): Ovis2.5 puts its visual indicator embeddings there and counts them,
     GLM-5-Next tells video placeholders from image ones by the video span."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     for start_field, end_field in rule.get("boundary_fields", []):
         start = get(config, start_field, default=get(text, start_field))
         end = get(config, end_field, default=get(text, end_field))

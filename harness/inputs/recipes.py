@@ -100,6 +100,14 @@ def type_recipe_names(model_type: str) -> list[str]:
     return sorted(own)
 
 
+def through_kwargs_names(model_type: str) -> set[str]:
+    """The type's recipe inputs its forward takes in `**kwargs` and hands on to a submodule
+    (`through_kwargs: true`): the bare PI0.5 passes the flow-matching time embedding to its action
+    expert that way. Made only for a forward that takes `**kwargs`."""
+    return {name for name, entry in type_recipes(model_type).items()
+            if any(v.get("through_kwargs") for v in _variants(entry))}
+
+
 def recipe_input(name: str, model_type: str, maker: Maker, scope: ConfigScope,
                  required: bool = False) -> tuple[torch.Tensor, str, bool] | None:
     """(tensor, recipe key, is_label) for input `name`, or None when no recipe applies

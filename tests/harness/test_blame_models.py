@@ -359,3 +359,31 @@ def test_a_submodule_the_default_config_builds_is_the_harness(monkeypatch):
     monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
     fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
     assert fwd.blame == "harness" and fwd.blame_evidence["module_attribute"]["status"] == "present_in_default"
+
+
+def test_a_rope_key_the_default_leaves_out_is_unset():
+    """A message naming no field says which one it is about (`field`, a key of `in`): HunYuan-VL's
+    text model needs `rope_parameters.mrope_section`, which its default omits; a config that
+    sets it (the harness' config lost it) is no evidence against transformers."""
+    from transformers import HunYuanVLConfig
+
+    from harness.blame_attributes import probe_config_unset
+
+    text = "ValueError: HunYuanVL expects at least 3 multimodal RoPE axes, got 0."
+    found = probe_config_unset(text, HunYuanVLConfig)
+    assert found["status"] == "unset_in_default"
+    assert found["unset_at"] == "text_config.rope_parameters.mrope_section"
+    rope = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 8, 8, 8]}
+    with_sections = lambda: HunYuanVLConfig(text_config={"head_dim": 64, "rope_parameters": rope})  # noqa: E731
+    assert probe_config_unset(text, with_sections)["status"] == "set_in_default"
+
+
+def test_a_default_that_does_not_build_still_gets_its_message_probes():
+    """HunYuan-VL's default does not build (head_dim None) and the harness' shrunk model does; its
+    forward then fails on the rope sections its default omits: that message is the default's
+    defect, upstream, even though the default build could not be probed further."""
+    spec = ModelSpec("catalog/hunyuan_vl/HunYuanVLModel", "hunyuan_vl", "HunYuanVLModel")
+    fwd = check_with_blame(spec, "cpu", STAGES).stages["forward"]
+    assert fwd.status is Status.ERROR and fwd.blame == "upstream"
+    assert fwd.blame_evidence["default_build"]["status"] == "error"
+    assert fwd.blame_evidence["rule"] == "upstream.config_unset"

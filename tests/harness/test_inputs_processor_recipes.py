@@ -101,3 +101,17 @@ def test_a_text_and_region_pretraining_head_gets_regions_and_labels_over_both():
     assert kw["labels"].shape[-1] == kw["input_ids"].shape[-1] + kw["visual_embeds"].shape[1]
     assert set(inputs.labels) == {"labels", "sentence_image_labels"}
     assert torch.isfinite(runs(model, inputs).loss)
+
+
+def test_an_input_the_forward_hands_on_through_kwargs_is_made_for_it():
+    # the bare PI0.5 passes the time embedding to its action expert in **kwargs (not in its
+    # signature); its action chunk has no state token (PI0.5's state is text in the prompt)
+    model, cfg, inputs = built("pi05", "PI05Model")
+    kw = inputs.kwargs
+    assert inputs.sources["timestep_embeds"] == "recipe:pi05.timestep_embeds"
+    assert tuple(kw["timestep_embeds"].shape) == (2, cfg.dit_config.hidden_size)
+    assert kw["action_embeds"].shape[1] == cfg.chunk_size
+    runs(model, inputs)
+    # PI0 (no such recipe: its head does not embed time that way) never gets it
+    _, pi0_cfg, pi0 = built("pi0", "PI0Model")
+    assert "timestep_embeds" not in pi0.kwargs and pi0.kwargs["action_embeds"].shape[1] == pi0_cfg.chunk_size + 1

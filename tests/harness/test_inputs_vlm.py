@@ -99,3 +99,41 @@ def test_per_item_merge_sizes_go_with_their_modality():
     for token in (cfg.image_token_id, cfg.video_token_id):
         assert ((kw["input_ids"] == token).sum(-1) > 0).all()
     runs(model, inputs)
+
+
+def test_video_placeholders_written_with_the_image_token_where_the_processor_does():
+    # Nemotron-H Omni's processor writes each video frame's placeholders with the image token and
+    # its forward counts video features there; its config's video token id is never read
+    model, cfg, inputs = built("nemotron_h_omni", "NemotronH_Omni_Reasoning_V3")
+    assert "pixel_values_videos" in inputs.kwargs
+    assert ((inputs.kwargs["input_ids"] == cfg.image_token_id).sum(-1) > 0).all()
+    runs(model, inputs)
+
+
+def test_a_prompt_of_vq_codes_gets_one_placeholder_per_code_and_a_target_grid_per_sample():
+    # GLM-Image writes its VQ-VAE's codes into the prompt (get_image_tokens over the features):
+    # one placeholder per code, not per feature value; its processor follows each sample's
+    # source grids with the grid to generate and says how many grids a sample has
+    model, cfg, inputs = built("glm_image", "GlmImageModel")
+    kw = inputs.kwargs
+    assert kw["images_per_sample"].tolist() == [2, 2]
+    assert kw["image_grid_thw"].shape[0] == 4
+    sources = kw["image_grid_thw"][0::2]
+    codes = int(sources.prod(-1).sum()) // model.visual.spatial_merge_size ** 2
+    assert codes < int(sources.prod(-1).sum()) * cfg.vision_config.hidden_size
+    assert int((kw["input_ids"] == cfg.image_token_id).sum()) == codes
+    runs(model, inputs)
+
+
+def test_a_pooled_patch_layout_only_its_torchvision_processor_makes_comes_from_its_recipe():
+    # Molmo2's image processor (torchvision) cuts images into flattened patches and says which
+    # patches each token pools (`image_token_pooling`) and each image's token grid (`image_grids`)
+    model, cfg, inputs = built("molmo2", "Molmo2Model")
+    kw = inputs.kwargs
+    vision = cfg.vision_config
+    assert inputs.sources["image_token_pooling"].startswith("recipe:")
+    assert kw["pixel_values"].shape[-1] == vision.patch_size ** 2 * vision.num_channels
+    assert int(kw["image_token_pooling"].max()) < kw["pixel_values"].shape[1]
+    tokens = int((kw["image_grids"][:, 0] * kw["image_grids"][:, 1]).sum())
+    assert tokens == kw["image_token_pooling"].shape[0] == int((kw["input_ids"] == cfg.image_token_id).sum())
+    runs(model, inputs)

@@ -142,3 +142,20 @@ def test_a_swin_audio_tower_projects_its_last_stage_width():
     config = forward("clap", "ClapModel")
     a = config.audio_config
     assert a.patch_embeds_hidden_size * 2 ** (len(a.depths) - 1) == a.hidden_size
+
+
+def test_a_vq_codebook_quantizing_the_vision_output_follows_its_width_and_fits_the_vocab():
+    # GLM-Image: the VQ-VAE's latent channels are the vision width, its codes and the vision
+    # vocab are text ids (the default's 16384-code book in a 1024-token shrunk vocab)
+    cfg = resolve_config(ModelSpec("test/glm_image", "glm_image", "GlmImageModel"))
+    assert cfg.vq_config.latent_channels == cfg.vision_config.hidden_size
+    assert cfg.vq_config.num_embeddings <= cfg.text_config.vocab_size
+    assert cfg.text_config.vision_vocab_size <= cfg.text_config.vocab_size
+
+
+def test_an_adapter_projecting_to_the_text_width_follows_it_and_its_patch_token_fits_the_vocab():
+    # Molmo2: the adapter's `text_hidden_size` is the text width (its default 3584 vs 4096), and
+    # its image placeholder is `image_patch_id` (aliased `image_token_id`), 151938 unshrunk
+    cfg = resolve_config(ModelSpec("test/molmo2", "molmo2", "Molmo2Model"))
+    assert cfg.adapter_config.text_hidden_size == cfg.text_config.hidden_size
+    assert cfg.image_token_id == cfg.image_patch_id < cfg.text_config.vocab_size
