@@ -137,3 +137,13 @@ def test_a_config_with_two_text_configs_gets_inputs_per_codebook():
     assert inputs.kwargs["labels"].shape[-1] == books
     out = model(**inputs.kwargs)
     assert out.loss is not None and torch.isfinite(out.loss)
+
+
+def test_streaming_audio_has_one_text_position_per_audio_token():
+    # Voxtral Realtime adds an audio embedding to every text position: the mel frames are
+    # `audio_length_per_tok` per text token (the extractor's length gave 3 audio tokens for 16)
+    model, cfg, inputs = built("voxtral_realtime", "VoxtralRealtimeModel")
+    ids, feats = inputs.kwargs["input_ids"], inputs.kwargs["input_features"]
+    assert feats.shape[-1] == cfg.audio_length_per_tok * ids.shape[1]
+    with torch.no_grad():
+        model(**inputs.kwargs)
