@@ -147,3 +147,14 @@ def test_streaming_audio_has_one_text_position_per_audio_token():
     assert feats.shape[-1] == cfg.audio_length_per_tok * ids.shape[1]
     with torch.no_grad():
         model(**inputs.kwargs)
+
+
+@pytest.mark.slow  # SeamlessM4T's shrunk model (speech, text, t2u and vocoder towers): ~15 s
+def test_speech_or_text_the_forward_says_are_exclusive_gets_the_speech_and_its_mask():
+    # SeamlessM4T's forward takes speech or text under one attention mask and warns that
+    # `input_features` and `input_ids` are mutually exclusive: the text's mask met the speech
+    model, cfg, inputs = built("seamless_m4t", "SeamlessM4TModel")
+    kw = inputs.kwargs
+    assert "input_ids" not in kw and kw["attention_mask"].shape == kw["input_features"].shape[:2]
+    with torch.no_grad():
+        model(**kw)
