@@ -158,3 +158,14 @@ def test_speech_or_text_the_forward_says_are_exclusive_gets_the_speech_and_its_m
     assert "input_ids" not in kw and kw["attention_mask"].shape == kw["input_features"].shape[:2]
     with torch.no_grad():
         model(**kw)
+
+
+def test_a_codec_half_called_on_hidden_states_gets_its_waveform_or_latents():
+    # VibeVoice's tokenizer encoder and decoder take an undocumented `hidden_states`: a waveform
+    # of `channels`, latents of `hidden_size` (the forward was called without it)
+    for model_type, arch, width in (("vibevoice_acoustic_tokenizer_encoder", "VibeVoiceAcousticTokenizerEncoderModel", "channels"),
+                                    ("vibevoice_acoustic_tokenizer_decoder", "VibeVoiceAcousticTokenizerDecoderModel", "hidden_size")):
+        model, cfg, inputs = built(model_type, arch)
+        assert inputs.kwargs["hidden_states"].shape[1] == getattr(cfg, width)
+        with torch.no_grad():
+            model(**inputs.kwargs)
