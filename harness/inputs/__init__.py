@@ -126,12 +126,15 @@ def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: 
 
 _EXCLUSIVE = (re.compile(r"if (\w+) is not None and (\w+) is not None:\s*\n\s*raise "),
               re.compile(r"`(\w+)` and `(\w+)` are mutually exclusive"))
+# an input the forward takes as the embeddings (Pop2Piano: `inputs_embeds = input_features`)
+# excludes the token ids, as embeddings do
+_EMBEDS_ALIAS = re.compile(r"^\s*inputs_embeds = (\w+)\s*$", re.M)
 
 
 def _exclusive(out: ModelInputs, model) -> None:
     """Inputs the forward refuses together (Molmo2: images or videos, not both) or says are
-    mutually exclusive (SeamlessM4T: speech or text, one attention mask): the later one is left
-    out. Read from the forward's own `if a is not None and b is not None: raise` or its warning.
+    mutually exclusive (SeamlessM4T: speech or text, one attention mask), token ids next to an
+    input it takes as the embeddings (Pop2Piano's features): the later one is left out. Read from the forward's own `if a is not None and b is not None: raise` or its warning.
     Token ids left out take their mask along; the audio's own mask, set aside while the text's
     held the name, becomes the attention mask."""
     for owner in (model, getattr(model, "model", None)):
@@ -139,7 +142,9 @@ def _exclusive(out: ModelInputs, model) -> None:
             source = inspect.getsource(type(owner).forward) if owner is not None else ""
         except (OSError, TypeError):
             continue
-        for first, second in [pair for pattern in _EXCLUSIVE for pair in pattern.findall(source)]:
+        pairs = [pair for pattern in _EXCLUSIVE for pair in pattern.findall(source)]
+        pairs += [(name, "input_ids") for name in _EMBEDS_ALIAS.findall(source)]
+        for first, second in pairs:
             if first in out.kwargs and second in out.kwargs:
                 out.kwargs.pop(second)
                 out.sources.pop(second, None)

@@ -167,3 +167,13 @@ def test_a_codec_half_called_on_hidden_states_gets_its_latents():
     assert inputs.kwargs["hidden_states"].shape[1] == cfg.hidden_size
     with torch.no_grad():
         model(**inputs.kwargs)
+
+
+def test_an_input_the_forward_takes_as_embeddings_excludes_token_ids():
+    # Pop2Piano's forward sets `inputs_embeds = input_features`: given token ids too, its encoder
+    # refused both; the features are as wide as the model
+    model, cfg, inputs = built("pop2piano", "Pop2PianoForConditionalGeneration")
+    kw = inputs.kwargs
+    assert "input_ids" not in kw and kw["input_features"].shape[-1] == cfg.d_model
+    with torch.no_grad():
+        model(**kw)
