@@ -144,22 +144,39 @@ def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: 
     return labels
 
 
-_EXCLUSIVE = re.compile(r"if (\w+) is not None and (\w+) is not None:\s*\n\s*raise ")
+_EXCLUSIVE = (re.compile(r"if (\w+) is not None and (\w+) is not None:\s*\n\s*raise "),
+              re.compile(r"`(\w+)` and `(\w+)` are mutually exclusive"))
+# an input the forward takes as the embeddings (Pop2Piano: `inputs_embeds = input_features`)
+# excludes the token ids, as embeddings do
+_EMBEDS_ALIAS = re.compile(r"^\s*inputs_embeds = (\w+)\s*$", re.M)
 
 
 def _exclusive(out: ModelInputs, model) -> None:
-    """Inputs the forward refuses together (Molmo2: images or videos, not both): the later one
-    is left out. Read from the forward's own `if a is not None and b is not None: raise`."""
+    """Inputs the forward refuses together (Molmo2: images or videos, not both) or says are
+    mutually exclusive (SeamlessM4T: speech or text, one attention mask), token ids next to an
+    input it takes as the embeddings (Pop2Piano's features): the later one is left out. Read from the forward's own `if a is not None and b is not None: raise` or its warning.
+    Token ids left out take their mask along; the audio's own mask, set aside while the text's
+    held the name, becomes the attention mask."""
     for owner in (model, getattr(model, "model", None)):
         try:
             source = inspect.getsource(type(owner).forward) if owner is not None else ""
         except (OSError, TypeError):
             continue
-        for first, second in _EXCLUSIVE.findall(source):
+        pairs = [pair for pattern in _EXCLUSIVE for pair in pattern.findall(source)]
+        pairs += [(name, "input_ids") for name in _EMBEDS_ALIAS.findall(source)]
+        for first, second in pairs:
             if first in out.kwargs and second in out.kwargs:
                 out.kwargs.pop(second)
                 out.sources.pop(second, None)
                 out.notes.append(f"no {second}: the forward refuses it together with {first}")
+                if second == "input_ids" and "attention_mask" in out.kwargs:
+                    mask = out.set_aside.pop("audio_attention_mask", None)
+                    if mask is None:
+                        out.kwargs.pop("attention_mask")
+                        out.sources.pop("attention_mask", None)
+                    else:
+                        out.kwargs["attention_mask"] = mask
+                        out.sources["attention_mask"] = out.sources.get(first, "processor")
 
 
 def _documented(out: ModelInputs, model, m: Maker, scope: ConfigScope, required: set[str]) -> None:

@@ -31,6 +31,7 @@ class ModelInputs:
     labels: list[str] = field(default_factory=list)  # which kwargs are labels (a loss exists)
     notes: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # input name -> processor:X | recipe:X | synthetic
+    set_aside: dict[str, Any] = field(default_factory=dict)  # processor outputs no input took (yet)
 
     @property
     def has_labels(self) -> bool:

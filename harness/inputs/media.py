@@ -296,6 +296,8 @@ def add_audio(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[s
         if "attention_mask" in proc.tensors and ("input_ids" in out.kwargs or "attention_mask" not in sig):
             target = next((n for n in AUDIO_MASK_NAMES if n in sig), None)
             rename["attention_mask"] = target or "__unused__"
+            if target is None:  # the text's mask holds the name; the audio's is kept aside
+                out.set_aside["audio_attention_mask"] = proc.tensors["attention_mask"]
         _take(out, proc.tensors, sig, f"processor:{proc.name}", rename)
         return
     if proc is not None and proc.error:

@@ -237,9 +237,14 @@ def test_a_processor_asked_for_what_the_pretraining_loss_needs():
     trains(model, inputs)
 
 
-def test_tts_latent_labels_with_their_audio_positions():
-    # Gradium Phonon TTS: the prompt holds the audio BOS and one latent position per target frame
-    model, cfg, inputs = built("gradium_phonon_tts", "GradiumPhononTTSForConditionalGeneration")
+@pytest.mark.parametrize("model_type, architecture", [
+    ("gradium_phonon_tts", "GradiumPhononTTSForConditionalGeneration"),
+    ("pocket_tts", "PocketTTSForConditionalGeneration"),
+])
+def test_tts_latent_labels_with_their_audio_positions(model_type, architecture):
+    # Gradium Phonon TTS, Pocket TTS: the prompt holds the audio BOS and one latent position per
+    # target frame
+    model, cfg, inputs = built(model_type, architecture)
     ids, labels = inputs.kwargs["input_ids"], inputs.kwargs["labels"]
     assert ((ids == cfg.audio_latent_token_id).sum(-1) == labels.shape[1]).all()
     assert labels.shape[-1] == cfg.latent_dim

@@ -137,3 +137,43 @@ def test_a_config_with_two_text_configs_gets_inputs_per_codebook():
     assert inputs.kwargs["labels"].shape[-1] == books
     out = model(**inputs.kwargs)
     assert out.loss is not None and torch.isfinite(out.loss)
+
+
+def test_streaming_audio_has_one_text_position_per_audio_token():
+    # Voxtral Realtime adds an audio embedding to every text position: the mel frames are
+    # `audio_length_per_tok` per text token (the extractor's length gave 3 audio tokens for 16)
+    model, cfg, inputs = built("voxtral_realtime", "VoxtralRealtimeModel")
+    ids, feats = inputs.kwargs["input_ids"], inputs.kwargs["input_features"]
+    assert feats.shape[-1] == cfg.audio_length_per_tok * ids.shape[1]
+    with torch.no_grad():
+        model(**inputs.kwargs)
+
+
+@pytest.mark.slow  # SeamlessM4T's shrunk model (speech, text, t2u and vocoder towers): ~15 s
+def test_speech_or_text_the_forward_says_are_exclusive_gets_the_speech_and_its_mask():
+    # SeamlessM4T's forward takes speech or text under one attention mask and warns that
+    # `input_features` and `input_ids` are mutually exclusive: the text's mask met the speech
+    model, cfg, inputs = built("seamless_m4t", "SeamlessM4TModel")
+    kw = inputs.kwargs
+    assert "input_ids" not in kw and kw["attention_mask"].shape == kw["input_features"].shape[:2]
+    with torch.no_grad():
+        model(**kw)
+
+
+def test_a_codec_half_called_on_hidden_states_gets_its_latents():
+    # VibeVoice's tokenizer decoder takes an undocumented `hidden_states`: latents of
+    # `hidden_size` (the forward was called without it; its encoder gets a waveform of `channels`)
+    model, cfg, inputs = built("vibevoice_acoustic_tokenizer_decoder", "VibeVoiceAcousticTokenizerDecoderModel")
+    assert inputs.kwargs["hidden_states"].shape[1] == cfg.hidden_size
+    with torch.no_grad():
+        model(**inputs.kwargs)
+
+
+def test_an_input_the_forward_takes_as_embeddings_excludes_token_ids():
+    # Pop2Piano's forward sets `inputs_embeds = input_features`: given token ids too, its encoder
+    # refused both; the features are as wide as the model
+    model, cfg, inputs = built("pop2piano", "Pop2PianoForConditionalGeneration")
+    kw = inputs.kwargs
+    assert "input_ids" not in kw and kw["input_features"].shape[-1] == cfg.d_model
+    with torch.no_grad():
+        model(**kw)

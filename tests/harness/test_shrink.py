@@ -246,3 +246,14 @@ def test_chained_stage_width_lists_scale_together_and_detector_channel_lists_fol
     with torch.no_grad():
         out = model(**make_inputs(model, config, "DFineModel").kwargs)
     assert out.last_hidden_state.shape[-1] == config.d_model
+
+
+def test_token_ids_follow_a_vocab_the_budget_pass_quartered():
+    """Parakeet-TDT's blank id is its vocab's last: the first pass moved it to the top of the
+    target vocab, then the budget pass quartered the vocab and left it above (the loss indexed
+    past the logits). Its transducer labels are one fewer than the decoder's ids."""
+    from shrink_helpers import forward
+
+    config = forward("parakeet_tdt", "ParakeetForTDT")
+    assert "vocab_size" in config._shrink_budget_changes
+    assert 0 <= config.blank_token_id < config.vocab_size and config.pad_token_id < config.vocab_size
