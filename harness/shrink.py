@@ -100,19 +100,6 @@ def _apply_token_map(d: dict, mapping: dict[int, int], r: dict) -> None:
                 d[k] = [mapping.get(x, x) if is_int(x) else x for x in v]
 
 
-def _fit_token_ids(d: dict, changes: list[str], r: dict) -> None:
-    """The budget pass quartered a vocab (`changes`: dotted paths): the token ids that no longer
-    fit it move to its top, as the first pass did for the target vocab (Parakeet-TDT's blank id
-    is its vocab's last)."""
-    for path in changes:
-        *parents, key = path.split(".")
-        level = d
-        for p in parents:
-            level = level.get(p) if isinstance(level, dict) else None
-        if key in r["vocab_fields"] and isinstance(level, dict) and is_int(level.get(key)):
-            _apply_token_map(d, _token_map(d, level[key], r), r)
-
-
 # --------------------------------------------------------------------------- layers
 def _layer_count_field(d: dict, r: dict) -> str | None:
     for f in r["layer_count_fields"]:
@@ -499,7 +486,6 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
             budget = rules()["targets"]["max_parameters"]
             if isinstance(params, int) and params >= budget:
                 shrunk, params, changes = fit_budget(shrunk, lambda d: validate(build_config(mt, d)), budget)
-                _fit_token_ids(shrunk, changes, rules())
                 if changes and level == "full":  # halved widths: the cross-config ties hold again
                     _apply_references(shrunk, rules())
                     params = validate(build_config(mt, shrunk))
