@@ -142,3 +142,10 @@ def test_a_swin_audio_tower_projects_its_last_stage_width():
     config = forward("clap", "ClapModel")
     a = config.audio_config
     assert a.patch_embeds_hidden_size * 2 ** (len(a.depths) - 1) == a.hidden_size
+
+
+def test_a_scalar_naming_one_backbone_stage_width_follows_that_stage():
+    """PP-DocLayout-V3's mask head reads the backbone's stride-4 stage: `x4_feat_dim` (128) is
+    the HGNet-V2 backbone's first stage output (128); it follows that stage's shrunk width."""
+    config = forward("pp_doclayout_v3", "PPDocLayoutV3Model")
+    assert config.x4_feat_dim == config.backbone_config.stage_out_channels[0]
