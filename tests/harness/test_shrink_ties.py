@@ -149,3 +149,10 @@ def test_a_scalar_naming_one_backbone_stage_width_follows_that_stage():
     the HGNet-V2 backbone's first stage output (128); it follows that stage's shrunk width."""
     config = forward("pp_doclayout_v3", "PPDocLayoutV3Model")
     assert config.x4_feat_dim == config.backbone_config.stage_out_channels[0]
+
+
+def test_a_group_detr_keeps_at_least_one_query_per_group():
+    """RF-DETR's loss splits the queries into `group_detr` groups (13 by default): with the
+    shrunk 8 queries and 13 groups each group was empty and the head's own loss raised."""
+    config = forward("rf_detr", "RfDetrForObjectDetection")
+    assert config.num_queries // config.group_detr >= 1
