@@ -156,3 +156,10 @@ def test_a_group_detr_keeps_at_least_one_query_per_group():
     shrunk 8 queries and 13 groups each group was empty and the head's own loss raised."""
     config = forward("rf_detr", "RfDetrForObjectDetection")
     assert config.num_queries // config.group_detr >= 1
+
+
+def test_a_decoder_start_taken_from_the_context_fits_in_the_context():
+    """Autoformer's decoder starts from the last `label_length` (10) context steps; the context
+    defaulted to the shrunk prediction length (8), shorter than that."""
+    config = forward("autoformer", "AutoformerModel")
+    assert config.label_length <= config.context_length
