@@ -39,3 +39,19 @@ def test_a_model_without_a_session_parameter_gets_none():
     model, _, inputs = built("sam2", "Sam2Model")
     assert session_classes(model) == {}
     assert not any(str(s).startswith("session:") for s in inputs.sources.values())
+
+
+def test_frames_are_the_size_the_visual_prompter_pads():
+    """TVP pads every frame with a learned prompt around an image of `max_img_size`: the frames
+    its processor makes have that size (before: the backbone's nominal 64 px against 448), so
+    the prompter runs. (Its forward then fails in transformers for any batch > 1: the column
+    position embeddings are viewed with the batch size.)"""
+    import torch
+
+    model, cfg, inputs = built("tvp", "TvpModel")
+    pv = inputs.kwargs["pixel_values"]
+    assert inputs.sources["pixel_values"].startswith("processor:")
+    assert tuple(pv.shape[-2:]) == (cfg.max_img_size, cfg.max_img_size)
+    assert 2 * cfg.visual_prompt_size < cfg.max_img_size
+    with torch.no_grad():
+        assert model.visual_prompter(pv.clone()).shape == pv.shape
