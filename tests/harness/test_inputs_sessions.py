@@ -55,3 +55,21 @@ def test_frames_are_the_size_the_visual_prompter_pads():
     assert 2 * cfg.visual_prompt_size < cfg.max_img_size
     with torch.no_grad():
         assert model.visual_prompter(pv.clone()).shape == pv.shape
+
+
+def test_a_session_moves_to_the_device_as_a_copy_with_its_tensors_and_dtype():
+    """The device copy of the inputs holds its own session: its frames and cached prompts in the
+    target dtype, its device fields naming the target (the CPU one stays as the inputs made it)."""
+    import torch
+
+    from harness.stage_run import fresh, to_device
+
+    _, _, inputs = built("sam2_video", "Sam2VideoModel")
+    session = inputs.kwargs["inference_session"]
+    moved = to_device(inputs.kwargs, torch.device("cpu"), torch.float64)["inference_session"]
+    assert moved is not session and moved.dtype == torch.float64
+    assert moved.processed_frames[0].dtype == torch.float64 and session.processed_frames[0].dtype == torch.float32
+    assert moved.point_inputs_per_obj[0][0]["point_coords"].dtype == torch.float64
+    assert moved.inference_device == torch.device("cpu") and moved.cache.inference_device == torch.device("cpu")
+    assert fresh(inputs.kwargs)["inference_session"] is not session
+    assert fresh(inputs.kwargs)["frame_idx"] == 0
