@@ -163,3 +163,10 @@ def test_a_decoder_start_taken_from_the_context_fits_in_the_context():
     defaulted to the shrunk prediction length (8), shorter than that."""
     config = forward("autoformer", "AutoformerModel")
     assert config.label_length <= config.context_length
+
+
+def test_per_label_lists_the_default_leaves_unset_get_one_entry_per_label():
+    """PP-DocLayout-V2's head indexes `class_thresholds` and `class_order` by class id; the
+    default leaves both None (every checkpoint sets them) and its forward raised on None."""
+    config = forward("pp_doclayout_v2", "PPDocLayoutV2ForObjectDetection")
+    assert len(config.class_thresholds) == len(config.class_order) == config.num_labels
