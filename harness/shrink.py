@@ -360,6 +360,9 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
                   and any(k.endswith(sfx) for sfx in r["hidden_tie_suffixes"])
                   and not any(w in k for w in ("vocab", "token", "position", "image", "patch"))):
                 level_dict[k] = hidden_map[v]
+            elif (level == "full" and is_int(v) and k not in touched and v in stage_map
+                  and any(k.endswith(sfx) for sfx in r["stage_width_scalar_tie_suffixes"])):
+                level_dict[k] = stage_map[v]  # a head reading one backbone stage's features
             elif (level == "full" and k not in touched and isinstance(v, list) and v
                   and all(is_int(x) for x in v) and any(k.endswith(sfx) for sfx in r["width_list_tie_suffixes"])):
                 # channel lists that name widths shrunk elsewhere (a detector's encoder inputs are

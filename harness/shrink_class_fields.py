@@ -73,11 +73,12 @@ def _int_list(v: Any) -> bool:
 def _stale(new: Any, old: Any) -> bool:
     """The shrinker left a derived value as it was: the same integer, or a per-layer list whose
     entries are the unshrunk ones, only resampled with the layers (Sapiens2's key/value heads per
-    layer: 16 and 8 for a level whose heads are now 2). A strictly increasing list is a list of
+    layer: 16 and 8 for a level whose heads are now 2); a list left as it was stays (the budget
+    pass may still halve it). A strictly increasing list is a list of
     layer indices, which the shrinker remaps itself (Mllama's cross-attention layers)."""
     if _int_list(new) and _int_list(old):
         indices = all(a < b for a, b in zip(old, old[1:]))
-        return not indices and set(new) <= set(old)
+        return not indices and new != old and set(new) <= set(old)
     return new == old
 
 

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import copy
-
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -62,15 +61,41 @@ def to_device(x: Any, device: torch.device, dtype: torch.dtype | None = None) ->
         return {k: to_device(v, device, dtype) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return type(x)(to_device(v, device, dtype) for v in x)
+    if _stateful(x):
+        return _object_to_device(copy.deepcopy(x), device, dtype, depth=2)
     return x
+
+
+_PLAIN = (torch.Tensor, int, float, bool, str, bytes, type(None), list, tuple, dict, set, torch.device, torch.dtype)
+
+
+def _stateful(x: Any) -> bool:
+    """An input object that is neither data nor a class or function (a video tracker's session)."""
+    return not isinstance(x, _PLAIN) and hasattr(x, "__dict__") and not isinstance(x, type) and not callable(x)
+
+
+def _object_to_device(obj: Any, device: torch.device, dtype: torch.dtype | None, depth: int) -> Any:
+    """A session object on the device: its tensors (and those of the objects it holds, e.g. its
+    cache) move, the fields naming a device name this one, its dtype field names `dtype`."""
+    for k, v in list(vars(obj).items()):
+        if isinstance(v, dict) and type(v) is not dict:  # (an OrderedDict or defaultdict stays one)
+            v.update({key: to_device(item, device, dtype) for key, item in v.items()})
+        elif isinstance(v, (torch.Tensor, dict, list, tuple)):
+            setattr(obj, k, to_device(v, device, dtype))
+        elif isinstance(v, (str, torch.device)) and (k == "device" or k.endswith("_device")):
+            setattr(obj, k, device)
+        elif k == "dtype" and isinstance(v, torch.dtype) and dtype is not None:
+            setattr(obj, k, dtype)
+        elif depth > 0 and _stateful(v):
+            _object_to_device(v, device, dtype, depth - 1)
+    return obj
 
 
 def fresh(kwargs: dict) -> dict:
     """The kwargs for one forward call: an input that is a stateful object, not data (a video
     tracker's inference session, which each forward fills with its outputs and consumes the
     prompts of), is a copy of the one the inputs made, so every call sees it as made."""
-    plain = (torch.Tensor, int, float, bool, str, bytes, type(None), list, tuple, dict)
-    return {k: v if isinstance(v, plain) else copy.deepcopy(v) for k, v in kwargs.items()}
+    return {k: copy.deepcopy(v) if _stateful(v) else v for k, v in kwargs.items()}
 
 
 def tracked(run: StageRun, fn: Callable[[], Any]) -> Any:

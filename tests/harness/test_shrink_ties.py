@@ -159,3 +159,31 @@ def test_an_adapter_projecting_to_the_text_width_follows_it_and_its_patch_token_
     cfg = resolve_config(ModelSpec("test/molmo2", "molmo2", "Molmo2Model"))
     assert cfg.adapter_config.text_hidden_size == cfg.text_config.hidden_size
     assert cfg.image_token_id == cfg.image_patch_id < cfg.text_config.vocab_size
+
+
+def test_a_scalar_naming_one_backbone_stage_width_follows_that_stage():
+    """PP-DocLayout-V3's mask head reads the backbone's stride-4 stage: `x4_feat_dim` (128) is
+    the HGNet-V2 backbone's first stage output (128); it follows that stage's shrunk width."""
+    config = forward("pp_doclayout_v3", "PPDocLayoutV3Model")
+    assert config.x4_feat_dim == config.backbone_config.stage_out_channels[0]
+
+
+def test_a_group_detr_keeps_at_least_one_query_per_group():
+    """RF-DETR's loss splits the queries into `group_detr` groups (13 by default): with the
+    shrunk 8 queries and 13 groups each group was empty and the head's own loss raised."""
+    config = forward("rf_detr", "RfDetrForObjectDetection")
+    assert config.num_queries // config.group_detr >= 1
+
+
+def test_a_decoder_start_taken_from_the_context_fits_in_the_context():
+    """Autoformer's decoder starts from the last `label_length` (10) context steps; the context
+    defaulted to the shrunk prediction length (8), shorter than that."""
+    config = forward("autoformer", "AutoformerModel")
+    assert config.label_length <= config.context_length
+
+
+def test_per_label_lists_the_default_leaves_unset_get_one_entry_per_label():
+    """PP-DocLayout-V2's head indexes `class_thresholds` and `class_order` by class id; the
+    default leaves both None (every checkpoint sets them) and its forward raised on None."""
+    config = forward("pp_doclayout_v2", "PPDocLayoutV2ForObjectDetection")
+    assert len(config.class_thresholds) == len(config.class_order) == config.num_labels
