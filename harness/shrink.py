@@ -27,6 +27,7 @@ import yaml
 
 from agents import partial_config
 from harness.budget import fit_budget
+from harness.shrink_tokens import apply_token_map as _apply_token_map, is_subconfig as _is_subconfig, refit_token_ids as _refit_token_ids, token_map as _token_map
 from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.layers import is_int, rescale_parts_keeping_ties, select_layers
 from harness.shrink_class_fields import class_derived_fields, get_path as _get_path, nest_flat_text_fields, recompute_class_derived
@@ -52,52 +53,6 @@ class ShrinkError(ValueError):
 def rules() -> dict[str, Any]:
     text = resources.files("harness").joinpath("data/shrink_rules.yaml").read_text()
     return yaml.safe_load(text)
-
-
-def _is_subconfig(key: str, value: Any) -> bool:
-    return isinstance(value, dict) and (key.endswith("_config") or "model_type" in value)
-
-
-# --------------------------------------------------------------------------- token ids / vocab
-def _token_key(key: str, r: dict) -> bool:
-    return any(key.endswith(s) for s in r["token_id_suffixes"]) or key in ("pad_token_id", "bos_token_id", "eos_token_id")
-
-
-def _collect_token_ids(d: dict, r: dict, out: set[int]) -> None:
-    for k, v in d.items():
-        if _is_subconfig(k, v):
-            _collect_token_ids(v, r, out)
-        elif _token_key(k, r):
-            if is_int(v):
-                out.add(v)
-            elif isinstance(v, list):
-                out.update(x for x in v if is_int(x))
-
-
-def _token_map(d: dict, vocab: int, r: dict) -> dict[int, int]:
-    """Ids that do not fit the new vocab -> distinct ids at its top (same id -> same new id)."""
-    ids: set[int] = set()
-    _collect_token_ids(d, r, ids)
-    mapping: dict[int, int] = {}
-    nxt = vocab - 1
-    taken = {i for i in ids if 0 <= i < vocab}
-    for old in sorted(i for i in ids if i >= vocab):
-        while nxt in taken:
-            nxt -= 1
-        mapping[old] = nxt
-        taken.add(nxt)
-    return mapping
-
-
-def _apply_token_map(d: dict, mapping: dict[int, int], r: dict) -> None:
-    for k, v in list(d.items()):
-        if _is_subconfig(k, v):
-            _apply_token_map(v, mapping, r)
-        elif _token_key(k, r):
-            if is_int(v):
-                d[k] = mapping.get(v, v)
-            elif isinstance(v, list):
-                d[k] = [mapping.get(x, x) if is_int(x) else x for x in v]
 
 
 # --------------------------------------------------------------------------- layers
@@ -381,15 +336,6 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
         keep_derived_widths(config, d, r)
         _apply_references(d, r)
     return d
-
-
-def _refit_token_ids(d: dict, changes: list[str], r: dict) -> bool:
-    """A vocab the budget pass cut (Florence-2's text vocab 1024 -> 256): the token ids remapped
-    to the top of the shrunk vocab move to the top of the cut one. True when an id moved."""
-    cut = [v for p in changes if p.rpartition(".")[2] in r["vocab_fields"] and is_int(v := _get_path(d, p))]
-    mapping = _token_map(d, min(cut), r) if cut else {}
-    _apply_token_map(d, mapping, r)
-    return bool(mapping)
 
 
 def _apply_references(d: dict, r: dict, depth: int = 0) -> None:
