@@ -11,7 +11,7 @@ Each model runs in a worker process (reused between models, replaced after a tim
 a crash is a row with status `crash`, never a lost one). Prints counts per stage and status for
 each backend, the wall time per backend and their ratio; `--json` prints one object with keys
 `shrink`, `backends` ({backend: {stages: {stage: {status: n}}, blame: {stage: {blame: n}},
-attributable: {stage: {passed, denominator, share}}, seconds, models}}), `ratios`, `load`
+attributable: {stage: {passed, not_applicable, denominator, share, share_applicable}}, seconds, models}}), `ratios`, `load`
 (the machine's load average, start and end). Every stage that does not pass is blamed
 (harness.blame_probe: backend, upstream, environment, harness); `attributable` is the pass share
 over the models not blamed on upstream or the environment. `--rows PATH` writes every result as
@@ -224,14 +224,18 @@ def blame_counts(rows: list[dict]) -> dict:
 
 def attributable(rows: list[dict]) -> dict:
     """stage -> passed / models not blamed on upstream or the environment (the share the harness
-    and the device answer for)."""
+    and the device answer for). `not_applicable`: stages skipped with a reason (a video tracker's
+    inference-mode forward has no backward), counted apart: `share` is strict, `share_applicable`
+    counts them as not failing."""
     out = {}
     for stage in {s for row in rows for s in row["stages"]}:
-        passed = sum(1 for row in rows if row["stages"].get(stage, {}).get("status") == "pass")
+        status = [row["stages"].get(stage, {}).get("status") for row in rows]
+        passed, skipped = status.count("pass"), status.count("skipped")
         excluded = sum(1 for row in rows if row["stages"].get(stage, {}).get("blame") in ("upstream", "environment"))
         denominator = len(rows) - excluded
-        out[stage] = {"passed": passed, "denominator": denominator,
-                      "share": round(passed / denominator, 4) if denominator else None}
+        out[stage] = {"passed": passed, "not_applicable": skipped, "denominator": denominator,
+                      "share": round(passed / denominator, 4) if denominator else None,
+                      "share_applicable": round((passed + skipped) / denominator, 4) if denominator else None}
     return out
 
 
@@ -412,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {stage:10s} " + "  ".join(f"{k}={v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
                           + "  | not passed by blame: " + (" ".join(f"{k}={v}" for k, v in sorted(blames.items())) or "-")
                           + (f"  | pass {share['passed']}/{share['denominator']} not upstream/environment"
-                             f" ({100 * share['share']:.1f}%)" if share.get("share") is not None else ""))
+                             f" ({100 * share['share']:.1f}%)" if share.get("share") is not None else "")
+                          + (f", {share['not_applicable']} not applicable" if share.get("not_applicable") else ""))
         secs = {b: e["seconds"] for b, e in out["backends"].items()}
         if "neuron" in secs and "cpu" in secs and secs["cpu"]:
             out["ratios"] = {"neuron_over_cpu_seconds": round(secs["neuron"] / secs["cpu"], 2)}

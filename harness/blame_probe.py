@@ -397,7 +397,7 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from harness.inputs import make_inputs
-    from harness.numerics import float_tensors
+    from harness.numerics import float_tensors, named_float_tensors
 
     step = "config"
     try:
@@ -422,11 +422,13 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
                 if stage == "backward":
                     model.train()
                 out = model(**batch.kwargs)
-                if not float_tensors(out):
-                    return {"status": "fail", "step": step, "reason": "the model returned no floating-point output"}
+                if not named_float_tensors(out, floating_only=False):
+                    return {"status": "fail", "step": step, "reason": "the model returned no tensor output"}
                 if stage == "forward":
                     return {"status": "pass", "step": step}
                 step = "backward"
+                if not float_tensors(out):  # integer codes only (check._backward)
+                    return {"status": "skipped", "step": step, "reason": "integer outputs only: nothing to differentiate"}
                 loss = getattr(out, "loss", None)
                 if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
                     parts = [t.float().pow(2).mean() for t in float_tensors(out) if t.requires_grad]

@@ -31,7 +31,7 @@ from contracts.status import MODEL_STAGES, Status
 from harness.inputs import make_inputs
 from harness.compile_stage import compile_stage
 from harness.models import architecture_of, build_model, parameter_count, resolve_config
-from harness.numerics import float_tensors
+from harness.numerics import float_tensors, named_float_tensors
 from harness.numerics_stage import numerics_stage
 from harness.quiet import quiet_transformers
 from harness.stage_run import StageFailed, StageRun, StageSkipped, fresh, to_device, tracked
@@ -88,12 +88,15 @@ def _forward(run: _Run) -> dict[str, Any]:
     with quiet_transformers():
         run.output = _tracked(run, lambda: run.model(**fresh(run.kwargs)))
     tensors = float_tensors(run.output)
-    if not tensors:
-        raise StageFailed("the model returned no floating-point output")
-    wrong = [str(t.device) for t in tensors if t.device.type != run.adapter.device_type]
+    # a tokenizer encoder's output is integer codes only (WavTokenizer's encoder): a result, with
+    # nothing to differentiate (backward is then not applicable)
+    codes = [] if tensors else [t for _, t in named_float_tensors(run.output, floating_only=False)]
+    if not tensors and not codes:
+        raise StageFailed("the model returned no tensor output")
+    wrong = [str(t.device) for t in tensors + codes if t.device.type != run.adapter.device_type]
     if wrong:
         raise StageFailed(f"outputs on {wrong[0]}, not on {run.adapter.device_type}")
-    return {"outputs": len(tensors)}
+    return {"outputs": len(tensors)} if tensors else {"outputs": 0, "integer_outputs": len(codes)}
 
 
 def _backward(run: _Run) -> dict[str, Any]:
@@ -104,6 +107,8 @@ def _backward(run: _Run) -> dict[str, Any]:
     outputs = float_tensors(run.output) if run.output is not None else []
     if outputs and all(t.is_inference() for t in outputs):
         raise StageSkipped("the forward runs under torch.inference_mode: there is no backward")
+    if run.output is not None and not outputs:
+        raise StageSkipped("the model returns integer outputs only (codes): there is nothing to differentiate")
     with train_mode(run.model):
         torch.manual_seed(run.seed)
         with quiet_transformers():

@@ -86,14 +86,15 @@ class Comparison:
 
 # --------------------------------------------------------------------------------- tensors
 
-def named_float_tensors(output: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) of the floating tensors of a model output in a stable order: ModelOutput and
-    dict keys, tuple/list indices ("logits", "hidden_states[2]", "output[0]")."""
+def named_float_tensors(output: Any, prefix: str = "", floating_only: bool = True) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of the floating tensors (`floating_only=False`: all tensors) of a model
+    output in a stable order: ModelOutput and dict keys, tuple/list indices ("logits",
+    "hidden_states[2]", "output[0]")."""
     out: list[tuple[str, torch.Tensor]] = []
 
     def walk(x: Any, name: str) -> None:
         if isinstance(x, torch.Tensor):
-            if x.is_floating_point() or x.is_complex():
+            if not floating_only or x.is_floating_point() or x.is_complex():
                 out.append((name or "output", x))
         elif isinstance(x, dict):
             for k in x:

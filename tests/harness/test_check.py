@@ -160,3 +160,13 @@ def test_failing_op_found_in_the_traceback():
         fallback(torch.ops.aten.histc.default, 1)
     except RuntimeError as exc:
         assert classify(exc).failing_op == "aten.histc.default"
+
+
+def test_a_model_returning_integer_codes_only_passes_forward_and_has_no_backward():
+    """WavTokenizer's encoder returns its codebook ids only: that is its result (forward passes,
+    on the device), and with nothing to differentiate backward is not applicable, not failed."""
+    spec = ModelSpec("catalog/wavtokenizer_encoder", "wavtokenizer_encoder", "WavTokenizerEncoderModel")
+    result = check_model(spec, backend="cpu", stages=["load", "forward", "backward"])
+    fwd, bwd = result.stages["forward"], result.stages["backward"]
+    assert fwd.status is Status.PASS and fwd.metrics["integer_outputs"] >= 1 and fwd.metrics["outputs"] == 0
+    assert bwd.status is Status.SKIPPED and "integer outputs only" in bwd.reason
