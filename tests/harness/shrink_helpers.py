@@ -1,4 +1,5 @@
-"""What the shrink tests share: build a catalog type's shrunk model and run it forward on cpu."""
+"""What the shrink and input tests share: build a catalog type's shrunk model, its inputs, and run
+it forward on cpu."""
 
 from __future__ import annotations
 
@@ -16,3 +17,16 @@ def forward(model_type: str, architecture: str):
     with torch.no_grad():
         model(**make_inputs(model, config, architecture).kwargs)
     return config
+
+
+def built(model_type: str, architecture: str):
+    """The shrunk config's model (seeded) with its synthesized inputs: (model, config, inputs)."""
+    cfg = resolve_config(ModelSpec(f"test/{model_type}", model_type, architecture))
+    model = build_model(cfg, architecture, seed=0)
+    return model, cfg, make_inputs(model, cfg, architecture, seed=0)
+
+
+def runs(model, inputs):
+    """One forward without grad; its output."""
+    with torch.no_grad():
+        return model(**inputs.kwargs)

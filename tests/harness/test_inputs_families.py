@@ -9,17 +9,11 @@ import torch
 
 from contracts.records import ModelSpec
 from harness.check import check_model
-from harness.inputs import make_inputs
 from harness.inputs.expr import RecipeError, evaluate
 from harness.models import build_model, resolve_config
+from shrink_helpers import built
 
 STAGES = ["load", "forward", "backward"]
-
-
-def built(model_type: str, architecture: str):
-    cfg = resolve_config(ModelSpec(f"test/{model_type}", model_type, architecture))
-    model = build_model(cfg, architecture, seed=0)
-    return model, cfg, make_inputs(model, cfg, architecture, seed=0)
 
 
 def passes(model_type: str, architecture: str) -> dict:

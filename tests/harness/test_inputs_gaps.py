@@ -10,14 +10,7 @@ import torch
 
 from contracts.records import ModelSpec
 from harness.check import check_model
-from harness.inputs import make_inputs
-from harness.models import build_model, resolve_config
-
-
-def built(model_type: str, architecture: str):
-    cfg = resolve_config(ModelSpec(f"test/{model_type}", model_type, architecture))
-    model = build_model(cfg, architecture, seed=0)
-    return model, cfg, make_inputs(model, cfg, architecture, seed=0)
+from shrink_helpers import built
 
 
 def forward_passes(model_type: str, architecture: str, stages=("load", "forward")) -> dict:

@@ -8,21 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from contracts.records import ModelSpec
-from harness.inputs import make_inputs
 from harness.inputs.docshapes import documented_shapes
-from harness.models import build_model, resolve_config
-
-
-def built(model_type: str, architecture: str):
-    cfg = resolve_config(ModelSpec(f"test/{model_type}", model_type, architecture))
-    model = build_model(cfg, architecture, seed=0)
-    return model, cfg, make_inputs(model, cfg, architecture, seed=0)
-
-
-def runs(model, inputs) -> None:
-    with torch.no_grad():
-        model(**inputs.kwargs)
+from shrink_helpers import built, runs
 
 
 @pytest.mark.slow  # MiniCPM-V 4.6 builds in ~25 s under load

@@ -6,21 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from contracts.records import ModelSpec
-from harness.inputs import make_inputs
 from harness.inputs.recipes import image_processor_name
-from harness.models import build_model, resolve_config
-
-
-def built(model_type: str, architecture: str):
-    cfg = resolve_config(ModelSpec(f"test/{model_type}", model_type, architecture))
-    model = build_model(cfg, architecture, seed=0)
-    return model, cfg, make_inputs(model, cfg, architecture, seed=0)
-
-
-def runs(model, inputs):
-    with torch.no_grad():
-        return model(**inputs.kwargs)
+from shrink_helpers import built, runs
 
 
 def test_a_vision_tower_takes_the_patch_layout_of_the_processor_feeding_its_composite():

@@ -4,22 +4,10 @@ boundary tokens lie in the shrunk vocab and are as many as the model asks for.""
 
 from __future__ import annotations
 
-import torch
 
 from contracts.records import ModelSpec
-from harness.inputs import make_inputs
-from harness.models import build_model, resolve_config
-
-
-def built(model_type: str, architecture: str):
-    cfg = resolve_config(ModelSpec(f"test/{model_type}", model_type, architecture))
-    model = build_model(cfg, architecture, seed=0)
-    return model, cfg, make_inputs(model, cfg, architecture, seed=0)
-
-
-def runs(model, inputs) -> None:
-    with torch.no_grad():
-        model(**inputs.kwargs)
+from harness.models import resolve_config
+from shrink_helpers import built, runs
 
 
 def test_a_vision_config_without_a_temporal_patch_gets_single_frame_patches():
