@@ -5,6 +5,7 @@ harness chose."""
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import signal
 import sys
@@ -99,6 +100,47 @@ def probe_config_unset(text: str, default: Callable[[], Any]) -> dict[str, Any]:
         return {**out, "status": "unset_in_default", "unset_at": ", ".join(sorted(found))}
     return {**out, "status": "set_in_default" if found else "not_a_field",
             "values": {k: str(v)[:40] for k, v in found.items()}}
+
+
+def probe_config_overflow(text: str, default: Callable[[], Any]) -> dict[str, Any]:
+    """A failure "value cannot be converted to type float without overflow" (`overflow_config`)
+    where the unshrunk config (`default()`) holds a finite number beyond that type's range: the
+    modeling code hands a config value to a kernel of that type, and the harness kept the value
+    (Nemotron-3-Ultra's `time_step_limit: [0.0, 1e+308]` as a clamp bound). {} when the message is
+    not of that form."""
+    import torch
+
+    settings = rules_mod.rules().get("overflow_config") or {}
+    match = next((m for p in settings.get("patterns") or () if (m := re.search(p, text or ""))), None)
+    if match is None:
+        return {}
+    dtype = getattr(torch, str((settings.get("types") or {}).get(match.group(1), "")), None)
+    out: dict[str, Any] = {"type": match.group(1)}
+    if not isinstance(dtype, torch.dtype):
+        return {**out, "status": "inconclusive", "why": "a type the rules do not map to a torch dtype"}
+    try:
+        with quiet_transformers(), deadline():
+            config = default()
+    except Exception as exc:  # noqa: BLE001 - inconclusive
+        return {**out, "status": "inconclusive", "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    limit = torch.finfo(dtype).max
+    found: dict[str, float] = {}
+
+    def walk(path: str, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(f"{path}.{k}" if path else str(k), x)
+        elif isinstance(v, (list, tuple)):
+            for i, x in enumerate(v):
+                walk(f"{path}[{i}]", x)
+        elif isinstance(v, float) and math.isfinite(v) and abs(v) > limit:
+            found[path] = v
+
+    walk("", config.to_dict())
+    out["dtype"] = str(dtype).removeprefix("torch.")
+    if not found:
+        return {**out, "status": "within_range"}
+    return {**out, "status": "beyond_range_in_default", "fields": ", ".join(f"{k} = {v:g}" for k, v in sorted(found.items()))}
 
 
 def _unset_rules() -> list[dict[str, Any]]:

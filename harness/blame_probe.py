@@ -38,7 +38,7 @@ from contracts.status import FAILING, MODEL_STAGES, Blame, Status
 from contracts.timing import phase
 from harness import blame as rules_mod
 from harness.blame_attributes import (ProbeTimeout, deadline as _deadline, probe_config_attribute,  # noqa: F401
-                                      probe_config_unset, probe_module_attribute, probe_output_attribute)
+                                      probe_config_overflow, probe_config_unset, probe_module_attribute, probe_output_attribute)
 from harness.blame_layers import interior_width_mismatch, watch_layers
 from harness.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class
@@ -193,6 +193,9 @@ _ATTRIBUTE_PROBES = (
     (lambda text, spec: probe_config_unset(text, lambda: _raw_config(spec)), "config_unset", "unset_in_default",
      "upstream.config_unset", "the modeling code needs `{attribute}`, which the unshrunk config leaves unset "
      "({unset_at}) and the harness kept so: the default cannot run it, whatever the inputs"),
+    (lambda text, spec: probe_config_overflow(text, lambda: _raw_config(spec)), "config_overflow", "beyond_range_in_default",
+     "upstream.config_overflow", "the modeling code converts {fields} of the unshrunk config, beyond the range "
+     "of {dtype}, to that type: the default cannot run it, whatever the inputs"),
     (lambda text, spec: probe_module_attribute(text, lambda: _default_meta_model(spec)), "module_attribute", "missing_in_default",
      "upstream.module_attribute", "the forward reads {module_class}.{attribute}, which none of the "
      "{instances} {module_class} modules the unshrunk config builds has: the default cannot run it, "

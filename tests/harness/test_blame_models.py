@@ -387,3 +387,35 @@ def test_a_default_that_does_not_build_still_gets_its_message_probes():
     assert fwd.status is Status.ERROR and fwd.blame == "upstream"
     assert fwd.blame_evidence["default_build"]["status"] == "error"
     assert fwd.blame_evidence["rule"] == "upstream.config_unset"
+
+
+def test_a_config_value_beyond_the_kernel_type_s_range_is_upstream(monkeypatch):
+    """The unshrunk config holds a finite number float32 cannot hold, and the failure is that
+    conversion: the harness kept the value, no input changes it (planted on BERT)."""
+    from transformers.models.bert import modeling_bert
+
+    def forward(self, input_ids=None, **kwargs):
+        raise RuntimeError("value cannot be converted to type float without overflow")
+
+    monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
+    spec = ModelSpec("test/bert-huge-eps", "bert", "BertModel", {"model_type": "bert", "layer_norm_eps": 1e300})
+    fwd = check_with_blame(spec, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.config_overflow"
+    assert fwd.blame_evidence["config_overflow"]["fields"] == "layer_norm_eps = 1e+300"
+    # the same failure with every config value in range is the harness'
+    fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "harness" and fwd.blame_evidence["config_overflow"]["status"] == "within_range"
+
+
+@pytest.mark.shared_data
+def test_nemotron_ultra_s_time_step_limit_beyond_float_is_upstream(full_configs_path):
+    """NVIDIA-Nemotron-3-Ultra's Hub config clamps the Mamba time step at 1e+308."""
+    import json
+
+    if not full_configs_path.exists():
+        pytest.skip("needs ../shared/data/hub/full_configs.jsonl")
+    configs = {r["id"]: r["config"] for r in map(json.loads, full_configs_path.read_text().splitlines())}
+    hub_id = "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16"
+    spec = ModelSpec(hub_id, "nemotron_h", "NemotronHForCausalLM", configs[hub_id])
+    fwd = check_with_blame(spec, "cpu", STAGES).stages["forward"]
+    assert fwd.blame == "upstream" and "time_step_limit[1]" in fwd.blame_evidence["config_overflow"]["fields"]
