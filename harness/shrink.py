@@ -30,7 +30,8 @@ from harness.budget import fit_budget
 from harness.shrink_tokens import apply_token_map as _apply_token_map, is_subconfig as _is_subconfig, refit_token_ids as _refit_token_ids, token_map as _token_map
 from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.layers import is_int, rescale_parts_keeping_ties, select_layers
-from harness.shrink_class_fields import class_derived_fields, get_path as _get_path, nest_flat_text_fields, recompute_class_derived
+from harness.shrink_class_fields import (class_derived_fields, get_path as _get_path, nest_flat_text_fields,
+                                         recompute_class_derived, without_class_derived_attributes)
 from harness.shrink_derived import keep_derived_widths
 from harness.shrink_families import (shrink_experts, shrink_mla, shrink_modalities, shrink_patch_count_keys, shrink_ssm,
                                      shrink_windows, tie_image_sizes)
@@ -434,6 +435,7 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
             changes: list[str] = []
             budget = rules()["targets"]["max_parameters"]
             if isinstance(params, int) and params >= budget:
+                without_class_derived_attributes(config_class(mt), shrunk)  # the class recomputes them
                 shrunk, params, changes = fit_budget(shrunk, lambda d: validate(build_config(mt, d)), budget)
                 if changes and level == "full":  # halved widths: the cross-config ties hold again
                     _apply_references(shrunk, rules())

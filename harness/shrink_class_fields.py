@@ -135,3 +135,27 @@ def _is_field(cls, path: tuple[str, ...], d: dict) -> bool:
     cls = _class_at(cls, path[:-1], d)
     return not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or path[-1] in {
         f.name for f in dataclasses.fields(cls)}
+
+
+def without_class_derived_attributes(cls, d: dict) -> list[str]:
+    """Drop the top-level attributes that are no field of `cls` and that the class computes
+    again to the same value when left out (EfficientLoFTR's per-block channel lists from
+    `out_features`): the budget pass halves fields, and a derived value passed in would override
+    what the class computes from the halved ones. Returns the names dropped."""
+    if not dataclasses.is_dataclass(cls):
+        return []
+    fields = {f.name for f in dataclasses.fields(cls)}
+    args = {k: v for k, v in d.items() if k != "model_type"}
+    names = [k for k, v in args.items() if k not in fields and not k.startswith("_")
+             and (is_int(v) or (isinstance(v, list) and v and all(is_int(x) or _int_list(x) for x in v)))]
+    dropped = []
+    for name in names:
+        try:
+            rebuilt = cls(**{k: v for k, v in args.items() if k != name})
+        except Exception:  # noqa: BLE001 - the class needs it: not derived
+            continue
+        if getattr(rebuilt, name, None) == args[name]:
+            dropped.append(name)
+    for name in dropped:
+        d.pop(name, None)
+    return dropped

@@ -194,3 +194,13 @@ def test_a_per_layer_list_the_config_class_derives_is_recomputed_from_the_shrunk
     assert cfg.num_attention_heads // cfg.num_key_value_attention_heads == 2
     assert len(cfg.num_key_value_heads_per_layer) == cfg.num_hidden_layers
     assert all(cfg.num_attention_heads % h == 0 for h in cfg.num_key_value_heads_per_layer)
+
+
+def test_lists_the_config_class_derives_follow_the_fields_the_budget_pass_halves():
+    """EfficientLoFTR derives its per-block channel lists from `out_features` (no fields): passed
+    back in from the unhalved config they overrode what the class computes from the halved
+    widths, and the forward's reshape failed."""
+    config = forward("efficientloftr", "EfficientLoFTRModel")
+    assert "out_features" in " ".join(config._shrink_budget_changes)
+    assert [blocks[0] for blocks in config.stage_block_out_channels] == config.out_features
+    assert config.hidden_size == config.out_features[-1]
