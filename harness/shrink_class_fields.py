@@ -52,13 +52,7 @@ def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[
     fields = {f.name: f for f in dataclasses.fields(cls)}
     candidates = [n for n, f in fields.items() if f.default is None and (is_int(d.get(n)) or _int_list(d.get(n)))]
     candidates += [k for k, v in d.items() if k not in fields and not k.startswith("_") and is_int(v)]
-    for name in candidates:
-        try:
-            rebuilt = cls(**{k: v for k, v in args.items() if k != name})
-        except Exception:  # noqa: BLE001 - the class needs it: not derived
-            continue
-        if getattr(rebuilt, name, None) == d[name]:
-            out.add(path + (name,))
+    out.update(path + (name,) for name in candidates if _class_computes(cls, args, name))
     for key in getattr(cls, "sub_configs", None) or {}:
         sub_cls = _sub_class(cls, key, d.get(key))
         if sub_cls is not None:
@@ -148,14 +142,16 @@ def without_class_derived_attributes(cls, d: dict) -> list[str]:
     args = {k: v for k, v in d.items() if k != "model_type"}
     names = [k for k, v in args.items() if k not in fields and not k.startswith("_")
              and (is_int(v) or (isinstance(v, list) and v and all(is_int(x) or _int_list(x) for x in v)))]
-    dropped = []
-    for name in names:
-        try:
-            rebuilt = cls(**{k: v for k, v in args.items() if k != name})
-        except Exception:  # noqa: BLE001 - the class needs it: not derived
-            continue
-        if getattr(rebuilt, name, None) == args[name]:
-            dropped.append(name)
+    dropped = [name for name in names if _class_computes(cls, args, name)]
     for name in dropped:
         d.pop(name, None)
     return dropped
+
+
+def _class_computes(cls, args: dict, name: str) -> bool:
+    """The class built without `name` gives it the same value: it derives it from the rest."""
+    try:
+        rebuilt = cls(**{k: v for k, v in args.items() if k != name})
+    except Exception:  # noqa: BLE001 - the class needs it: not derived
+        return False
+    return getattr(rebuilt, name, None) == args[name]
