@@ -400,7 +400,7 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from harness.inputs import make_inputs
-    from harness.numerics import float_tensors, named_float_tensors
+    from harness.numerics import float_tensors, named_tensors
 
     step = "config"
     try:
@@ -425,7 +425,7 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
                 if stage == "backward":
                     model.train()
                 out = model(**batch.kwargs)
-                if not named_float_tensors(out, floating_only=False):
+                if not named_tensors(out):
                     return {"status": "fail", "step": step, "reason": "the model returned no tensor output"}
                 if stage == "forward":
                     return {"status": "pass", "step": step}

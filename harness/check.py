@@ -31,7 +31,7 @@ from contracts.status import MODEL_STAGES, Status
 from harness.inputs import make_inputs
 from harness.compile_stage import compile_stage
 from harness.models import architecture_of, build_model, parameter_count, resolve_config
-from harness.numerics import float_tensors, named_float_tensors
+from harness.numerics import float_tensors, named_tensors
 from harness.numerics_stage import numerics_stage
 from harness.quiet import quiet_transformers
 from harness.stage_run import StageFailed, StageRun, StageSkipped, fresh, to_device, tracked
@@ -90,7 +90,7 @@ def _forward(run: _Run) -> dict[str, Any]:
     tensors = float_tensors(run.output)
     # a tokenizer encoder's output is integer codes only (WavTokenizer's encoder): a result, with
     # nothing to differentiate (backward is then not applicable)
-    codes = [] if tensors else [t for _, t in named_float_tensors(run.output, floating_only=False)]
+    codes = [] if tensors else [t for _, t in named_tensors(run.output)]
     if not tensors and not codes:
         raise StageFailed("the model returned no tensor output")
     wrong = [str(t.device) for t in tensors + codes if t.device.type != run.adapter.device_type]

@@ -86,16 +86,14 @@ class Comparison:
 
 # --------------------------------------------------------------------------------- tensors
 
-def named_float_tensors(output: Any, prefix: str = "", floating_only: bool = True) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) of the floating tensors (`floating_only=False`: all tensors) of a model
-    output in a stable order: ModelOutput and dict keys, tuple/list indices ("logits",
-    "hidden_states[2]", "output[0]")."""
+def named_tensors(output: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of every tensor of a model output in a stable order: ModelOutput and dict
+    keys, tuple/list indices ("logits", "hidden_states[2]", "output[0]")."""
     out: list[tuple[str, torch.Tensor]] = []
 
     def walk(x: Any, name: str) -> None:
         if isinstance(x, torch.Tensor):
-            if not floating_only or x.is_floating_point() or x.is_complex():
-                out.append((name or "output", x))
+            out.append((name or "output", x))
         elif isinstance(x, dict):
             for k in x:
                 walk(x[k], f"{name}.{k}" if name else str(k))
@@ -108,6 +106,11 @@ def named_float_tensors(output: Any, prefix: str = "", floating_only: bool = Tru
 
     walk(output, prefix)
     return out
+
+
+def named_float_tensors(output: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
+    """`named_tensors`, the floating (and complex) ones: what numerics compare."""
+    return [(n, t) for n, t in named_tensors(output, prefix) if t.is_floating_point() or t.is_complex()]
 
 
 def float_tensors(output: Any) -> list[torch.Tensor]:

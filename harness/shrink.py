@@ -27,7 +27,7 @@ import yaml
 
 from agents import partial_config
 from harness.budget import fit_budget
-from harness.shrink_tokens import apply_token_map as _apply_token_map, is_subconfig as _is_subconfig, refit_token_ids as _refit_token_ids, token_map as _token_map
+from harness.shrink_tokens import apply_token_map, is_subconfig, refit_token_ids, token_map
 from harness.shrink_layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.layers import is_int, rescale_parts_keeping_ties, select_layers
 from harness.shrink_class_fields import (class_derived_fields, get_path as _get_path, nest_flat_text_fields,
@@ -259,7 +259,7 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
     for f in r["drop_fields"]:
         d.pop(f, None)
     vocab = r["targets"]["vocab"]
-    mapping = _token_map(d, vocab, r)
+    mapping = token_map(d, vocab, r)
     hidden_map: dict[int, int] = {}
     stage_map: dict[int, int] = {}  # per-stage widths (CNN backbones), which other levels' channel lists follow
 
@@ -299,18 +299,18 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
         for k, v in r["overrides"].get(mt, {}).items() if level == "full" else ():
             level_dict[k] = v
         for k, v in level_dict.items():
-            if _is_subconfig(k, v):
+            if is_subconfig(k, v):
                 visit(v)
 
     visit(d)
-    _apply_token_map(d, mapping, r)
+    apply_token_map(d, mapping, r)
 
     def finish(level_dict: dict) -> None:
         """A size that equalled some hidden size before must equal its shrunk value (projectors)."""
         touched = level_dict.pop("__touched__", set())
         for k in list(level_dict):
             v = level_dict[k]
-            if _is_subconfig(k, v):
+            if is_subconfig(k, v):
                 finish(v)
             elif (level == "full" and is_int(v) and k not in touched and v in hidden_map
                   and any(k.endswith(sfx) for sfx in r["hidden_tie_suffixes"])
@@ -440,7 +440,7 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
                 if changes and level == "full":  # halved widths: the cross-config ties hold again
                     _apply_references(shrunk, rules())
                     params = validate(build_config(mt, shrunk))
-                if _refit_token_ids(shrunk, changes, rules()):
+                if refit_token_ids(shrunk, changes, rules()):
                     params = validate(build_config(mt, shrunk))
                 cfg = build_config(mt, shrunk)
             cfg._shrink_level = level

@@ -134,11 +134,10 @@ def _rejected(model, config, ids: torch.Tensor, counts: dict[str, int]) -> str:
     hidden = int(get(text, "hidden_size", default=0) or 0)
     if hidden <= 0:
         return ""
-    embeds = torch.zeros(*ids.shape, hidden)
+    # NeoMME's check takes the ids and features only
+    embeds_kw = {"inputs_embeds": torch.zeros(*ids.shape, hidden)} if "inputs_embeds" in params else {}
     for kind in kinds:
-        # features packed (images x tokens, hidden), else per image (VideoLLaVA flattens them);
-        # NeoMME's check takes the ids and features only
-        embeds_kw = {"inputs_embeds": embeds} if "inputs_embeds" in params else {}
+        # features packed (images x tokens, hidden), else per image (VideoLLaVA flattens them)
         for shape in [(counts[kind] * BATCH, hidden), (BATCH, counts[kind], hidden)]:
             try:
                 with torch.no_grad():

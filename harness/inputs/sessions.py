@@ -67,7 +67,8 @@ def add_sessions(out: ModelInputs, model, config, m: Maker) -> None:
             out.notes.append(f"{name}: {cls.__name__} failed: {type(exc).__name__}: {exc}"[:300])
             continue
         out.sources[name] = f"session:{cls.__name__}"
+        params = inspect.signature(type(model).forward).parameters
         for param, value in rules["call"].items():
-            if param in inspect.signature(type(model).forward).parameters and param not in out.kwargs:
+            if param in params and param not in out.kwargs:
                 out.kwargs[param] = value
                 out.sources[param] = f"session:{cls.__name__}"
