@@ -3,6 +3,7 @@ shrinking, references, blame probes, the compile stage and reporting.
 
     python benchmarks/nightly_time.py [--quick] [--workers 2] [--cpu-fraction 0.25] [--json]
     python benchmarks/nightly_time.py --from NIGHTLY_DIR [--cpu-fraction 0] [--json]   # analyse a finished night
+    python benchmarks/nightly_time.py --sample 10 [--json]   # the full night on 1/10 of every tier, scaled up
 
 Runs `harness nightly` (every tier; `--quick`: the [quick] limits) into WORKDIR/neuron from a cold
 NEFF cache (an empty NEURON_CACHE_DIR), then the same cases on the cpu backend side by side
@@ -27,6 +28,13 @@ the executors' wall time (long tail, dispatch). `--json` prints `wall_seconds`, 
 `wall_seconds`, `cases`, `seconds` by category, `shares`), `shares` (whole night), `cpu_side`
 (sampled cases, neuron and cpu eager seconds, `device_overhead_ratio` per tier), `targets`,
 `load_average`. Re-measure on a quiet machine with the same command.
+
+`--sample N` (the full nightly only) runs shard 1/N of every tier (the nightly config's per-tier
+`shard`; stable hash sharding, so the sample is every tier's cases spread over its whole list) and
+adds `estimate`: per tier, the costs paid once per tier (listing, the fingerprint probe, worker
+start-up) as measured, plus N x everything paid per case (stages, shrinking, references, blame,
+killed cases, tables, idle tail); the night's estimate adds the report x N. It is an estimate of
+the whole night from a measured sample, and says so (`estimate.sample`).
 """
 
 from __future__ import annotations
@@ -181,6 +189,38 @@ def _env(cache: Path | None) -> dict[str, str]:
     return env
 
 
+#: categories paid once per tier, whatever its number of cases (not scaled by --sample)
+ONCE_PER_TIER = ("listing", "startup")
+
+
+def sample_config(path: Path, sample: int) -> Path:
+    """The bundled full-night settings with `shard = "1/N"` in every tier (TOML written by hand:
+    the section holds strings, numbers and a list of tier names only)."""
+    import tomllib
+    from importlib import resources
+
+    full = tomllib.loads(resources.files("harness").joinpath("data/nightly.toml").read_text())["full"]
+    lines = ["[full]", f"tiers = {json.dumps(full['tiers'])}"]
+    for name in full["tiers"]:
+        lines.append(f"\n[full.{name}]")
+        settings = {**full.get(name, {}), "shard": f"1/{sample}"}
+        lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def estimate(summary: dict[str, Any], sample: int) -> dict[str, Any]:
+    """The whole night from its 1/N sample: once-per-tier costs as measured, the rest x N."""
+    tiers = {}
+    for name, t in summary["tiers"].items():
+        secs = t["seconds"]
+        once = sum(secs.get(k, 0.0) for k in ONCE_PER_TIER)
+        tiers[name] = {"cases": t["cases"] * sample, "seconds": round(once + sample * (sum(secs.values()) - once), 1)}
+    total = sum(t["seconds"] for t in tiers.values()) + sample * summary["report_seconds"]
+    return {"sample": f"1/{sample} of every tier's cases, scaled up", "tiers": tiers, "seconds": round(total, 1),
+            "minutes": round(total / 60, 1), "target_minutes": TARGET_FULL_MINUTES, "met": total / 60 <= TARGET_FULL_MINUTES}
+
+
 def run_nightly(out: Path, quick: bool, workers: int, cache: Path, extra: list[str]) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "harness", "nightly", "--out", str(out), "--workers", str(workers),
            "--no-progress", "--json", *(["--quick"] if quick else []), *extra]
@@ -292,8 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from", dest="from_dir", metavar="DIR", help="analyse a finished nightly dir instead of running")
     p.add_argument("--out", help="work directory, kept (default: a temporary directory, removed)")
     p.add_argument("--nightly-args", default="", help="extra arguments for harness nightly, e.g. '--no-baseline'")
+    p.add_argument("--sample", type=int, metavar="N", help="full nightly on shard 1/N of every tier, scaled up (`estimate`)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.sample and (args.quick or args.sample < 1):
+        p.error("--sample N needs N >= 1 and the full nightly (not --quick)")
 
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nightly-time-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -306,7 +349,10 @@ def main(argv: list[str] | None = None) -> int:
             night = base / "neuron"
             cache = base / "neff-cold"
             shutil.rmtree(cache, ignore_errors=True)
-            wall = run_nightly(night, args.quick, args.workers, cache, args.nightly_args.split())["wall_seconds"]
+            extra = args.nightly_args.split()
+            if args.sample:
+                extra += ["--config", str(sample_config(base / "nightly-sample.toml", args.sample))]
+            wall = run_nightly(night, args.quick, args.workers, cache, extra)["wall_seconds"]
         tiers = [d.name for d in night.iterdir() if (d / "run.json").exists()]
         cpu_dirs = run_cpu_side(night, base / "cpu", tiers, args.cpu_fraction, args.workers) \
             if args.cpu_fraction > 0 else {}
@@ -314,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["load_average"] = {"before": [round(x, 2) for x in load_before],
                                    "after": [round(x, 2) for x in os.getloadavg()]}
         summary["cpu_fraction"] = args.cpu_fraction
+        if args.sample:
+            summary["estimate"] = estimate(summary, args.sample)
     finally:
         if not args.out:
             shutil.rmtree(base, ignore_errors=True)
@@ -325,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items()))
         for t, c in summary["cpu_side"].items():
             print(f"{t}: neuron eager / cpu eager = {c['device_over_cpu']} over {c['cases']} cases")
+        if "estimate" in summary:
+            e = summary["estimate"]
+            print(f"whole night estimated from {e['sample']}: {e['minutes']} min (target {e['target_minutes']:.0f}); "
+                  + ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in e["tiers"].items()))
         print(f"load average {summary['load_average']}")
     return 0
 

@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from harness.runner import RunOptions, run_tier
+from harness.runner import RunOptions, parse_shard, run_tier
 from harness.workers import WorkerLimits
 
 NIGHTLY_FILE = "nightly.json"
@@ -106,6 +106,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
                                   registry=opts.registry or tcfg.get("registry"),  # model tiers: coverage order
                                   models=models,
                                   limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=timeout, max_cases=max_cases),
+                                  shard=parse_shard(tcfg.get("shard")),
                                   run_id=run_id, progress=opts.progress, order=opts.order,
                                   baseline=opts.baseline, use_baseline=opts.use_baseline,
                                   tier_options={k: tcfg[k] for k in ("ops", "dtypes") if k in tcfg},

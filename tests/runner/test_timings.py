@@ -109,3 +109,39 @@ def test_a_killed_case_counts_its_time_once():
     got = nt.case_seconds(outcome)
     assert got == {"startup": 0.0, "killed_cases": 900.0}
     assert "killed_cases" in nt.CATEGORIES
+
+
+def test_a_sampled_night_runs_one_shard_of_each_tier_and_estimates_the_whole(tmp_path, case_file):
+    """`shard = "1/N"` in a tier's nightly settings runs that shard only (as `harness run --shard`);
+    nightly_time's estimate keeps once-per-tier costs and scales the per-case rest by N."""
+    from harness.runner import in_shard
+
+    ids = [f"c{i}" for i in range(12)]
+    cases = case_file([(i, "pass") for i in ids])
+    config = tmp_path / "nightly.toml"
+    config.write_text(f'[quick]\ntiers = ["{TRIVIAL}"]\n["quick"."{TRIVIAL}"]\nmodels = "{cases}"\nshard = "1/3"\n')
+    night = tmp_path / "night"
+    run_nightly(NightlyOptions(out=night, quick=True, backend="cpu", workers=1, progress=False,
+                               config_path=str(config), use_baseline=False))
+    ran = {o["case_id"] for o in _outcomes(night / "trivial")}
+    assert ran == {i for i in ids if in_shard(i, (1, 3))} and 0 < len(ran) < len(ids)
+
+    summary = nt.summarize(night, 1, {}, wall=None, quick=None)
+    est = nt.estimate(summary, 3)
+    secs = summary["tiers"]["trivial"]["seconds"]
+    once = sum(secs[k] for k in nt.ONCE_PER_TIER)
+    assert est["tiers"]["trivial"]["cases"] == 3 * len(ran)
+    assert est["tiers"]["trivial"]["seconds"] == pytest.approx(once + 3 * (sum(secs.values()) - once), abs=0.1)
+    assert est["seconds"] == pytest.approx(est["tiers"]["trivial"]["seconds"] + 3 * summary["report_seconds"], abs=0.1)
+
+
+def test_sample_config_shards_every_tier_of_the_full_night(tmp_path):
+    import tomllib
+
+    from harness.nightly import load_config
+
+    full = load_config(False)
+    sampled = tomllib.loads(nt.sample_config(tmp_path / "s.toml", 10).read_text())["full"]
+    assert sampled["tiers"] == full["tiers"]
+    for name in full["tiers"]:
+        assert sampled[name] == {**full.get(name, {}), "shard": "1/10"}
