@@ -3,7 +3,11 @@
 Long-tail architectures have size knobs no rule names (codec channel counts, vocoder widths,
 entity vocabularies). This pass asks the model itself: it halves the largest remaining integer
 sizes one at a time and keeps a change only when the model still builds and gets smaller. Ids,
-lengths, rates and indices are never touched.
+lengths, rates and indices are never touched, except a vocabulary named with one of those words
+(Gemma-3n's `vocab_size_per_layer_input`, a 262,144-row table per layer): it is a table size like
+any other, kept at least as large as the shrunk main vocabulary so every token id still indexes it.
+Sizes from 16 up are knobs: a codec whose widths double per stage from 32 filters (VibeVoice: 2,048
+channels at the last of six stages) is only brought under the budget by its base width.
 """
 
 from __future__ import annotations
@@ -17,19 +21,36 @@ _PROTECTED = ("token", "_id", "index", "idx", "rate", "length", "position", "see
               "chunk", "cache", "num_channels", "in_channels", "resolution", "_size_per_head")
 
 
-def _candidates(d: dict, path: tuple = ()) -> list[tuple[tuple, Any]]:
+#: the smallest size the pass quarters (to at least _FLOOR)
+_MIN_KNOB = 16
+_FLOOR = 8
+
+
+def _is_vocab(key: str) -> bool:
+    return "vocab" in key
+
+
+def _candidates(d: dict, path: tuple = (), vocab_floor: int = 0) -> list[tuple[tuple, Any]]:
     out = []
     for k, v in d.items():
         if isinstance(v, dict) and (k.endswith("_config") or "model_type" in v):
-            out += _candidates(v, path + (k,))
+            out += _candidates(v, path + (k,), vocab_floor)
             continue
-        if any(p in k for p in _PROTECTED):
+        if any(p in k for p in _PROTECTED) and not (_is_vocab(k) and isinstance(v, int) and v > vocab_floor):
             continue
-        if isinstance(v, int) and not isinstance(v, bool) and v >= 48:
+        if isinstance(v, int) and not isinstance(v, bool) and v >= _MIN_KNOB:
             out.append((path + (k,), v))
-        elif isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and max(v) >= 48:
+        elif isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and max(v) >= _MIN_KNOB:
             out.append((path + (k,), max(v)))
     return sorted(out, key=lambda c: -c[1])
+
+
+def _quartered(path: tuple, vocab_floor: int) -> Callable[[int], int]:
+    """The halving step of one knob: a quarter, at least _FLOOR; a protected-word vocabulary
+    (see the module docstring) at least `vocab_floor`."""
+    key = path[-1]
+    floor = vocab_floor if _is_vocab(key) and any(p in key for p in _PROTECTED) else _FLOOR
+    return lambda x: max(floor, x // 4) if x >= _MIN_KNOB else x
 
 
 def _set(d: dict, path: tuple, fn) -> None:
@@ -85,18 +106,21 @@ _SCALAR_WIDTH_WORDS = ("channels", "hidden_size", "_features")
 _LEVEL_WIDTH_WORDS = ("_dim",)
 
 
-def fit_budget(config: dict, count: Callable[[dict], int], budget: int, max_tries: int = 40) -> tuple[dict, int, list[str]]:
-    """Greedy halving of large sizes until `count(config) < budget`. Returns (config, params, changed)."""
+def fit_budget(config: dict, count: Callable[[dict], int], budget: int, max_tries: int = 40,
+               vocab_floor: int = 0) -> tuple[dict, int, list[str]]:
+    """Greedy halving of large sizes until `count(config) < budget`. Returns (config, params, changed).
+
+    `vocab_floor`: the shrunk main vocabulary, below which no protected-word vocabulary goes."""
     best = copy.deepcopy(config)
     params = count(best)
     changed: list[str] = []
     tries = 0
     while params >= budget and tries < max_tries:
         improved = False
-        for path, _ in _candidates(best):
+        for path, _ in _candidates(best, vocab_floor=vocab_floor):
             tries += 1
             trial = copy.deepcopy(best)
-            _shrink_widths_everywhere(trial, path, lambda x: max(8, x // 4) if x >= 48 else x)
+            _shrink_widths_everywhere(trial, path, _quartered(path, vocab_floor))
             try:
                 n = count(trial)
             except Exception:  # noqa: BLE001 - that knob is constrained: try the next one

@@ -436,7 +436,8 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
             budget = rules()["targets"]["max_parameters"]
             if isinstance(params, int) and params >= budget:
                 without_class_derived_attributes(config_class(mt), shrunk)  # the class recomputes them
-                shrunk, params, changes = fit_budget(shrunk, lambda d: validate(build_config(mt, d)), budget)
+                shrunk, params, changes = fit_budget(shrunk, lambda d: validate(build_config(mt, d)), budget,
+                                                     vocab_floor=rules()["targets"]["vocab"])
                 if changes and level == "full":  # halved widths: the cross-config ties hold again
                     _apply_references(shrunk, rules())
                     params = validate(build_config(mt, shrunk))

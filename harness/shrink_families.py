@@ -92,6 +92,8 @@ def shrink_ssm(d: dict, r: dict, hidden: int) -> None:
     inner = int(expand * hidden)
     hd_f = next((f for f in s["ssm_head_dim_fields"] if is_int(d.get(f))), None)
     nh_f = next((f for f in s["ssm_head_count_fields"] if is_int(d.get(f))), None)
+    if nh_f is None and _pure_ssm(d, s):
+        nh_f, hd_f = s["generic_head_fields"]["count"], s["generic_head_fields"]["dim"]
     if nh_f:
         hd = s["ssm_head_dim"]
         if hd_f:
@@ -104,6 +106,16 @@ def shrink_ssm(d: dict, r: dict, hidden: int) -> None:
     for f in s["ssm_inner_fields"]:
         if is_int(d.get(f)) and d[f] > inner:
             d[f] = inner
+
+
+def _pure_ssm(d: dict, s: dict) -> bool:
+    """A level with SSM state and expansion, no attention heads, and the generic head pair
+    (`generic_head_fields`): those heads are the SSM's."""
+    g = s["generic_head_fields"]
+    return (any(is_int(d.get(f)) for f in s["state_fields"])
+            and any(isinstance(d.get(f), (int, float)) for f in s["expand_fields"])
+            and is_int(d.get(g["count"])) and is_int(d.get(g["dim"]))
+            and not any(is_int(d.get(f)) for f in s["attention_head_fields"]))
 
 
 # --------------------------------------------------------------------------- vision / audio / misc
@@ -207,6 +219,11 @@ def _descending(v: list[int]) -> bool:
 
 def shrink_windows(d: dict, r: dict) -> None:
     seq = r["targets"]["test_sequence_length"]
+    patch = d.get("patch_length")
+    context = max(seq, r["context_patches"] * patch) if is_int(patch) and patch > 0 else seq
+    for f in r["context_length_fields"]:
+        if is_int(d.get(f)) and d[f] > context:
+            d[f] = context
     for f in r["window_fields"]:
         if is_int(d.get(f)) and d[f] >= seq:
             d[f] = seq // 2

@@ -257,3 +257,46 @@ def test_token_ids_follow_a_vocab_the_budget_pass_quartered():
     config = forward("parakeet_tdt", "ParakeetForTDT")
     assert "vocab_size" in config._shrink_budget_changes
     assert 0 <= config.blank_token_id < config.vocab_size and config.pad_token_id < config.vocab_size
+
+
+def test_a_per_layer_vocabulary_is_brought_under_budget_but_not_below_the_token_ids():
+    """Gemma-3n's per-layer embeddings are a `vocab_size_per_layer_input` x (layers x width) table
+    (262,144 rows: 269M parameters after every named rule). Its name holds a word the budget pass
+    never touches ("layer"), but it is a vocabulary: it is quartered like any table, and never below
+    the shrunk main vocabulary, whose token ids index it."""
+    from shrink_helpers import forward
+
+    config = forward("gemma3n_text", "Gemma3nForCausalLM")
+    assert config._shrink_parameters < BUDGET
+    assert "vocab_size_per_layer_input" in config._shrink_budget_changes
+    assert config.vocab_size <= config.vocab_size_per_layer_input < 262144
+
+
+def test_a_codec_whose_widths_double_per_stage_is_shrunk_by_its_base_width():
+    """VibeVoice's acoustic tokenizer doubles 32 filters at each of six stages (2,048 channels,
+    130M parameters): only its base width, below the pass's old 48 floor, brings it down."""
+    from shrink_helpers import forward
+
+    config = forward("vibevoice_acoustic_tokenizer_encoder", "VibeVoiceAcousticTokenizerEncoderModel")
+    assert "num_filters" in config._shrink_budget_changes and config.num_filters < 32
+    assert config._shrink_parameters < 130_485_408 // 10
+
+
+def test_a_pure_ssm_names_its_heads_like_attention_and_shrinks_fully():
+    """Mamba-2 validates num_heads x head_dim == expand x hidden: its heads are the SSM's, not
+    attention heads of 16 (which failed validation at every width level: 215M parameters)."""
+    from shrink_helpers import forward
+
+    config = forward("mamba2", "Mamba2ForCausalLM")
+    assert config._shrink_level == "full" and config._shrink_parameters < BUDGET
+    assert config.num_heads * config.head_dim == config.expand * config.hidden_size
+    assert config.num_heads % config.n_groups == 0
+
+
+def test_a_time_series_context_is_a_few_patches_long():
+    """TimesFM-2.5 reads a 16,384-step context as 512 patches in a Python loop Dynamo unrolls (a
+    28,000-node graph); a few patches test the same code."""
+    from shrink_helpers import forward
+
+    config = forward("timesfm2_5", "TimesFm2_5ModelForPrediction")
+    assert config.context_length == rules()["context_patches"] * config.patch_length
