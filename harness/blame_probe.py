@@ -43,6 +43,7 @@ from harness.blame_layers import interior_width_mismatch, watch_layers
 from harness.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class
 from harness.quiet import quiet_transformers
+from harness.torch_state import restored_torch_state
 
 _NUMBER = re.compile(r"\d+")
 
@@ -124,8 +125,7 @@ def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
             ref.model, ref.kwargs = copy.deepcopy(run.cpu_model), run.cpu_kwargs
             out[name] = StageResult("load", Status.PASS, metrics={"reused_model_and_inputs": True})
         else:
-            with _no_grad_leak():
-                out[name] = _run_stage(ref, name)
+            out[name] = _run_stage(ref, name)  # which puts PyTorch's modes back after it
         if name == "compile":
             out[name].metrics["compile_backend"] = adapter.compile_backend
     return out
@@ -164,17 +164,6 @@ def judge_compile_pipeline(device: StageResult, ref: StageResult,
         "reference_error": f"{ref.error_class}: {ref.message}"[:300],
         "why": ("the CPU compiled through the device's pipeline fails the same way while its eager step "
                 "passes: PyTorch's compile stack (Dynamo / AOT autograd), not the device")}
-
-
-@contextlib.contextmanager
-def _no_grad_leak() -> Iterator[None]:
-    """The re-run must not change what the worker does next (grad mode, default dtype)."""
-    grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
-    try:
-        yield
-    finally:
-        torch.set_grad_enabled(grad)
-        torch.set_default_dtype(dtype)
 
 
 # ------------------------------------------------------------------- judging a reference failure
@@ -404,7 +393,7 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
 
     step = "config"
     try:
-        with quiet_transformers(), _deadline(), _no_grad_leak(), _quiet_fake_tensor():
+        with quiet_transformers(), _deadline(), restored_torch_state(), _quiet_fake_tensor():
             config = _raw_config(spec)
             cls = model_class(arch)
             step = "build"

@@ -35,6 +35,7 @@ from harness.numerics import float_tensors, named_tensors
 from harness.numerics_stage import numerics_stage
 from harness.quiet import quiet_transformers
 from harness.stage_run import StageFailed, StageRun, StageSkipped, fresh, to_device, tracked
+from harness.torch_state import restored_torch_state
 from harness.step import NoLoss, train_mode, training_loss
 
 #: stage -> the stages that must have passed before it can run
@@ -176,6 +177,16 @@ def _summarize_fallbacks(run: _Run) -> None:
 
 
 def _run_stage(run: _Run, name: str) -> StageResult:
+    """One stage, never raising; PyTorch's modes it leaves behind are put back and named in its
+    metrics (`torch_state_restored`)."""
+    with restored_torch_state() as leaked:
+        result = _stage_outcome(run, name)
+    if leaked:
+        result.metrics = {**(result.metrics or {}), "torch_state_restored": leaked}
+    return result
+
+
+def _stage_outcome(run: _Run, name: str) -> StageResult:
     t0 = time.perf_counter()
     try:
         metrics = STAGE_FUNCTIONS[name](run)
