@@ -35,7 +35,12 @@ class ErrorInfo:
 
 
 def normalize(message: str, limit: int = 400) -> str:
-    msg = message.strip().splitlines()[0] if message.strip() else ""
+    """The message's first line, stable across runs. A first line that ends in a colon only
+    announces the error on the next line (Dynamo's "backend='neuron' raised:"): both are kept."""
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    msg = lines[0] if lines else ""
+    if msg.rstrip().endswith(":") and len(lines) > 1:
+        msg = f"{msg.rstrip()} {lines[1].strip()}"
     for pattern, repl in _SUBS:
         msg = pattern.sub(repl, msg)
     return msg.strip()[:limit]

@@ -103,6 +103,10 @@ def test_error_classification():
     assert "0x7f3a" not in e.message and "/tmp/pytest" not in e.message
     assert e.failing_op == "aten.addmm"
     assert normalize("a\n b") == "a"
+    # Dynamo's wrapper announces the error on the next line: the reason must name it
+    wrapped = "backend='neuron' raised:\nRuntimeError: Cannot set version_counter for inference tensor\n\nWhile executing"
+    assert normalize(wrapped) == "backend='neuron' raised: RuntimeError: Cannot set version_counter for inference tensor"
+    assert normalize("only a header:") == "only a header:"
 
     class WithOp(RuntimeError):
         op = "aten.nonzero.default"
