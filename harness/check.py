@@ -35,8 +35,8 @@ from harness.numerics import float_tensors, named_tensors
 from harness.numerics_stage import numerics_stage
 from harness.quiet import quiet_transformers
 from harness.stage_run import StageFailed, StageRun, StageSkipped, fresh, to_device, tracked
-from harness.torch_state import restored_torch_state
 from harness.step import NoLoss, train_mode, training_loss
+from harness.torch_state import restored_torch_state
 
 #: stage -> the stages that must have passed before it can run
 PREREQUISITES: dict[str, tuple[str, ...]] = {
