@@ -26,8 +26,13 @@ _MIN_KNOB = 16
 _FLOOR = 8
 
 
-def _is_vocab(key: str) -> bool:
-    return "vocab" in key
+def _protected(key: str) -> bool:
+    return any(p in key for p in _PROTECTED)
+
+
+def _protected_vocab(key: str) -> bool:
+    """A vocabulary whose name holds a protected word (see the module docstring)."""
+    return "vocab" in key and _protected(key)
 
 
 def _candidates(d: dict, path: tuple = (), vocab_floor: int = 0) -> list[tuple[tuple, Any]]:
@@ -36,7 +41,7 @@ def _candidates(d: dict, path: tuple = (), vocab_floor: int = 0) -> list[tuple[t
         if isinstance(v, dict) and (k.endswith("_config") or "model_type" in v):
             out += _candidates(v, path + (k,), vocab_floor)
             continue
-        if any(p in k for p in _PROTECTED) and not (_is_vocab(k) and isinstance(v, int) and v > vocab_floor):
+        if _protected(k) and not (_protected_vocab(k) and isinstance(v, int) and v > vocab_floor):
             continue
         if isinstance(v, int) and not isinstance(v, bool) and v >= _MIN_KNOB:
             out.append((path + (k,), v))
@@ -48,8 +53,7 @@ def _candidates(d: dict, path: tuple = (), vocab_floor: int = 0) -> list[tuple[t
 def _quartered(path: tuple, vocab_floor: int) -> Callable[[int], int]:
     """The halving step of one knob: a quarter, at least _FLOOR; a protected-word vocabulary
     (see the module docstring) at least `vocab_floor`."""
-    key = path[-1]
-    floor = vocab_floor if _is_vocab(key) and any(p in key for p in _PROTECTED) else _FLOOR
+    floor = vocab_floor if _protected_vocab(path[-1]) else _FLOOR
     return lambda x: max(floor, x // 4) if x >= _MIN_KNOB else x
 
 
@@ -82,7 +86,7 @@ def _shrink_widths_everywhere(d: dict, path: tuple, fn) -> None:
                 level[k] = [mapping.get(y, y) for y in x]
             elif (isinstance(x, int) and not isinstance(x, bool) and x in mapping
                   and any(w in k for w in _SCALAR_WIDTH_WORDS + (_LEVEL_WIDTH_WORDS if level is target else ()))
-                  and not any(p in k for p in _PROTECTED)):
+                  and not _protected(k)):
                 # ZoeDepth's `bottleneck_features` is its `fusion_hidden_size`; at the knob's own
                 # level, Llama-4's `projector_input_dim` feeds `projector_output_dim`
                 level[k] = mapping[x]

@@ -91,8 +91,7 @@ def count_parameters_meta(config, architecture: str) -> int:
     cls = model_class(architecture)
     with quiet_transformers(), torch.device("meta"), no_init_weights():
         model = cls(config_for(cls, config))
-    if callable(getattr(model, "tie_weights", None)):
-        model.tie_weights()
+    model.tie_weights()
     return sum(p.numel() for p in model.parameters())
 
 

@@ -92,7 +92,7 @@ def shrink_ssm(d: dict, r: dict, hidden: int) -> None:
     inner = int(expand * hidden)
     hd_f = next((f for f in s["ssm_head_dim_fields"] if is_int(d.get(f))), None)
     nh_f = next((f for f in s["ssm_head_count_fields"] if is_int(d.get(f))), None)
-    if nh_f is None and _pure_ssm(d, s):
+    if nh_f is None and _pure_ssm(d, r):
         nh_f, hd_f = s["generic_head_fields"]["count"], s["generic_head_fields"]["dim"]
     if nh_f:
         hd = s["ssm_head_dim"]
@@ -108,14 +108,16 @@ def shrink_ssm(d: dict, r: dict, hidden: int) -> None:
             d[f] = inner
 
 
-def _pure_ssm(d: dict, s: dict) -> bool:
-    """A level with SSM state and expansion, no attention heads, and the generic head pair
-    (`generic_head_fields`): those heads are the SSM's."""
+def _pure_ssm(d: dict, r: dict) -> bool:
+    """A level with SSM state and expansion, no attention heads (no other query-head field of
+    `head_pairs`), and the generic head pair (`generic_head_fields`): those heads are the SSM's."""
+    s = r["ssm"]
     g = s["generic_head_fields"]
+    attention = {q for q, _ in r["head_pairs"]} - {g["count"]}
     return (any(is_int(d.get(f)) for f in s["state_fields"])
             and any(isinstance(d.get(f), (int, float)) for f in s["expand_fields"])
             and is_int(d.get(g["count"])) and is_int(d.get(g["dim"]))
-            and not any(is_int(d.get(f)) for f in s["attention_head_fields"]))
+            and not any(is_int(d.get(f)) for f in attention))
 
 
 # --------------------------------------------------------------------------- vision / audio / misc
@@ -219,7 +221,7 @@ def _descending(v: list[int]) -> bool:
 
 def shrink_windows(d: dict, r: dict) -> None:
     seq = r["targets"]["test_sequence_length"]
-    patch = d.get("patch_length")
+    patch = next((d[f] for f in r["context_patch_fields"] if is_int(d.get(f))), None)
     context = max(seq, r["context_patches"] * patch) if is_int(patch) and patch > 0 else seq
     for f in r["context_length_fields"]:
         if is_int(d.get(f)) and d[f] > context:

@@ -24,8 +24,8 @@ def restored_torch_state() -> Iterator[list[str]]:
     """Grad mode, inference mode and the default dtype as they were before the block.
 
     Inference mode cannot be switched off by a setter; a guard of the current mode is entered
-    around the block, and leaving it restores the autograd state and dispatch keys it saved (what a
-    leaked guard changed underneath is dropped with it)."""
+    around the block, and leaving it restores the autograd state (grad mode too) and dispatch keys
+    it saved (what a leaked guard changed underneath is dropped with it)."""
     grad, inference, dtype = torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype()
     leaked: list[str] = []
     with torch.inference_mode(inference):
@@ -38,4 +38,3 @@ def restored_torch_state() -> Iterator[list[str]]:
                 ("inference_mode", inference, torch.is_inference_mode_enabled()),
                 ("default_dtype", dtype, torch.get_default_dtype())) if before != after]
             torch.set_default_dtype(dtype)
-    torch.set_grad_enabled(grad)
