@@ -136,6 +136,40 @@ def test_sample_that_is_not_reproduced_is_never_run_as_another(ctx):
     assert rows[0].reason == UpstreamSkip.REFERENCE_ERROR.value and "not reproducible" in rows[0].message
 
 
+def test_sample_numbered_differently_by_the_listing_runs_by_its_fingerprint(ctx, monkeypatch):
+    """op_db's meshgrid yields its `indexing` modes from a set, in an order that depends on the
+    process's string-hash seed: the listing's sample i can be this worker's sample j. The case runs
+    the sample with the listed fingerprint, not the one at the listed index."""
+    op = opinfos.find("meshgrid", "list_of_tensors")
+    samples = opinfos.generate_samples(op, torch.float32)
+    hashes = [opinfos.fingerprint(s) for s in samples]
+    assert len(set(hashes)) == len(hashes)
+    wanted = 3  # listed as sample 2: another numbering than this process's
+    payload = {"info": {"op": "meshgrid", "variant": "list_of_tensors", "dtype": "float32", "sample": 2},
+               "hash": hashes[wanted]}
+    seen, real = [], op.op
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("indexing"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(op, "op", recording)
+    rows, _ = execute.run_case(payload, ctx)
+    assert [r.status.value for r in rows] == ["pass", "pass"]
+    assert seen and set(seen) == {samples[wanted].kwargs["indexing"]}
+    assert samples[2].kwargs["indexing"] != samples[wanted].kwargs["indexing"]
+
+
+def test_listed_sample_is_found_only_when_its_fingerprint_is_unique():
+    a, b = opinfos.generate_samples(opinfos.find("add"), torch.float32)[:2]
+    ha, hb = opinfos.fingerprint(a), opinfos.fingerprint(b)
+    assert execute.listed_sample([a, b], 0, ha) == 0
+    assert execute.listed_sample([b, a], 0, ha) == 1
+    assert execute.listed_sample([a, a], 1, hb) is None  # not there: never another
+    assert ha != hb
+    assert execute.listed_sample([b, a, a], 0, ha) is None  # two candidates: neither is chosen
+
+
 # -------------------------------------------------------------------------------------- case ids
 
 def test_case_ids_name_op_variant_dtype_index_and_shape_hash():
