@@ -126,6 +126,10 @@ def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
             out[name] = StageResult("load", Status.PASS, metrics={"reused_model_and_inputs": True})
         else:
             out[name] = _run_stage(ref, name)  # which puts PyTorch's modes back after it
+        # a stage reads the outcomes of those before it (compile: the eager backward's gradients
+        # to compare with; without them it would compare outputs only and pass where the device
+        # fails on a gradient)
+        ref.result.stages[name] = out[name]
         if name == "compile":
             out[name].metrics["compile_backend"] = adapter.compile_backend
     return out

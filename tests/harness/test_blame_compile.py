@@ -7,6 +7,7 @@ import pytest
 from contracts.backends import get_backend
 from contracts.records import ModelSpec, StageResult
 from contracts.status import Status
+from harness import blame_probe
 from harness.blame_probe import check_with_blame, compile_reference, judge_compile_pipeline
 
 VIEW = "view size is not compatible with input tensor's size and stride (at least one dimension spans ..."
@@ -55,3 +56,31 @@ def test_patchtst_training_step_failing_in_aot_autograd_is_upstream_not_backend(
     ev = row.blame_evidence
     assert ev["reference_compile_backend"] == "aot_eager"
     assert ev["reference_evidence"]["rule"] == "upstream.compile_pipeline"
+
+
+@pytest.mark.slow
+def test_the_reference_compile_compares_gradients_as_the_device_compile_does(monkeypatch):
+    """The reference's compile stage sees its own eager backward: it compares the training step's
+    gradients, as the device's does, not outputs alone in eval mode (which passed where the device
+    failed on a gradient, and made every such failure the backend's)."""
+    from backend import faults
+
+    monkeypatch.setenv("NEURON_COMPILE_COST_SCALE", "0")
+    seen = {}
+    real = blame_probe.reference_stages
+
+    def spy(run, failing):
+        seen.update(real(run, failing))
+        return seen
+
+    monkeypatch.setattr(blame_probe, "reference_stages", spy)
+    spec = ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM")
+    with faults.planted(name="planted", op="aten.native_layer_norm_backward.default", kind="perturb", rel=0.02,
+                        output=1, scope="compiled"):
+        result = check_with_blame(spec, "neuron", ["compile"])
+    row = result.stages["compile"]
+    assert row.status is Status.FAIL and "gradient of" in row.reason
+    assert row.blame == "backend"  # the reference, compiled the same way, passes
+    ref = seen["compile"]
+    assert ref.status is Status.PASS, ref.reason
+    assert ref.metrics["mode"] == "train" and "note" not in ref.metrics["vs_eager"]

@@ -10,6 +10,8 @@ from contracts.backends import get_backend
 from contracts.records import ModelSpec
 from contracts.status import Status
 from harness.check import check_model
+from harness.compile_stage import none_as_zero
+from harness.numerics import compare_with_eager
 
 BERT = ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM")
 LLAMA = ModelSpec("catalog/llama/LlamaForCausalLM", "llama", "LlamaForCausalLM")
@@ -131,3 +133,33 @@ def test_compile_runs_where_only_the_device_forward_failed():
     c = r.stages["compile"]
     assert c.status == Status.PASS, c.reason  # a useful fact: compiled, it runs
     assert c.metrics["vs_eager"]["compared"] is False
+
+
+def test_a_gradient_none_in_one_step_and_zero_in_the_other_is_the_same_gradient():
+    """As PyTorch's accuracy check (torch._dynamo.testing.collect_results): AOTAutograd gives zero
+    gradients to parameters whose outputs the loss does not use, where eager leaves None."""
+    import torch
+
+    used, unused = torch.ones(3), torch.zeros(2, 2)
+    compiled, eager, filled = none_as_zero({"w": used, "head.bias": unused}, {"w": used.clone()})
+    assert filled == ["head.bias"] and torch.equal(eager["head.bias"], unused)
+    assert compare_with_eager(compiled, eager).passed
+    # either side: a zero in eager where the compiled step has none
+    assert none_as_zero({"w": used}, {"w": used, "b": unused})[2] == ["b"]
+    # a present gradient with any non-zero value is still missing on the other side
+    compiled, eager, filled = none_as_zero({"w": used, "head.bias": torch.tensor([0.0, 1e-30])}, {"w": used})
+    assert filled == []
+    c = compare_with_eager(compiled, eager)
+    assert not c.passed and c.reason == "head.bias: missing in the eager run"
+
+
+@pytest.mark.slow
+def test_parameters_the_loss_does_not_use_pass_compile_and_are_named():
+    """Siglip2's attention-pooling head is not used by the image-classification loss: eager leaves
+    its gradients None, the compiled step gives zeros (before: a `backend` compile failure)."""
+    spec = ModelSpec("catalog/siglip2/Siglip2ForImageClassification", "siglip2", "Siglip2ForImageClassification")
+    r = _check(spec, ["load", "forward", "backward", "compile"])
+    c = r.stages["compile"]
+    assert c.status == Status.PASS, c.reason
+    said = c.metrics["vs_eager"]["grads_none_as_zero"]
+    assert said["count"] > 0 and all(n.startswith("vision_model.head.") for n in said["first"])
