@@ -123,7 +123,8 @@ def _arg_spec(value: Any, arg_type: str = "") -> tuple:
     if isinstance(value, torch.Tensor):
         return ("const", value)
     if isinstance(value, (list, tuple)) and any(isinstance(v, (_Ref, torch.Tensor)) for v in value):
-        kind = "optlist" if arg_type.startswith("Optional[Tensor]") or "Tensor?" in arg_type else "list"
+        # Tensor?[] (an index with None for the dims it skips) is "List[Optional[Tensor]]"
+        kind = "optlist" if "Optional[Tensor]" in arg_type or "Tensor?" in arg_type else "list"
         return (kind, [_arg_spec(v) for v in value])
     return ("const", list(value) if isinstance(value, tuple) else value)
 
