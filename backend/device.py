@@ -69,6 +69,10 @@ def _direct_ops(skip: set[str]):
       (``native_layer_norm``, ``native_group_norm``, ``addr``, ...): the device runs the op itself,
       as a native lowering would, instead of a decomposition that differs numerically from CPU;
     - ``_DEVICE_LEVEL_OPS``.
+
+    Not the in-place view ops (``as_strided_``): they only change a tensor's sizes and strides,
+    which PyTorch's own kernel does for any device, also on a tensor without a payload (AOTAutograd's
+    FunctionalTensor wrappers, whose metadata functionalization mutates under ``no_dispatch``).
     """
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     for full in torch._C._dispatch_get_all_op_names():
@@ -85,6 +89,8 @@ def _direct_ops(skip: set[str]):
         try:
             op = getattr(getattr(torch.ops.aten, packet), overload or "default")
         except AttributeError:  # pragma: no cover - op without a Python binding
+            continue
+        if torch.Tag.inplace_view in op.tags:
             continue
         yield name, op
 

@@ -218,3 +218,38 @@ def test_indexing_that_skips_dims_compiles_and_matches_eager(index):
     out.backward()
     torch.testing.assert_close(out.to("cpu"), eager.to("cpu"))
     torch.testing.assert_close(model.w.grad.to("cpu"), grad)
+
+
+def test_a_view_functionalization_restrides_in_place_compiles_and_matches_eager():
+    """`adaptive_avg_pool1d` of a transposed tensor: functionalization re-strides its
+    FunctionalTensor wrappers in place (`as_strided_` under no_dispatch), which have no device
+    payload; the device leaves in-place view ops to PyTorch's metadata-only kernel (before: "tensor
+    has no device payload" in the compile stage of the Swin family, DonutSwin, FocalNet, MaskFormer)."""
+
+    class Pool(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.pool = torch.nn.Linear(8, 8), torch.nn.AdaptiveAvgPool1d(1)
+
+        def forward(self, x):
+            return self.pool(self.lin(x).transpose(1, 2)).flatten(1)
+
+    torch.manual_seed(0)
+    model, x = Pool().to("neuron"), torch.randn(2, 5, 8).to("neuron")
+    eager = model(x)
+    eager.sum().backward()
+    grad, model.lin.weight.grad = model.lin.weight.grad.to("cpu"), None
+    out = torch.compile(model, backend="neuron")(x)
+    out.sum().backward()
+    torch.testing.assert_close(out.to("cpu"), eager.to("cpu"))
+    torch.testing.assert_close(model.lin.weight.grad.to("cpu"), grad)
+
+
+def test_in_place_view_ops_change_the_device_tensors_metadata_as_on_cpu():
+    x = torch.arange(20.0).reshape(4, 5)
+    n = x.to("neuron")
+    for op in (lambda t: t.as_strided_((3, 2), (1, 3), 2), lambda t: t.t_(), lambda t: t.unsqueeze_(0),
+               lambda t: t.transpose_(0, 2)):
+        op(x), op(n)
+        assert n.shape == x.shape and n.stride() == x.stride() and n.storage_offset() == x.storage_offset()
+        assert torch.equal(n.to("cpu"), x)
