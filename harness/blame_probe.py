@@ -150,24 +150,42 @@ def compile_reference(reference: Any, device: Any) -> Any:
     return out
 
 
+def _compared_tensor(row: StageResult) -> str:
+    """The tensor a failed compile comparison names ("step 1 gradient of <parameter>"), or ""."""
+    return str(((row.metrics or {}).get("vs_eager") or {}).get("name") or "")
+
+
 def judge_compile_pipeline(device: StageResult, ref: StageResult,
                            reference: dict[str, StageResult]) -> tuple[str, dict[str, Any]] | None:
-    """upstream when the reference, compiled through the device's own pipeline, raises the very
-    error the device raised while its eager step passes: the failure is PyTorch's compile stack
-    (Dynamo / AOT autograd), which both share, not the device's code. None: other rules judge."""
-    if ref.status != Status.ERROR or device.status != Status.ERROR:
+    """upstream when the reference, compiled through the device's own pipeline, fails as the
+    device did while its eager step passes: it raises the very error, or its compiled step differs
+    from its eager step in the very tensor. The failure is then PyTorch's compile stack (Dynamo /
+    AOT autograd, which both share) or the model's code under it, not the device's code. None:
+    other rules judge."""
+    if ref.status != device.status or device.status not in (Status.ERROR, Status.FAIL):
         return None
     eager = {s: reference[s].status.value for s in ("forward", "backward") if s in reference}
     if eager.get("forward") != Status.PASS.value or eager.get("backward") not in (Status.PASS.value, Status.SKIPPED.value):
         return None
-    if not same_way(ref, {"status": "error", "error_class": device.error_class, "message": device.message}):
+    if device.status == Status.ERROR:
+        if not same_way(ref, {"status": "error", "error_class": device.error_class, "message": device.message}):
+            return None
+        return Blame.UPSTREAM.value, {
+            "rule": "upstream.compile_pipeline", "compile_backend": ref.metrics.get("compile_backend", ""),
+            "eager_on_reference": eager, "device_error": f"{device.error_class}: {device.message}"[:300],
+            "reference_error": f"{ref.error_class}: {ref.message}"[:300],
+            "why": ("the CPU compiled through the device's pipeline fails the same way while its eager step "
+                    "passes: PyTorch's compile stack (Dynamo / AOT autograd), not the device")}
+    tensor = _compared_tensor(device)
+    if not tensor or tensor != _compared_tensor(ref):
         return None
     return Blame.UPSTREAM.value, {
         "rule": "upstream.compile_pipeline", "compile_backend": ref.metrics.get("compile_backend", ""),
-        "eager_on_reference": eager, "device_error": f"{device.error_class}: {device.message}"[:300],
-        "reference_error": f"{ref.error_class}: {ref.message}"[:300],
-        "why": ("the CPU compiled through the device's pipeline fails the same way while its eager step "
-                "passes: PyTorch's compile stack (Dynamo / AOT autograd), not the device")}
+        "eager_on_reference": eager, "tensor": tensor, "device_reason": device.reason[:300],
+        "reference_reason": ref.reason[:300],
+        "why": ("compiled through the device's pipeline on the CPU, the same tensor differs from the CPU's "
+                "eager step while that step passes: PyTorch's compile stack (Dynamo / AOT autograd) or the "
+                "model's code under it, not the device")}
 
 
 # ------------------------------------------------------------------- judging a reference failure

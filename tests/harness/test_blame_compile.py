@@ -43,6 +43,23 @@ def test_a_compile_error_the_reference_pipeline_shares_while_eager_passes_is_ups
     assert judge_compile_pipeline(device, wrong, _rows(wrong)) is None  # a wrong answer is no compile error
 
 
+def _wrong(tensor):
+    return StageResult("compile", Status.FAIL, reason=f"compiled step differs from eager: {tensor}: max abs error 3",
+                       metrics={"vs_eager": {"passed": False, "name": tensor}})
+
+
+def test_a_wrong_tensor_the_reference_pipeline_shares_while_eager_passes_is_upstream():
+    grad = "step 1 gradient of model.encoder.proj.bias"
+    device, same = _wrong(grad), _wrong(grad)
+    blame, ev = judge_compile_pipeline(device, same, _rows(same))
+    assert blame == "upstream" and ev["rule"] == "upstream.compile_pipeline" and ev["tensor"] == grad
+    other = _wrong("step 1 output logits")  # the reference goes wrong elsewhere: other rules judge
+    assert judge_compile_pipeline(device, other, _rows(other)) is None
+    assert judge_compile_pipeline(device, same, _rows(same, backward="fail")) is None  # its eager fails too
+    passes = StageResult("compile", Status.PASS)
+    assert judge_compile_pipeline(device, passes, _rows(passes)) is None  # the reference passes: the device's
+
+
 @pytest.mark.slow
 def test_patchtst_training_step_failing_in_aot_autograd_is_upstream_not_backend(monkeypatch):
     """PatchTSTForClassification's compiled training step raises in AOT autograd on the device; the
