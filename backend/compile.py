@@ -225,10 +225,57 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kw
     # As on the device, a new shape is a new static compile, never an automatic dynamic graph.
     torch._dynamo.config.automatic_dynamic_shapes = False
     _reject_symbolic(example_inputs, gm)
+    key = _graph_key(gm, example_inputs)
+    failed = _doomed.get(key)
+    if failed is not None:  # the same graph failed tracing before: fail again without re-tracing it
+        raise failed[0](*failed[1])
     fw = _aot_compiler("forward")
     backend = aot_autograd(fw_compiler=fw, bw_compiler=_aot_compiler("backward"), inference_compiler=_aot_compiler("inference"))
-    with _no_fallback_records_while_tracing():
-        return backend(gm, example_inputs, **kwargs)
+    try:
+        with _no_fallback_records_while_tracing():
+            return backend(gm, example_inputs, **kwargs)
+    except _TRACE_FAILURES as exc:
+        _doomed[key] = (type(exc), exc.args)  # not the exception: its traceback holds the trace's fake tensors
+        while len(_doomed) > 64:
+            _doomed.pop(next(iter(_doomed)))
+        raise
+
+
+#: AOTAutograd's tracing failures that Dynamo answers with a graph break and a re-trace (its
+#: `exceptions_allowed_to_be_fallback`): a data-dependent op reached only in the backward (a
+#: boolean-mask assignment's gradient is `grad[mask]`, aten.nonzero). Dynamo then re-traces the
+#: frame and, for each enclosing wrapper frame (Module.__call__, transformers' decorators), hands
+#: the backend the same graph again; tracing it again fails again (Kosmos-2: 15 failed traces, ~5 s each).
+def _trace_failures() -> tuple[type[BaseException], ...]:
+    from torch._subclasses import fake_tensor as ft
+
+    return (ft.DataDependentOutputException, ft.DynamicOutputShapeException, ft.UnsupportedOperatorException)
+
+
+_TRACE_FAILURES = _trace_failures()
+_doomed: dict[Any, tuple[type[BaseException], tuple[Any, ...]]] = {}
+
+
+def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+    """The graph's structure, independent of its placeholders' names (which follow the frame's local
+    names, different in each wrapper frame), with its inputs' metadata and the grad mode."""
+    index: dict[torch.fx.Node, int] = {}
+    parts: list[Any] = [torch.is_grad_enabled()]
+    for i, node in enumerate(gm.graph.nodes):
+        index[node] = i
+        target = node.target
+        if node.op == "placeholder":
+            target = ""
+        elif not isinstance(target, str):
+            target = (f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}", id(target))
+        args = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: f"%{index[n]}")
+        parts.append((node.op, target, repr(args)))
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor):
+            parts.append((tuple(value.shape), tuple(value.stride()), value.dtype, value.device.type, value.requires_grad))
+        else:
+            parts.append((type(value).__name__, repr(value)))
+    return tuple(parts)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ static shapes, failure handling and the disk cache across processes."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -253,3 +254,66 @@ def test_in_place_view_ops_change_the_device_tensors_metadata_as_on_cpu():
         op(x), op(n)
         assert n.shape == x.shape and n.stride() == x.stride() and n.storage_offset() == x.storage_offset()
         assert torch.equal(n.to("cpu"), x)
+
+
+def _wrapped(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+class _MaskAssign(torch.nn.Module):
+    """A boolean-mask assignment of values that need a gradient: the backward is `grad[mask]`
+    (aten.nonzero), which AOTAutograd cannot trace; behind two wrapper frames, as transformers'
+    decorators put a model's forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.lin = torch.nn.Embedding(10, 8), torch.nn.Linear(8, 8)
+
+    @_wrapped
+    @_wrapped
+    def forward(self, ids, mask, img):
+        x = self.emb(ids)
+        x[mask.bool()] = img.view(-1, 8)
+        return self.lin(x).sum()
+
+
+def test_a_graph_aot_autograd_cannot_trace_is_traced_once_however_many_frames_hand_it_over(monkeypatch):
+    """Dynamo answers the trace failure with a graph break and hands the same graph over again for
+    each enclosing frame (Kosmos-2: 15 failed traces of ~5 s); the backend fails it again at once,
+    so Dynamo decides the same and the results are eager's."""
+    from torch._dynamo.backends import common
+
+    traced, calls = [], []
+    real_aot = common.aot_autograd
+
+    def counting_aot(**kw):
+        inner = real_aot(**kw)
+
+        def call(gm, inputs, **k):
+            traced.append(len(gm.graph.nodes))
+            return inner(gm, inputs, **k)
+        return call
+
+    def spy(gm, inputs, **k):
+        calls.append(len(gm.graph.nodes))
+        return neuron_compile.neuron_backend(gm, inputs, **k)
+
+    monkeypatch.setattr(common, "aot_autograd", counting_aot)
+    neuron_compile._doomed.clear()
+    torch.manual_seed(0)
+    model = _MaskAssign().to("neuron")
+    ids, mask = torch.randint(0, 10, (2, 6)).to("neuron"), torch.zeros(2, 6, dtype=torch.long)
+    mask[:, 1:3] = 1
+    img = torch.randn(2, 2, 8).to("neuron").requires_grad_()
+    expected = model(ids, mask.to("neuron"), img)
+    expected.backward()
+    want, img.grad = img.grad.to("cpu"), None
+    out = torch.compile(model, backend=spy)(ids, mask.to("neuron"), img)
+    out.backward()
+    torch.testing.assert_close(out.to("cpu"), expected.to("cpu"))
+    torch.testing.assert_close(img.grad.to("cpu"), want)
+    assert len(calls) > len(traced), (calls, traced)  # the same graph came again and was not re-traced
+    assert len(set(traced)) == len(traced), traced  # no graph was traced twice
