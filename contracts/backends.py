@@ -41,7 +41,7 @@ class Backend(Protocol):
     compile_backend: str | None  # name for torch.compile(backend=...); None: cannot compile
     # optional, read with getattr: `reference_compile_backend`, the CPU torch.compile backend that
     # follows the same pipeline as compile_backend (e.g. "aot_eager" for an AOTAutograd compiler);
-    # blame's cpu reference compiles with it (harness.blame_probe.compile_reference)
+    # blame's cpu reference compiles with it (harness.blame_compile.compile_reference)
     simulated: bool | None  # True: a simulator; None: not a neuron-like device, the question does not apply
 
     @property
