@@ -47,7 +47,6 @@ from harness.quiet import quiet_transformers
 from harness.torch_state import restored_torch_state
 
 
-
 # ------------------------------------------------------------------------------- entry points
 
 def check_with_blame(spec: ModelSpec, backend: str = "neuron", stages: list[str] | None = None,
