@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
+                                          UnsupportedOperatorException)
 
 from backend import faults
 from backend.cache import get_cache
@@ -216,43 +218,12 @@ def _reject_symbolic(example_inputs: Sequence[Any], gm: torch.fx.GraphModule) ->
 # --------------------------------------------------------------------------- the Dynamo backend
 
 
-def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
-    """The Dynamo backend registered as `neuron` (entry point and on import)."""
-    from torch._dynamo.backends.common import aot_autograd
-
-    hide_device_from_dynamo()
-
-    # As on the device, a new shape is a new static compile, never an automatic dynamic graph.
-    torch._dynamo.config.automatic_dynamic_shapes = False
-    _reject_symbolic(example_inputs, gm)
-    key = _graph_key(gm, example_inputs)
-    failed = _doomed.get(key)
-    if failed is not None:  # the same graph failed tracing before: fail again without re-tracing it
-        raise failed[0](*failed[1])
-    fw = _aot_compiler("forward")
-    backend = aot_autograd(fw_compiler=fw, bw_compiler=_aot_compiler("backward"), inference_compiler=_aot_compiler("inference"))
-    try:
-        with _no_fallback_records_while_tracing():
-            return backend(gm, example_inputs, **kwargs)
-    except _TRACE_FAILURES as exc:
-        _doomed[key] = (type(exc), exc.args)  # not the exception: its traceback holds the trace's fake tensors
-        while len(_doomed) > 64:
-            _doomed.pop(next(iter(_doomed)))
-        raise
-
-
 #: AOTAutograd's tracing failures that Dynamo answers with a graph break and a re-trace (its
 #: `exceptions_allowed_to_be_fallback`): a data-dependent op reached only in the backward (a
 #: boolean-mask assignment's gradient is `grad[mask]`, aten.nonzero). Dynamo then re-traces the
 #: frame and, for each enclosing wrapper frame (Module.__call__, transformers' decorators), hands
 #: the backend the same graph again; tracing it again fails again (Kosmos-2: 15 failed traces, ~5 s each).
-def _trace_failures() -> tuple[type[BaseException], ...]:
-    from torch._subclasses import fake_tensor as ft
-
-    return (ft.DataDependentOutputException, ft.DynamicOutputShapeException, ft.UnsupportedOperatorException)
-
-
-_TRACE_FAILURES = _trace_failures()
+_TRACE_FAILURES = (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException)
 _doomed: dict[Any, tuple[type[BaseException], tuple[Any, ...]]] = {}
 
 
@@ -276,6 +247,31 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         else:
             parts.append((type(value).__name__, repr(value)))
     return tuple(parts)
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
+    """The Dynamo backend registered as `neuron` (entry point and on import)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    hide_device_from_dynamo()
+
+    # As on the device, a new shape is a new static compile, never an automatic dynamic graph.
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    _reject_symbolic(example_inputs, gm)
+    key = _graph_key(gm, example_inputs)
+    failed = _doomed.get(key)
+    if failed is not None:  # the same graph failed tracing before: fail again without re-tracing it
+        raise failed[0](*failed[1])
+    fw = _aot_compiler("forward")
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=_aot_compiler("backward"), inference_compiler=_aot_compiler("inference"))
+    try:
+        with _no_fallback_records_while_tracing():
+            return backend(gm, example_inputs, **kwargs)
+    except _TRACE_FAILURES as exc:
+        _doomed[key] = (type(exc), exc.args)  # not the exception: its traceback holds the trace's fake tensors
+        while len(_doomed) > 64:
+            _doomed.pop(next(iter(_doomed)))
+        raise
 
 
 @contextlib.contextmanager

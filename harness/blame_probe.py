@@ -39,7 +39,7 @@ from contracts.timing import phase
 from harness import blame as rules_mod
 from harness.blame_attributes import (ProbeTimeout, deadline as _deadline, probe_config_attribute,  # noqa: F401
                                       probe_config_overflow, probe_config_unset, probe_module_attribute, probe_output_attribute)
-from harness.blame_compile import compile_reference, judge_compile_pipeline, same_way  # noqa: F401
+from harness.blame_compile import compile_reference, judge_compile_pipeline, same_way
 from harness.blame_layers import interior_width_mismatch, watch_layers
 from harness.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class

@@ -8,7 +8,8 @@ from contracts.backends import get_backend
 from contracts.records import ModelSpec, StageResult
 from contracts.status import Status
 from harness import blame_probe
-from harness.blame_probe import check_with_blame, compile_reference, judge_compile_pipeline
+from harness.blame_compile import compile_reference, judge_compile_pipeline
+from harness.blame_probe import check_with_blame
 
 VIEW = "view size is not compatible with input tensor's size and stride (at least one dimension spans ..."
 
@@ -87,8 +88,9 @@ def test_the_reference_compile_compares_gradients_as_the_device_compile_does(mon
     real = blame_probe.reference_stages
 
     def spy(run, failing):
-        seen.update(real(run, failing))
-        return seen
+        out = real(run, failing)
+        seen.update(out)
+        return out
 
     monkeypatch.setattr(blame_probe, "reference_stages", spy)
     spec = ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM")

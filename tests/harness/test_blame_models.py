@@ -9,7 +9,8 @@ import torch
 
 from contracts.records import ModelSpec, StageResult
 from contracts.status import Status
-from harness.blame_probe import check_with_blame, missing_package, same_way
+from harness.blame_compile import same_way
+from harness.blame_probe import check_with_blame, missing_package
 from harness.cli.check import render_table
 
 BERT = ModelSpec("catalog/bert", "bert", "BertModel")
