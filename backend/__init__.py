@@ -97,6 +97,7 @@ def _register_compiler() -> None:
 
 
 from backend import adaptive as _adaptive  # noqa: E402
+from backend import autograd_thread as _autograd_thread  # noqa: E402
 from backend import faults  # noqa: E402  (planted faults: backend.faults.plant/load/clear)
 
 if stepped_aside:
@@ -108,6 +109,7 @@ else:
     _register_compiler()
     faults.load_from_env()  # NEURON_FAULTS=path; a malformed file raises FaultFileError naming the entry
     _adaptive.enable_from_env()  # NEURON_ADAPTIVE_EAGER, opt-in; the rule is there
+    _autograd_thread.apply()  # backward on the calling thread (NEURON_AUTOGRAD_THREAD)
 
 __all__ = [
     "DEVICE", "FallbackEvent", "FaultFileError", "LoweringTableError", "NeuronError", "NeuronFallbackError",

@@ -140,21 +140,28 @@ def _model_location(filename: str, lineno: int) -> str | None:
     return None
 
 
-def _frames_of(frame) -> tuple[str | None, str | None]:
-    """(user frame, model frame) from one walk up the stack: the model frame is the innermost
-    frame in model code, the user frame the first outside torch/transformers/backend/stdlib."""
+#: the autograd engine's entry (torch/autograd/graph.py): below it on a stack, an op is a backward op
+_BACKWARD_ENTRY = "_engine_run_backward"
+
+
+def _frames_of(frame) -> tuple[str | None, str | None, bool]:
+    """(user frame, model frame, in backward) from one walk up the stack: the model frame is the
+    innermost frame in model code, the user frame the first outside torch/transformers/backend/
+    stdlib; in backward when the autograd engine was entered below the user frame."""
     global _SKIP
     if _SKIP is None:
         _SKIP = _skip_dirs()
-    model = None
+    model, backward = None, False
     while frame is not None:
-        filename = frame.f_code.co_filename
+        code = frame.f_code
+        filename = code.co_filename
         if model is None:
             model = _model_location(filename, frame.f_lineno)
         if not filename.startswith(_SKIP) and not filename.startswith("<"):
-            return f"{filename}:{frame.f_lineno}", model
+            return f"{filename}:{frame.f_lineno}", model, backward
+        backward = backward or code.co_name == _BACKWARD_ENTRY
         frame = frame.f_back
-    return None, model
+    return None, model, backward
 
 
 def _user_frame_of(frame) -> str | None:
@@ -164,9 +171,10 @@ def _user_frame_of(frame) -> str | None:
 def user_frame() -> str:
     """First frame outside torch/transformers/backend/stdlib, as ``file:line``.
 
-    Backward ops run on the autograd engine's device thread, whose stack has no user frame; then
-    the frame is the user line that started backward (found on the waiting thread), marked
-    ``(backward)``.
+    For backward ops it is the user line that started backward, marked ``(backward)``: found on
+    this thread's stack when the engine runs the device's backward on the calling thread
+    (backend.autograd_thread), else on the thread waiting for the engine's device thread, whose
+    own stack has no user frame.
     """
     return frames()[0]
 
@@ -174,10 +182,10 @@ def user_frame() -> str:
 def frames() -> tuple[str, str | None]:
     """(user frame, model frame) of the current op call: see :func:`user_frame`. The model frame
     (first frame in model code, see MODEL_CODE_ENV_VAR) is None when no model code is on the
-    stack, e.g. for backward ops, which the autograd engine runs from its own thread."""
-    found, model = _frames_of(sys._getframe(1))
+    stack, e.g. for most backward ops."""
+    found, model, backward = _frames_of(sys._getframe(1))
     if found:
-        return found, model
+        return (f"{found} (backward)" if backward else found), model
     # (this thread's own frame is dropped at once: a local naming it would be a reference cycle
     # that keeps the fallback op's arguments, and their device memory, alive until a GC pass)
     others = sys._current_frames()

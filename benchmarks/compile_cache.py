@@ -1,14 +1,20 @@
 """Compile cache and adaptive eager, measured side by side in one run.
 
-    python benchmarks/compile_cache.py [--json] [--cost-scale 100] [--repeats 7]
+    python benchmarks/compile_cache.py [--json] [--cost-scale 100] [--repeats 7] [--rounds 5]
 
 1. Time to the first training step (torch.compile + forward + backward of tiny BERT-MLM) in a
    fresh process each: cold cache, warm local disk, warm shared cache only (a new machine).
    Import time is excluded; Dynamo/AOTAutograd tracing is included (it is never cached).
    The simulated compiler cost is ``--cost-scale`` x the cost model (see docs: compile.md).
-2. Steady-state compiled step on neuron vs the same step in CPU eager (median of repeats).
-   Also with each compiler (``NEURON_COMPILER``: interpreter, inductor), one after the other.
-3. Adaptive eager vs plain neuron eager, steady state after its background compiles finished.
+2. Steady-state compiled step on neuron vs the same step in CPU eager. CPU eager, neuron eager,
+   the compiled step and adaptive eager (after its background compiles finished) are measured
+   side by side: ``--rounds`` rounds, each timing ``--repeats`` steps of every one in turn after a
+   GC pass; each figure is the median of its rounds' medians, so a drift of the machine's speed
+   shifts all four alike (one after the other, the first compiled step measured 1.46 where the
+   same step re-compiled a minute later measured 1.26).
+   Then with each compiler (``NEURON_COMPILER``: interpreter, inductor) and in exact precision,
+   one after the other (each needs its own compile: Dynamo's cache does not tell them apart).
+3. Adaptive eager vs plain neuron eager (from the rounds of 2).
 
 ``--json`` prints one object with ``warm_disk_over_cold``, ``warm_shared_over_cold``,
 ``compiled_step_over_cpu_eager``, ``adaptive_over_eager`` and the raw figures.
@@ -17,6 +23,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -50,6 +57,21 @@ def step(model, batch) -> None:
     for p in model.parameters():
         p.grad = None
     out.loss.item()  # a sync point: the step is done when its loss is on the host
+
+
+def side_by_side(candidates: dict, rounds: int, repeats: int) -> dict[str, float]:
+    """Median step time of each candidate (name -> (model, batch, context factory)), measured in
+    interleaved rounds: a slow spell of the machine slows every candidate of its round."""
+    import contextlib
+    import gc
+
+    medians: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, (model, batch, context) in candidates.items():
+            gc.collect()
+            with context() if context else contextlib.nullcontext():
+                medians[name].append(median_step(model, batch, repeats, warmup=1))
+    return {name: statistics.median(m) for name, m in medians.items()}
 
 
 def median_step(model, batch, repeats: int, warmup: int = 2) -> float:
@@ -99,7 +121,7 @@ def _restore(name: str, value: str | None) -> None:
         os.environ[name] = value
 
 
-def measure(scale: float, repeats: int) -> dict:
+def measure(scale: float, repeats: int, rounds: int = 5) -> dict:
     from backend.neff.inductor import COMPILERS, ENV_VAR as COMPILER_ENV, compiler_name
 
     with tempfile.TemporaryDirectory(prefix="neff-bench-") as tmp:
@@ -122,12 +144,24 @@ def measure(scale: float, repeats: int) -> dict:
 
         torch.set_num_threads(1)
         print("steady state: cpu eager, neuron eager, compiled, adaptive ...", file=sys.stderr)
-        model, batch = tiny_bert()
-        cpu_eager = median_step(model, batch, repeats)
-        model = model.to("neuron")
-        batch = {k: v.to("neuron") for k, v in batch.items()}
-        neuron_eager = median_step(model, batch, repeats)
-        compiled = median_step(torch.compile(model, backend="neuron"), batch, repeats)
+        cpu_model, cpu_batch = tiny_bert()
+        model = copy.deepcopy(cpu_model).to("neuron")
+        batch = {k: v.to("neuron") for k, v in cpu_batch.items()}
+        compiled_model = torch.compile(model, backend="neuron")
+        mode = adaptive.AdaptiveEager()
+        with mode:
+            for _ in range(3):
+                step(model, batch)
+            mode.wait_for_compiles()
+        side = side_by_side({
+            "cpu_eager": (cpu_model, cpu_batch, None),
+            "neuron_eager": (model, batch, None),
+            "neuron_compiled": (compiled_model, batch, None),
+            "neuron_adaptive": (model, batch, lambda: mode),
+        }, rounds, repeats)
+        cpu_eager, neuron_eager, compiled, adaptive_eager = (
+            side[k] for k in ("cpu_eager", "neuron_eager", "neuron_compiled", "neuron_adaptive"))
+        stats = vars(mode.stats).copy()
         by_compiler = {}  # the same step with each compiler (NEURON_COMPILER), side by side
         previous_compiler = os.environ.get(COMPILER_ENV)
         for name in COMPILERS:
@@ -135,13 +169,6 @@ def measure(scale: float, repeats: int) -> dict:
             torch._dynamo.reset()
             by_compiler[name] = median_step(torch.compile(model, backend="neuron"), batch, repeats)
         _restore(COMPILER_ENV, previous_compiler)
-        torch._dynamo.reset()
-        with adaptive.adaptive_eager() as mode:
-            for _ in range(3):
-                step(model, batch)
-            mode.wait_for_compiles()
-            adaptive_eager = median_step(model, batch, repeats)
-            stats = vars(mode.stats).copy()
         from backend.precision import set_precision
 
         previous = set_precision("exact")  # the same compiled step without the bf16 auto-cast
@@ -165,6 +192,7 @@ def measure(scale: float, repeats: int) -> dict:
         "adaptive_stats": stats,
         "cost_scale": scale,
         "repeats": repeats,
+        "rounds": rounds,
         "model": "BertForMaskedLM hidden 64, 2 layers, 4 heads, vocab 512, batch 2x32, 1 thread",
     }
 
@@ -174,13 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--cost-scale", type=float, default=100.0,
                         help="NEURON_COMPILE_COST_SCALE for the first-step runs (default 100: ~real compile times)")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=7, help="timed steps per candidate and round")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the steady-state steps")
     parser.add_argument("--first-step-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.first_step_worker:
         first_step_worker()
         return 0
-    r = measure(args.cost_scale, args.repeats)
+    r = measure(args.cost_scale, args.repeats, args.rounds)
     if args.json:
         print(json.dumps(r))
         return 0

