@@ -44,7 +44,7 @@ from harness.blame_layers import interior_width_mismatch, watch_layers
 from harness.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class
 from harness.quiet import quiet_transformers
-from harness.selection_probe import judge_selection_ties
+from harness.selection_probe import selection_ties_evidence
 from harness.torch_state import restored_torch_state
 
 
@@ -86,10 +86,11 @@ def judge_run(run: _Run, wanted: list[str]) -> None:
             evidence["same_model_and_inputs"] = bool(ref.metrics.get("reused_model_and_inputs", True))
         if name == "compile" and ref is not None:
             evidence["reference_compile_backend"] = ref.metrics.get("compile_backend", "")
-        if blame == Blame.BACKEND.value:  # a comparison among near-ties cannot judge the device
-            ties = judge_selection_ties(run, name)
+        if blame == Blame.BACKEND.value:  # a comparison among near-ties: said, the verdict kept
+            ties = selection_ties_evidence(run, name)
             if ties is not None:
-                blame, evidence = ties[0], {**ties[1], "reference": evidence}
+                evidence["selection_ties"] = ties
+                evidence["why"] = f"{evidence.get('why', '')}; but {ties['note']}"
         row.blame, row.blame_evidence = blame, evidence
     dicts = [result.stages[s].to_dict() for s in MODEL_STAGES if s in result.stages]
     rules_mod.complete_stages(dicts, tier="", backend=run.adapter.name)
