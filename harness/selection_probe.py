@@ -133,7 +133,8 @@ class _Selections(TorchDispatchMode):
 
     Only the indices are a discrete choice: the values of `max(dim)` or `topk` are continuous in
     their input (`x - x.max(-1).values`, the softmax shift, ties or not). A call counts once a
-    later op reads its indices (a gather, an index, a view, `.item()`)."""
+    later op of the forward reads its indices (a gather, an index, a view, `.item()`); the
+    backward reading them to route a gradient (`max`'s backward) does not count."""
 
     def __init__(self, threshold: float, nudge: float = 0.0, seed: int = 0) -> None:
         super().__init__()
@@ -208,12 +209,15 @@ def _step(cpu_model: torch.nn.Module, cpu_kwargs: dict, seed: int, train: bool,
     model = copy.deepcopy(cpu_model)
     values: dict[str, torch.Tensor] = {}
     torch.manual_seed(seed)
-    with train_mode(model) if train else contextlib.nullcontext(), quiet_transformers(), spy:
-        out = model(**cpu_kwargs)
+    with train_mode(model) if train else contextlib.nullcontext(), quiet_transformers():
+        with spy:  # the forward's choices; the backward only routes gradients through them
+            out = model(**cpu_kwargs)
+            try:
+                loss, _ = training_loss(out)
+            except NoLoss:
+                loss = None
         values.update({f"output {n}": t.detach().to(torch.float64) for n, t in named_float_tensors(out)})
-        try:
-            loss, _ = training_loss(out)
-        except NoLoss:
+        if loss is None:
             return values
         loss.backward()
     values["loss"] = loss.detach().to(torch.float64)

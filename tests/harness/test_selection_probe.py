@@ -39,6 +39,26 @@ def test_only_a_choice_whose_indices_are_read_counts():
     assert _spy(lambda t: t.gather(-1, t.topk(1).indices), torch.tensor([[3.0, 1.0, 0.5]])) == {}  # far apart
 
 
+class SoftmaxShift(torch.nn.Module):
+    """`x - x.max(-1).values` over tied rows: its backward reads max's indices, its forward does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        s = x * self.w
+        return {"out": (s - s.max(-1, keepdim=True).values).softmax(-1)}
+
+
+def test_the_backward_routing_a_gradient_through_a_choice_does_not_count():
+    from harness.selection_probe import _step
+
+    spy = _Selections(threshold=2.0 ** -8)
+    values = _step(SoftmaxShift(), {"x": torch.tensor([[1.0, 1.0, 0.5], [2.0, 2.0, 0.5]])}, 0, True, spy)
+    assert "gradient of w" in values and spy.closest == {}
+
+
 class Router(torch.nn.Module):
     """Each row picks one expert by its router score; `tied`: experts 0 and 1 score the same."""
 
