@@ -9,10 +9,10 @@
 2. Steady-state compiled step on neuron vs the same step in CPU eager. CPU eager, neuron eager,
    the compiled step, the same compiled step with PyTorch's autograd device thread
    (``NEURON_AUTOGRAD_THREAD=device``) and adaptive eager (after its background compiles
-   finished) are measured side by side: ``--rounds`` rounds, each timing ``--repeats`` steps of every one in turn after a
-   GC pass; each figure is the median of its rounds' medians, so a drift of the machine's speed
-   shifts all four alike (one after the other, the first compiled step measured 1.46 where the
-   same step re-compiled a minute later measured 1.26).
+   finished) are measured side by side: ``--rounds`` rounds, each timing ``--repeats`` steps of
+   every one in turn after a GC pass; each figure is the median of its rounds' medians, so a
+   drift of the machine's speed shifts them all alike (one after the other, the first compiled
+   step measured 1.46 where the same step re-compiled a minute later measured 1.26).
    Then with each compiler (``NEURON_COMPILER``: interpreter, inductor) and in exact precision,
    one after the other (each needs its own compile: Dynamo's cache does not tell them apart).
 3. Adaptive eager vs plain neuron eager (from the rounds of 2).
@@ -24,7 +24,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import gc
 import json
 import os
 import statistics
@@ -63,9 +65,6 @@ def step(model, batch) -> None:
 def side_by_side(candidates: dict, rounds: int, repeats: int) -> dict[str, float]:
     """Median step time of each candidate (name -> (model, batch, context factory)), measured in
     interleaved rounds: a slow spell of the machine slows every candidate of its round."""
-    import contextlib
-    import gc
-
     medians: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, (model, batch, context) in candidates.items():
