@@ -77,6 +77,11 @@ def _settings() -> dict[str, Any]:
     return dict((rules_mod.rules().get("probe") or {}).get("selection_ties") or {})
 
 
+def _threshold(settings: dict[str, Any]) -> float:
+    """The relative gap below which a choice is a near-tie (default: one bf16 step, 2^-8)."""
+    return float(settings.get("relative_margin", 2.0 ** -8))
+
+
 def _rows(x: torch.Tensor, dim: int | None) -> torch.Tensor:
     """The values a selection chooses among, one row per choice."""
     if dim is None or x.dim() == 0:
@@ -109,22 +114,25 @@ def margin(x: torch.Tensor, k: int, dim: int | None, largest: bool, kth: bool = 
     return best
 
 
+def _dim_of(name: str, args: tuple, kwargs: dict) -> int | None:
+    """The dimension a selection chooses along (None: `argmax`/`argmin` over the whole tensor)."""
+    if name in ("topk", "kthvalue"):
+        return int(args[2] if len(args) > 2 else kwargs.get("dim", -1))
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    return None if dim is None else int(dim)
+
+
 def _call_margin(name: str, args: tuple, kwargs: dict) -> tuple[float | None, int, int]:
-    x = args[0]
+    x, dim = args[0], _dim_of(name, args, kwargs)
+    n = x.numel() if dim is None or x.dim() == 0 else x.shape[dim]
     if name == "topk":
         k = int(args[1] if len(args) > 1 else kwargs["k"])
-        dim = int(args[2] if len(args) > 2 else kwargs.get("dim", -1))
         largest = bool(args[3] if len(args) > 3 else kwargs.get("largest", True))
-        return margin(x, k, dim, largest), k, x.shape[dim] if x.dim() else 1
+        return margin(x, k, dim, largest), k, n
     if name == "kthvalue":
         k = int(args[1] if len(args) > 1 else kwargs["k"])
-        dim = int(args[2] if len(args) > 2 else kwargs.get("dim", -1))
-        return margin(x, k, dim, False, kth=True), k, x.shape[dim] if x.dim() else 1
-    dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    dim = None if dim is None else int(dim)
-    largest = name in ("argmax", "max")
-    n = x.numel() if dim is None or x.dim() == 0 else x.shape[dim]
-    return margin(x, 1, dim, largest), 1, n
+        return margin(x, k, dim, False, kth=True), k, n
+    return margin(x, 1, dim, name in ("argmax", "max")), 1, n
 
 
 class _Selections(TorchDispatchMode):
@@ -179,12 +187,6 @@ class _Selections(TorchDispatchMode):
         if near and isinstance(indices, torch.Tensor) and len(self.pending) < _MAX_PENDING:
             self.pending[id(indices)] = (indices, Selection(name, m, k, n, _model_line()))
         return out
-
-
-def _dim_of(name: str, args: tuple, kwargs: dict) -> int:
-    if name in ("topk", "kthvalue"):
-        return int(args[2] if len(args) > 2 else kwargs.get("dim", -1))
-    return int(args[1] if len(args) > 1 else kwargs["dim"])
 
 
 _MODEL_CODE = f"{os.sep}transformers{os.sep}models{os.sep}"
@@ -271,7 +273,7 @@ def nudged_difference(cpu_model: torch.nn.Module, cpu_kwargs: dict, seed: int, t
     """The step as it is and with its near-tie choices made on nudged values; None when the
     model makes no near-tie choice (or the failed tensor is not among the step's)."""
     settings = _settings()
-    threshold = float(settings.get("relative_margin", 2.0 ** -8))
+    threshold = _threshold(settings)
     spy = _Selections(threshold)
     base = _step(cpu_model, cpu_kwargs, seed, train, spy)
     found = sorted(spy.closest.values(), key=lambda c: c.margin)
@@ -310,7 +312,7 @@ def selection_ties_evidence(run: Any, stage: str) -> dict[str, Any] | None:
         "selections": [c.to_dict() for c in finding.selections[:3]], "tensor": tensor,
         "nudged_rmse": finding.nudged_rmse, "device_rmse": device_rmse, "allowed_rmse": allowed_rmse,
         "shape_changed": finding.shape_changed, "flips_reproduce": reproduces,
-        "relative_margin": float(settings.get("relative_margin", 2.0 ** -8)),
+        "relative_margin": _threshold(settings),
         "note": (f"the model's answer hinges on a choice among near-ties ({first.op} at "
                  f"{first.where or 'an unknown line'}, margin {first.margin:.3g}); nudging those choices' inputs by one "
                  f"rounding step moves {tensor} by rmse {finding.nudged_rmse:.3g} on the CPU (the device: "
