@@ -68,3 +68,22 @@ def test_a_multimodal_model_records_on_the_device_with_its_image_placeholders():
     assert set(res.runs[0]["phases"]) == {"inference", "forward", "backward", "optimizer"}
     # the vision tower ran on the device: its convolution (patch embedding) is an entry
     assert any(e.op.startswith("aten.convolution") for e in res.entries)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_regenerate_under_ray_records_what_the_local_pool_records(tmp_path):
+    """`--executor ray` runs the record tier's cases in Ray's workers: the same op calls as local."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    try:
+        recorded = {}
+        for executor in ("local", "ray"):
+            registry, results, summary = record_all([BERT, BROKEN], tmp_path / executor, backend="neuron", workers=2,
+                                                    seq_lengths=(8,), executor=executor, progress=False)
+            assert summary["executor"] == executor
+            assert {r["model_id"]: r["status"] for r in results} == {"t/bert": "pass", "t/broken": "error"}
+            recorded[executor] = {(e.op, e.signature) for e in registry}
+        assert recorded["ray"] and recorded["ray"] == recorded["local"]
+    finally:
+        ray.shutdown()
