@@ -2,18 +2,21 @@
 
 The compile stage is re-run on the reference backend through the device's own compile pipeline
 (`compile_reference`): when that reference fails as the device did while its eager step passes,
-the failure is PyTorch's compile stack, not the device (`judge_compile_pipeline`). `same_way` is
-the comparison of two failures every probe of harness.blame_probe uses as well.
+the failure is PyTorch's compile stack, not the device (`judge_compile_pipeline`). A comparison
+failure left on the backend is re-run once more on the device itself with `aot_eager`
+(`device_graph_evidence`): that tells the device compiler's own difference from the graph's.
+`same_way` is the comparison of two failures every probe of harness.blame_probe uses as well.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from typing import Any
+from typing import Any, Callable
 
 from contracts.records import StageResult
 from contracts.status import Blame, Status
+from contracts.timing import phase
 from harness import blame as rules_mod
 
 _NUMBER = re.compile(r"\d+")
@@ -70,6 +73,52 @@ def judge_compile_pipeline(device: StageResult, ref: StageResult,
         "why": ("compiled through the device's pipeline on the CPU, the same tensor differs from the CPU's "
                 "eager step while that step passes: PyTorch's compile stack (Dynamo / AOT autograd) or the "
                 "model's code under it, not the device")}
+
+
+@phase("blame")  # the nightly's time shares (contracts.timing)
+def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]) -> dict[str, Any] | None:
+    """For a compile comparison failure (`fail`) blamed on the backend: the same step compiled with
+    `aot_eager` on the device, i.e. the device's own eager kernels running AOTAutograd's graph.
+
+    It fails on the same tensor by the same RMSE (within `same_rmse`, blame_rules' probe.device_graph)
+    -> the device's compiler computes that graph as its eager kernels do, and the difference from
+    the eager step is the graph (AOTAutograd's decompositions and op order) under the device's
+    arithmetic. It passes -> the difference is the compiler's own. Evidence, not a verdict: the
+    blame stays `backend` either way (a fault planted in the compiler never reproduces). None
+    when there is nothing to compare or the backend already compiles with `aot_eager`."""
+    settings = rules_mod.rules()["probe"].get("device_graph") or {}
+    pipeline = str(settings.get("compile_backend", "aot_eager"))
+    row = run.result.stages.get("compile")
+    if row is None or row.status != Status.FAIL or getattr(run, "model", None) is None:
+        return None  # no comparison, or no device model to compile again
+    if getattr(run.adapter, "compile_backend", None) in (None, pipeline):
+        return None
+    probe = copy.copy(run)  # the same model, inputs, eager step and reference; its own result and events
+    probe.adapter = copy.copy(run.adapter)
+    probe.adapter.compile_backend = pipeline
+    probe.result = copy.copy(run.result)
+    probe.result.stages = dict(run.result.stages)
+    probe.fallback_events = []
+    got = run_stage(probe, "compile")
+    tensor, rmse = _compared_tensor(row), float(((row.metrics or {}).get("vs_eager") or {}).get("rmse") or 0.0)
+    probe_tensor = _compared_tensor(got) if got.status == Status.FAIL else ""
+    probe_rmse = ((got.metrics or {}).get("vs_eager") or {}).get("rmse")
+    same = bool(tensor) and probe_tensor == tensor and probe_rmse is not None \
+        and abs(float(probe_rmse) - rmse) <= float(settings.get("same_rmse", 0.01)) * rmse
+    kernels = f"the device's own eager kernels running AOTAutograd's graph ({pipeline})"
+    if same:
+        note = (f"{kernels} fail the same way (rmse {float(probe_rmse):.3g}): the compiler computes that graph as "
+                "eager does, and the difference is the graph's decompositions and op order under the device's "
+                "arithmetic")
+    elif got.status == Status.PASS:
+        note = f"{kernels} pass: the difference is the compiler's own"
+    elif got.status == Status.FAIL:
+        note = (f"{kernels} fail otherwise ({probe_tensor or 'another comparison'}, rmse "
+                f"{float(probe_rmse or 0.0):.3g}): the compiler adds a difference of its own")
+    else:
+        note = f"{kernels} could not be compared ({got.status.value}: {got.reason[:120]})"
+    return {"compile_backend": pipeline, "status": got.status.value, "tensor": probe_tensor or None,
+            "rmse": probe_rmse, "device_rmse": rmse, "reproduces": same, "note": note}
 
 
 def _masked(text: str) -> str:

@@ -39,7 +39,7 @@ from contracts.timing import phase
 from harness import blame as rules_mod
 from harness.blame_attributes import (ProbeTimeout, deadline as _deadline, probe_config_attribute,  # noqa: F401
                                       probe_config_overflow, probe_config_unset, probe_module_attribute, probe_output_attribute)
-from harness.blame_compile import compile_reference, judge_compile_pipeline, same_way
+from harness.blame_compile import compile_reference, device_graph_evidence, judge_compile_pipeline, same_way
 from harness.blame_layers import interior_width_mismatch, watch_layers
 from harness.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.models import config_for, model_class
@@ -91,6 +91,10 @@ def judge_run(run: _Run, wanted: list[str]) -> None:
             if ties is not None:
                 evidence["selection_ties"] = ties
                 evidence["why"] = f"{evidence.get('why', '')}; but {ties['note']}"
+            graph = device_graph_evidence(run, _run_stage) if name == "compile" else None
+            if graph is not None:  # the compiler's own difference, or the graph's
+                evidence["device_graph"] = graph
+                evidence["why"] = f"{evidence.get('why', '')}; {graph['note']}"
         row.blame, row.blame_evidence = blame, evidence
     dicts = [result.stages[s].to_dict() for s in MODEL_STAGES if s in result.stages]
     rules_mod.complete_stages(dicts, tier="", backend=run.adapter.name)

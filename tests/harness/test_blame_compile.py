@@ -103,3 +103,80 @@ def test_the_reference_compile_compares_gradients_as_the_device_compile_does(mon
     ref = seen["compile"]
     assert ref.status is Status.PASS, ref.reason
     assert ref.metrics["mode"] == "train" and "note" not in ref.metrics["vs_eager"]
+
+
+# ----------------------------------------------------------- the device's kernels on the compiled graph
+
+def _failed_run(tensor="step 1 gradient of encoder.k.bias", rmse=0.0146):
+    from types import SimpleNamespace
+
+    from contracts.records import ModelCheck
+
+    row = StageResult("compile", Status.FAIL, reason=f"compiled step differs from eager: {tensor}",
+                      metrics={"vs_eager": {"passed": False, "name": tensor, "rmse": rmse}})
+    result = ModelCheck(model_id="m", backend="neuron", stages={"compile": row}, graphs=3)
+    adapter = SimpleNamespace(name="neuron", compile_backend="neuron")
+    return SimpleNamespace(result=result, adapter=adapter, model=object(), fallback_events=["kept"])
+
+
+def _stage(status, tensor="", rmse=None, reason=""):
+    def run_stage(probe, name):
+        assert name == "compile" and probe.adapter.compile_backend == "aot_eager"
+        probe.result.graphs = 99  # what the compile stage writes: the probe's own result
+        probe.result.stages["compile"] = None
+        probe.fallback_events.append("probe's")
+        metrics = {"vs_eager": {"name": tensor, "rmse": rmse}} if tensor else {}
+        return StageResult("compile", status, reason=reason, metrics=metrics)
+    return run_stage
+
+
+def test_the_device_graph_probe_tells_the_compilers_difference_from_the_graphs():
+    from harness.blame_compile import device_graph_evidence
+
+    run = _failed_run()
+    same = device_graph_evidence(run, _stage(Status.FAIL, "step 1 gradient of encoder.k.bias", 0.01461))
+    assert same["reproduces"] is True and same["status"] == "fail" and "fail the same way" in same["note"]
+    # the probe ran on a copy: the run's own result, adapter and fallback events are untouched
+    assert run.result.graphs == 3 and run.result.stages["compile"].status == Status.FAIL
+    assert run.adapter.compile_backend == "neuron" and run.fallback_events == ["kept"]
+    passes = device_graph_evidence(_failed_run(), _stage(Status.PASS))
+    assert passes["reproduces"] is False and passes["note"].endswith("the difference is the compiler's own")
+    further = device_graph_evidence(_failed_run(), _stage(Status.FAIL, "step 1 gradient of encoder.k.bias", 0.02))
+    assert further["reproduces"] is False and "a difference of its own" in further["note"]
+    elsewhere = device_graph_evidence(_failed_run(), _stage(Status.FAIL, "step 1 output logits", 0.0146))
+    assert elsewhere["reproduces"] is False and elsewhere["tensor"] == "step 1 output logits"
+    broken = device_graph_evidence(_failed_run(), _stage(Status.ERROR, reason="InternalTorchDynamoError: x"))
+    assert broken["reproduces"] is False and "could not be compared (error" in broken["note"]
+
+
+def test_the_device_graph_probe_runs_only_for_a_compile_comparison_failure():
+    from harness.blame_compile import device_graph_evidence
+
+    never = _stage(Status.PASS)
+    error = _failed_run()
+    error.result.stages["compile"] = StageResult("compile", Status.ERROR, error_class="RuntimeError", message="x")
+    assert device_graph_evidence(error, never) is None  # an exception is no comparison
+    own = _failed_run()
+    own.adapter.compile_backend = "aot_eager"  # a backend that compiles with aot_eager: nothing to tell apart
+    assert device_graph_evidence(own, never) is None
+    no_model = _failed_run()
+    no_model.model = None
+    assert device_graph_evidence(no_model, never) is None
+
+
+@pytest.mark.slow
+def test_a_fault_planted_in_the_compiler_is_the_compilers_own_difference():
+    """End to end: a 1% error planted in the compiler's softmax fails BERT's compile stage, blamed on
+    the backend; the device's eager kernels on the same graph pass, and the row says so."""
+    from backend import faults
+
+    faults.clear()
+    with faults.planted(name="compiled-softmax", op="aten._safe_softmax.default", kind="perturb", rel=0.01,
+                        scope="compiled"):
+        result = check_with_blame(ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM"),
+                                  stages=["compile"])
+    row = result.stages["compile"]
+    assert row.status == Status.FAIL and row.blame == "backend", row.reason
+    graph = row.blame_evidence["device_graph"]
+    assert graph["compile_backend"] == "aot_eager" and graph["status"] == "pass" and graph["reproduces"] is False
+    assert row.blame_evidence["why"].endswith("the difference is the compiler's own")
