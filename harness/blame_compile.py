@@ -75,50 +75,70 @@ def judge_compile_pipeline(device: StageResult, ref: StageResult,
                 "model's code under it, not the device")}
 
 
+def _worst(row: StageResult) -> tuple[str, Any, Any]:
+    """The worst tensor of a compile comparison without its step ("gradient of p"), how it was
+    judged (allclose, rmse, nonfinite, shape) and its RMSE against the truth."""
+    found = (row.metrics or {}).get("vs_eager") or {}
+    return re.sub(r"^step \d+ ", "", str(found.get("name") or "")), found.get("method"), found.get("rmse")
+
+
 @phase("blame")  # the nightly's time shares (contracts.timing)
 def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]) -> dict[str, Any] | None:
-    """For a compile comparison failure (`fail`) blamed on the backend: the same step compiled with
-    `aot_eager` on the device, i.e. the device's own eager kernels running AOTAutograd's graph.
+    """For a compile comparison failure (`fail`) blamed on the backend: the same step compiled on the
+    device with its declared `reference_compile_backend` (the simulated neuron: `aot_eager`), i.e.
+    the device's own eager kernels running the graph its compiler is handed.
 
-    It fails on the same tensor by the same RMSE (within `same_rmse`, blame_rules' probe.device_graph)
-    -> the device's compiler computes that graph as its eager kernels do, and the difference from
-    the eager step is the graph (AOTAutograd's decompositions and op order) under the device's
-    arithmetic. It passes -> the difference is the compiler's own. Evidence, not a verdict: the
-    blame stays `backend` either way (a fault planted in the compiler never reproduces). None
-    when there is nothing to compare or the backend already compiles with `aot_eager`."""
-    settings = rules_mod.rules()["probe"].get("device_graph") or {}
-    pipeline = str(settings.get("compile_backend", "aot_eager"))
+    Its worst tensor is the device's, judged the same way and off by the same RMSE (within
+    `reproduce_share`, relative; blame_rules' probe.device_graph) -> as far as that tensor shows, the
+    compiler computes the graph as the eager kernels do, and the difference from the eager step is
+    the graph's (AOTAutograd's decompositions and op order) under the device's arithmetic. It passes
+    -> the difference is the compiler's own. Evidence, not a verdict: the blame stays `backend`
+    either way. None (nothing said) when there is nothing to compare, the backend declares no such
+    pipeline or compiles with it already, the device's compile took longer than a probe may
+    (probe.timeout), or the probe cannot be set up."""
+    rules = rules_mod.rules()["probe"]
+    settings = rules.get("device_graph") or {}
     row = run.result.stages.get("compile")
-    if row is None or row.status != Status.FAIL or getattr(run, "model", None) is None:
-        return None  # no comparison, or no device model to compile again
-    if getattr(run.adapter, "compile_backend", None) in (None, pipeline):
+    if not settings.get("enabled", True) or row is None or row.status != Status.FAIL \
+            or getattr(run, "model", None) is None:
+        return None  # switched off, no comparison, or no device model to compile again
+    pipeline = getattr(run.adapter, "reference_compile_backend", None)
+    if not pipeline or getattr(run.adapter, "compile_backend", None) in (None, pipeline):
         return None
-    probe = copy.copy(run)  # the same model, inputs, eager step and reference; its own result and events
-    probe.adapter = copy.copy(run.adapter)
-    probe.adapter.compile_backend = pipeline
-    probe.result = copy.copy(run.result)
-    probe.result.stages = dict(run.result.stages)
-    probe.fallback_events = []
-    got = run_stage(probe, "compile")
-    tensor, rmse = _compared_tensor(row), float(((row.metrics or {}).get("vs_eager") or {}).get("rmse") or 0.0)
-    probe_tensor = _compared_tensor(got) if got.status == Status.FAIL else ""
-    probe_rmse = ((got.metrics or {}).get("vs_eager") or {}).get("rmse")
-    same = bool(tensor) and probe_tensor == tensor and probe_rmse is not None \
-        and abs(float(probe_rmse) - rmse) <= float(settings.get("same_rmse", 0.01)) * rmse
-    kernels = f"the device's own eager kernels running AOTAutograd's graph ({pipeline})"
+    limit = float(rules.get("timeout") or 0)
+    if limit and row.seconds > limit:  # a second compile as slow as the first would outlast the probe
+        return None
+    from harness.blame_attributes import deadline
+
+    try:
+        probe = copy.copy(run)  # the same model, inputs, eager step and reference; its own result and events
+        probe.adapter = copy.copy(run.adapter)
+        probe.adapter.compile_backend = pipeline
+        probe.result = copy.copy(run.result)
+        probe.result.stages = dict(run.result.stages)
+        probe.fallback_events = []
+        with deadline():
+            got = run_stage(probe, "compile")
+    except Exception:  # noqa: BLE001 - evidence that cannot be had says nothing; the verdict stands
+        return None
+    tensor, method, rmse = _worst(row)
+    probe_tensor, probe_method, probe_rmse = _worst(got) if got.status == Status.FAIL else ("", None, None)
+    same = bool(tensor) and (probe_tensor, probe_method) == (tensor, method) and rmse is not None \
+        and probe_rmse is not None \
+        and abs(float(probe_rmse) - float(rmse)) <= float(settings.get("reproduce_share", 0.01)) * abs(float(rmse))
+    kernels = f"the device's own eager kernels running the compiled graph ({pipeline})"
     if same:
-        note = (f"{kernels} fail the same way (rmse {float(probe_rmse):.3g}): the compiler computes that graph as "
-                "eager does, and the difference is the graph's decompositions and op order under the device's "
-                "arithmetic")
+        note = (f"{kernels} fail the same way ({tensor}, rmse {float(probe_rmse):.3g}): the difference is the graph's "
+                "decompositions and op order under the device's arithmetic, not the compiler's")
     elif got.status == Status.PASS:
         note = f"{kernels} pass: the difference is the compiler's own"
     elif got.status == Status.FAIL:
-        note = (f"{kernels} fail otherwise ({probe_tensor or 'another comparison'}, rmse "
+        note = (f"{kernels} fail otherwise ({probe_tensor or 'another comparison'}, {probe_method}, rmse "
                 f"{float(probe_rmse or 0.0):.3g}): the compiler adds a difference of its own")
     else:
         note = f"{kernels} could not be compared ({got.status.value}: {got.reason[:120]})"
     return {"compile_backend": pipeline, "status": got.status.value, "tensor": probe_tensor or None,
-            "rmse": probe_rmse, "device_rmse": rmse, "reproduces": same, "note": note}
+            "method": probe_method, "rmse": probe_rmse, "device_rmse": rmse, "reproduces": same, "note": note}
 
 
 def _masked(text: str) -> str:

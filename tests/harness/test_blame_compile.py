@@ -107,34 +107,39 @@ def test_the_reference_compile_compares_gradients_as_the_device_compile_does(mon
 
 # ----------------------------------------------------------- the device's kernels on the compiled graph
 
-def _failed_run(tensor="step 1 gradient of encoder.k.bias", rmse=0.0146):
+def _failed_run(tensor="step 1 gradient of encoder.k.bias", rmse=0.0146, method="rmse"):
     from types import SimpleNamespace
 
     from contracts.records import ModelCheck
 
     row = StageResult("compile", Status.FAIL, reason=f"compiled step differs from eager: {tensor}",
-                      metrics={"vs_eager": {"passed": False, "name": tensor, "rmse": rmse}})
+                      metrics={"vs_eager": {"passed": False, "name": tensor, "rmse": rmse, "method": method}})
     result = ModelCheck(model_id="m", backend="neuron", stages={"compile": row}, graphs=3)
-    adapter = SimpleNamespace(name="neuron", compile_backend="neuron")
+    adapter = SimpleNamespace(name="neuron", compile_backend="neuron", reference_compile_backend="aot_eager")
     return SimpleNamespace(result=result, adapter=adapter, model=object(), fallback_events=["kept"])
 
 
-def _stage(status, tensor="", rmse=None, reason=""):
+def _stage(status, tensor="", rmse=None, reason="", method="rmse"):
     def run_stage(probe, name):
         assert name == "compile" and probe.adapter.compile_backend == "aot_eager"
         probe.result.graphs = 99  # what the compile stage writes: the probe's own result
         probe.result.stages["compile"] = None
         probe.fallback_events.append("probe's")
-        metrics = {"vs_eager": {"name": tensor, "rmse": rmse}} if tensor else {}
+        metrics = {"vs_eager": {"name": tensor, "rmse": rmse, "method": method}} if tensor else {}
         return StageResult("compile", status, reason=reason, metrics=metrics)
     return run_stage
+
+
+def _never(probe, name):
+    raise AssertionError("the probe must not run here")
 
 
 def test_the_device_graph_probe_tells_the_compilers_difference_from_the_graphs():
     from harness.blame_compile import device_graph_evidence
 
     run = _failed_run()
-    same = device_graph_evidence(run, _stage(Status.FAIL, "step 1 gradient of encoder.k.bias", 0.01461))
+    # the worst tensor of another step of the same parameter is the same tensor
+    same = device_graph_evidence(run, _stage(Status.FAIL, "step 2 gradient of encoder.k.bias", 0.01461))
     assert same["reproduces"] is True and same["status"] == "fail" and "fail the same way" in same["note"]
     # the probe ran on a copy: the run's own result, adapter and fallback events are untouched
     assert run.result.graphs == 3 and run.result.stages["compile"].status == Status.FAIL
@@ -144,24 +149,56 @@ def test_the_device_graph_probe_tells_the_compilers_difference_from_the_graphs()
     further = device_graph_evidence(_failed_run(), _stage(Status.FAIL, "step 1 gradient of encoder.k.bias", 0.02))
     assert further["reproduces"] is False and "a difference of its own" in further["note"]
     elsewhere = device_graph_evidence(_failed_run(), _stage(Status.FAIL, "step 1 output logits", 0.0146))
-    assert elsewhere["reproduces"] is False and elsewhere["tensor"] == "step 1 output logits"
+    assert elsewhere["reproduces"] is False and elsewhere["tensor"] == "output logits"
+    # judged another way (a non-finite value where the device was merely off) is no reproduction
+    nonfinite = device_graph_evidence(_failed_run(), _stage(Status.FAIL, "step 1 gradient of encoder.k.bias", 0.0146,
+                                                            method="nonfinite"))
+    assert nonfinite["reproduces"] is False and "nonfinite" in nonfinite["note"]
     broken = device_graph_evidence(_failed_run(), _stage(Status.ERROR, reason="InternalTorchDynamoError: x"))
     assert broken["reproduces"] is False and "could not be compared (error" in broken["note"]
 
 
-def test_the_device_graph_probe_runs_only_for_a_compile_comparison_failure():
+def test_the_device_graph_probe_runs_only_where_it_can_tell_something():
     from harness.blame_compile import device_graph_evidence
 
-    never = _stage(Status.PASS)
     error = _failed_run()
     error.result.stages["compile"] = StageResult("compile", Status.ERROR, error_class="RuntimeError", message="x")
-    assert device_graph_evidence(error, never) is None  # an exception is no comparison
+    assert device_graph_evidence(error, _never) is None  # an exception is no comparison
     own = _failed_run()
-    own.adapter.compile_backend = "aot_eager"  # a backend that compiles with aot_eager: nothing to tell apart
-    assert device_graph_evidence(own, never) is None
+    own.adapter.compile_backend = "aot_eager"  # a backend that compiles with that pipeline: nothing to tell apart
+    assert device_graph_evidence(own, _never) is None
+    undeclared = _failed_run()
+    del undeclared.adapter.reference_compile_backend  # a backend that declares no such pipeline
+    assert device_graph_evidence(undeclared, _never) is None
     no_model = _failed_run()
     no_model.model = None
-    assert device_graph_evidence(no_model, never) is None
+    assert device_graph_evidence(no_model, _never) is None
+    slow = _failed_run()
+    slow.result.stages["compile"].seconds = 10_000.0  # a second compile as slow would outlast the probe
+    assert device_graph_evidence(slow, _never) is None
+
+
+def test_a_device_graph_probe_that_cannot_be_set_up_leaves_the_verdict_alone(monkeypatch):
+    """An adapter whose compile backend cannot be replaced (a read-only property): no evidence, and
+    judge_run keeps the reference's `backend` verdict instead of failing the judgement."""
+    from harness.blame_compile import device_graph_evidence
+
+    class Fixed:
+        name, reference_compile_backend = "fixed", "aot_eager"
+
+        @property
+        def compile_backend(self):
+            return "fixed-compiler"
+
+    run = _failed_run()
+    run.adapter = Fixed()
+    assert device_graph_evidence(run, _never) is None
+    run.spec, run.cpu_model = None, None
+    ref = {"compile": StageResult("compile", Status.PASS, metrics={"compile_backend": "aot_eager"})}
+    monkeypatch.setattr(blame_probe, "reference_stages", lambda r, failing: ref)
+    blame_probe.judge_run(run, ["compile"])
+    row = run.result.stages["compile"]
+    assert row.blame == "backend" and "device_graph" not in row.blame_evidence
 
 
 @pytest.mark.slow
@@ -180,3 +217,4 @@ def test_a_fault_planted_in_the_compiler_is_the_compilers_own_difference():
     graph = row.blame_evidence["device_graph"]
     assert graph["compile_backend"] == "aot_eager" and graph["status"] == "pass" and graph["reproduces"] is False
     assert row.blame_evidence["why"].endswith("the difference is the compiler's own")
+    faults.clear()
