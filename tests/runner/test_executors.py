@@ -72,9 +72,12 @@ def test_local_workers_start_up_while_the_cases_are_listed(tmp_path, case_file, 
     assert summary["counts"] == {"pass": 6}
     started = {int(p.stem) for p in setup_dir.iterdir()}
     outcomes = [json.loads(line)["outcome"] for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
-    assert {o["worker"]["pid"] for o in outcomes} == started and len(started) == 2
+    # both were started once; the cases ran in those processes only (which of the two takes the
+    # trivial cases is the scheduler's business: one may finish them all before the other asks)
+    used = {o["worker"]["pid"] for o in outcomes}
+    assert len(started) == 2 and used and used <= started
     firsts = [o["worker"] for o in outcomes if "startup_seconds" in o["worker"]]
-    assert len(firsts) == 2 and all("startup_overlapped_seconds" in w for w in firsts)
+    assert len(firsts) == len(used) and all("startup_overlapped_seconds" in w for w in firsts)
 
 
 def test_pre_started_workers_are_stopped_when_the_listing_fails_or_nothing_runs(tmp_path, case_file, monkeypatch):
