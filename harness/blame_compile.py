@@ -18,6 +18,8 @@ from contracts.records import StageResult
 from contracts.status import Blame, Status
 from contracts.timing import phase
 from harness import blame as rules_mod
+from harness.blame_attributes import deadline
+from harness.compile_stage import worst_compared
 
 _NUMBER = re.compile(r"\d+")
 
@@ -75,13 +77,6 @@ def judge_compile_pipeline(device: StageResult, ref: StageResult,
                 "model's code under it, not the device")}
 
 
-def _worst(row: StageResult) -> tuple[str, Any, Any]:
-    """The worst tensor of a compile comparison without its step ("gradient of p"), how it was
-    judged (allclose, rmse, nonfinite, shape) and its RMSE against the truth."""
-    found = (row.metrics or {}).get("vs_eager") or {}
-    return re.sub(r"^step \d+ ", "", str(found.get("name") or "")), found.get("method"), found.get("rmse")
-
-
 @phase("blame")  # the nightly's time shares (contracts.timing)
 def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]) -> dict[str, Any] | None:
     """For a compile comparison failure (`fail`) blamed on the backend: the same step compiled on the
@@ -108,8 +103,6 @@ def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]
     limit = float(rules.get("timeout") or 0)
     if limit and row.seconds > limit:  # a second compile as slow as the first would outlast the probe
         return None
-    from harness.blame_attributes import deadline
-
     try:
         probe = copy.copy(run)  # the same model, inputs, eager step and reference; its own result and events
         probe.adapter = copy.copy(run.adapter)
@@ -121,8 +114,9 @@ def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]
             got = run_stage(probe, "compile")
     except Exception:  # noqa: BLE001 - evidence that cannot be had says nothing; the verdict stands
         return None
-    tensor, method, rmse = _worst(row)
-    probe_tensor, probe_method, probe_rmse = _worst(got) if got.status == Status.FAIL else ("", None, None)
+    tensor, method, rmse, _ = worst_compared(row.metrics)
+    probe_tensor, probe_method, probe_rmse, _ = worst_compared(got.metrics) if got.status == Status.FAIL \
+        else ("", None, None, None)
     same = bool(tensor) and (probe_tensor, probe_method) == (tensor, method) and rmse is not None \
         and probe_rmse is not None \
         and abs(float(probe_rmse) - float(rmse)) <= float(settings.get("reproduce_share", 0.01)) * abs(float(rmse))

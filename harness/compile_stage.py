@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -220,6 +221,15 @@ def _versus_eager(run: StageRun, steps: list[StepResult], eager: StepResult, tra
             c.reason = f"step {i} {label} {c.reason}".replace("  ", " ") if c.reason else ""
             results.append(c)
     return worst(results), sorted(zero_for_none)
+
+
+def worst_compared(metrics: dict[str, Any] | None) -> tuple[str, Any, Any, Any]:
+    """What a compile comparison's `vs_eager` names as its worst tensor, without its step
+    ("gradient of p": either step may be the worst for the same tensor), how it was judged
+    (allclose, rmse, nonfinite, shape), its RMSE and the RMSE allowed."""
+    found = (metrics or {}).get("vs_eager") or {}
+    name = re.sub(r"^step \d+ ", "", str(found.get("name") or "")).strip()
+    return name, found.get("method"), found.get("rmse"), found.get("allowed_rmse")
 
 
 def compile_stage(run: StageRun) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import re
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from torch.utils._pytree import tree_leaves
 
 from contracts.status import Status
 from harness import blame as rules_mod
+from harness.compile_stage import worst_compared
 from harness.numerics import named_float_tensors
 from harness.quiet import quiet_transformers
 from harness.step import NoLoss, parameter_grads, train_mode, training_loss
@@ -232,9 +232,9 @@ def _failed_tensor(stage: str, metrics: dict[str, Any]) -> tuple[str, float, flo
     RMSE in it and the RMSE the comparison allowed (0 when it failed on shape or non-finite
     values, or had no yardstick)."""
     if stage == "compile":
-        found = metrics.get("vs_eager") or {}
-        name = re.sub(r"^step \d+ ", "", str(found.get("name") or "")).strip()
-    elif metrics.get("passed") is False:
+        name, _, rmse, allowed = worst_compared(metrics)
+        return name, float(rmse or 0.0), float(allowed or 0.0)
+    if metrics.get("passed") is False:
         found = metrics
         name = f"output {metrics.get('name', '')}"
     else:
