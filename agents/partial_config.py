@@ -121,7 +121,7 @@ def _summary_quotient(config: dict[str, Any]) -> int | None:
 
 def config_class(model_type: str):
     """The installed transformers' config class of a model type (None when it does not know the
-    type). The one lookup: harness.shrink.config_class raises on None."""
+    type). The one lookup: harness.build.shrink.config_class raises on None."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     return CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None

@@ -15,7 +15,7 @@ fault file, same timeouts, every tier whole) measures rows that flip without any
 never count as a detection.
 
 Fail-fast (the default): a faulted nightly stops at its first detecting case, as a CI job would -
-each tier runs `harness run --exitfirst --baseline CLEAN` (harness/failfast.py), and the tiers after
+each tier runs `harness run --exitfirst --baseline CLEAN` (harness/engine/failfast.py), and the tiers after
 a detection do not run. So a fault's *first tier* (in nightly order) and its time to first
 detection are measured, not estimated, and a caught fault costs only the time until it is caught.
 A stop whose rows all flip in the control run too is resumed (the run continues where it
@@ -36,7 +36,7 @@ Ordering (issue 13): with `--order both` (the default) each fault runs in listin
 (`--order listed`: the figures above) and, when that run caught it, again likely failures first
 (`--order likely-failures` with the clean run as the baseline: its failing cases first, then the
 cases whose ops' fingerprints differ from the clean run's - the planted fault's op -, see
-harness/ordering.py). A fault the listing order missed is not run again by default: the ordered
+harness/engine/ordering.py). A fault the listing order missed is not run again by default: the ordered
 nightly runs the same cases (the same case lists), only in another order, and a verdict does not
 depend on the order or on what ran before it in a worker (tests/runner/test_ordering.py,
 tests/compile/test_dynamo_isolation.py), so it would miss it too; `--ordered-missed` runs it
@@ -80,8 +80,8 @@ def tier_plans(tiers: list[str] | None, limits: dict[str, int] | None = None,
                case_timeouts: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """The quick nightly's tiers (name, limit, timeout), in nightly order, optionally a subset
     (and other case limits, for a quick look; other per-case timeouts, for a loaded machine)."""
-    from harness.nightly import load_config
-    from harness.tiers import load_tier, tier_chunk_size
+    from harness.engine.nightly import load_config
+    from contracts.tiers import load_tier, tier_chunk_size
 
     config = load_config(quick=True)
     names = list(config.get("tiers", ["unit", "representative", "full"]))

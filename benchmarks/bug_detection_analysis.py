@@ -1,7 +1,7 @@
 """What benchmarks/bug_detection.py's runs mean: detections, first-detection times, the summary.
 
 A fault is *caught* by a tier when some (case, stage) row of the faulted run is one `harness
-compare` gates on by default against the clean run (harness.failfast.gated_regressions, the same
+compare` gates on by default against the clean run (harness.engine.failfast.gated_regressions, the same
 definition fail-fast stops at: a new or changed failure not blamed on others, or a fallback
 regression); rows that flip in the control run never count. Times are tier-elapsed
 seconds: a tier that fail-fast stopped and was resumed (a stop on a flaky row) has several run
@@ -26,7 +26,7 @@ TARGET_ORDERED_RATIO = 1 / 3
 
 def tier_rows(run_dir: Path) -> tuple[pd.DataFrame, dict[str, float]]:
     """A tier run directory's results rows, as its results.parquet holds them (journal + reference
-    re-runs, blamed: harness.runner.write_tables' path), and when each case finished (journal).
+    re-runs, blamed: harness.engine.runner.write_tables' path), and when each case finished (journal).
     Read again only when a journal changed (the clean run's rows are asked for once per fault)."""
     path = run_dir / "journal.jsonl"
     if not path.exists():
@@ -39,7 +39,7 @@ def tier_rows(run_dir: Path) -> tuple[pd.DataFrame, dict[str, float]]:
 @functools.lru_cache(maxsize=8)
 def _tier_rows(run_dir: Path, stamp: tuple) -> tuple[pd.DataFrame, dict[str, float]]:
     from contracts.rows import case_rows
-    from harness.reference import blamed, reference_outcomes
+    from harness.engine.rerun import blamed, reference_outcomes
 
     path = run_dir / "journal.jsonl"
     meta = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
@@ -70,9 +70,9 @@ def max_case_seconds(run_dir: Path) -> float:
 
 def detections(clean_dir: Path, run_dir: Path, flaky: set) -> list[dict[str, Any]]:
     """The rows of run_dir that `harness compare` gates on by default against clean_dir (the one
-    definition: harness.failfast.gated_regressions), rows that flip in the control run excluded;
+    definition: harness.engine.failfast.gated_regressions), rows that flip in the control run excluded;
     by the time their case finished."""
-    from harness.failfast import gated_regressions
+    from harness.engine.failfast import gated_regressions
 
     clean, _ = tier_rows(clean_dir)
     run, at = tier_rows(run_dir)

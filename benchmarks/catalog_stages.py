@@ -13,7 +13,7 @@ each backend, the wall time per backend and their ratio; `--json` prints one obj
 `shrink`, `backends` ({backend: {stages: {stage: {status: n}}, blame: {stage: {blame: n}},
 attributable: {stage: {passed, not_applicable, denominator, share, share_applicable}}, seconds, models}}), `ratios`, `load`
 (the machine's load average, start and end). Every stage that does not pass is blamed
-(harness.blame_probe: backend, upstream, environment, harness); `attributable` is the pass share
+(harness.blame.probe: backend, upstream, environment, harness); `attributable` is the pass share
 over the models not blamed on upstream or the environment. `--rows PATH` writes every result as
 JSON lines (the failure report).
 """
@@ -61,7 +61,7 @@ def _worker(conn, backend: str, stages: list[str]) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from harness.blame_probe import check_with_blame
+    from harness.blame.probe import check_with_blame
     from contracts.records import ModelSpec
 
     if backend not in ("cpu", "cuda"):
@@ -79,7 +79,7 @@ def _shrink_worker(conn) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from harness.models import architecture_of, count_parameters_meta, resolve_config
+    from harness.build.models import architecture_of, count_parameters_meta, resolve_config
     from contracts.records import ModelSpec
 
     while True:
@@ -200,10 +200,9 @@ class Pool:
 # --------------------------------------------------------------------------- summaries
 def _failed_row(stages: list[str], backend: str):
     """A model whose worker died or timed out: every stage gets the status, blamed like the runner
-    does without a reference re-run (harness.blame: on cpu a crash/timeout is the harness')."""
+    does without a reference re-run (harness.blame.rules: on cpu a crash/timeout is the harness')."""
     def make(task: dict, status: str, reason: str) -> dict:
-        from harness import blame
-
+        from harness.blame import rules as blame
         rows = [{"stage": s, "status": status, "reason": reason} for s in stages]
         blame.complete_stages(rows, tier="benchmark", backend=backend, died=True,
                               reference_note="the benchmark's pool does not re-run dead workers on cpu")
@@ -268,7 +267,7 @@ def run_backend(backend: str, tasks: list[dict], stages: list[str], workers: int
 
 
 def run_shrink(tasks: list[dict], workers: int, timeout: float) -> dict:
-    from harness.shrink import rules
+    from harness.build.shrink import rules
 
     budget = rules()["targets"]["max_parameters"]
     t0 = time.monotonic()
@@ -322,7 +321,7 @@ def _stream(path: Path, kept: list[dict]):
 def full_config_tasks(path: Path) -> list[dict]:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from harness.models import UnknownArchitecture, model_class
+    from harness.build.models import UnknownArchitecture, model_class
 
     tasks = []
     for line in path.read_text().splitlines():

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from contracts.settings import current
-from harness.runner import RunOptions, list_cases, run_tier
-from harness.tiers import load_tier
-from harness.workers import WorkerLimits
+from harness.engine.runner import RunOptions, list_cases, run_tier
+from contracts.tiers import load_tier
+from harness.engine.workers import WorkerLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 HUB = current().shared_data / "hub" / "hub_models.jsonl.gz"
@@ -103,7 +103,7 @@ def usable_figures(run_dir: Path) -> dict:
 
 def list_only(population: str, workers: int) -> dict:
     """Just the listing: population read + deduplication (what the run then costs is per case)."""
-    from harness.population import dedupe_cases, load_population
+    from harness.tiers.population import dedupe_cases, load_population
 
     models = None if population == "catalog" else str(HUB if population == "hub" else population)
     t0 = time.perf_counter()

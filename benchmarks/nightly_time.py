@@ -58,7 +58,7 @@ CATEGORIES = ("device_overhead", "startup", "listing", "shrinking", "references"
 TARGET_FULL_MINUTES = 45.0
 TARGET_QUICK_COLD_MINUTES = 2.0
 #: cpu side of the representative tier: its eager stages only (the cpu backend compiles with Inductor).
-#: A `--tier MODULE:ATTR` reference to the class below (harness.tiers.load_tier instantiates a class).
+#: A `--tier MODULE:ATTR` reference to the class below (contracts.tiers.load_tier instantiates a class).
 EAGER_REPRESENTATIVE_REF = "nightly_time:EagerRepresentative"
 
 
@@ -70,13 +70,13 @@ class EagerRepresentative:
 
     def __init__(self) -> None:
         from contracts.status import FULL_STAGES
-        from harness.tiers import RepresentativeTier
+        from harness.tiers.representative import RepresentativeTier
 
         self._tier = RepresentativeTier()
         self.stages, self.timeout = FULL_STAGES, self._tier.timeout
 
     def setup(self, backend: str) -> None:
-        from harness.tiers import FullTier
+        from harness.tiers.full import FullTier
 
         FullTier().setup(backend)  # the eager stages' start-up: no compile warm-up
 
@@ -84,7 +84,7 @@ class EagerRepresentative:
         return self._tier.cases(inputs)
 
     def execute(self, case, backend: str):
-        from harness.tiers import run_model_check
+        from harness.tiers.model_check import run_model_check
 
         return run_model_check(case, backend, self.stages)
 
@@ -265,7 +265,7 @@ def run_cpu_side(neuron_dir: Path, out: Path, tiers: list[str], fraction: float,
 def _seed_cases(run_dir: Path, name: str, tier_ref: str, sample: list, inputs: dict[str, Any]) -> None:
     """Save the sample under the key the cpu side's `harness run` will look for, so it runs these
     cases and lists nothing (a plug-in tier's name, an upstream tier's --ops selection differ)."""
-    from harness.runner import RunOptions, _cases_key
+    from harness.engine.runner import RunOptions, _cases_key
 
     key = _cases_key(RunOptions(tier=tier_ref, out=run_dir, registry=inputs.get("registry"),
                                 models=inputs.get("models"), limit=inputs.get("limit")))

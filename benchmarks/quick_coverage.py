@@ -37,8 +37,9 @@ def unit(limit: int, registry: str | None) -> dict:
 
 def representative(limit: int, registry: str | None) -> dict:
     from agents.select import default_representatives
-    from harness.quick_subset import subset_coverage
-    from harness.tiers import RepresentativeTier, TierInputs
+    from harness.tiers.quick_subset import subset_coverage
+    from harness.tiers.representative import RepresentativeTier
+    from contracts.tiers import TierInputs
 
     population = default_representatives()
     chosen = [c.spec() for c in RepresentativeTier().cases(TierInputs(registry=registry, options={"limit": limit}))[:limit]]
@@ -48,9 +49,10 @@ def representative(limit: int, registry: str | None) -> dict:
 
 
 def full(limit: int, registry: str | None, workers: int) -> dict:
-    from harness.population import load_population
-    from harness.quick_subset import subset_coverage
-    from harness.tiers import FullTier, TierInputs
+    from harness.tiers.population import load_population
+    from harness.tiers.quick_subset import subset_coverage
+    from harness.tiers.full import FullTier
+    from contracts.tiers import TierInputs
 
     members = [m for m in load_population(None) if m.spec is not None]
     population = [m.spec for m in members]
@@ -62,7 +64,7 @@ def full(limit: int, registry: str | None, workers: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.nightly import load_config
+    from harness.engine.nightly import load_config
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--registry", help="registry Parquet (default: $HARNESS_REGISTRY or the bundled one)")

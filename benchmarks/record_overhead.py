@@ -70,10 +70,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from harness import inputs as model_inputs
-    from harness import models
+    from harness.build import inputs as model_inputs
+    from harness.build import models
     from registry.recorder import record_workload, run_phases
-    from harness.workloads import load_specs
+    from harness.recording.workloads import load_specs
 
     torch.set_num_threads(1)
     path = args.models or str(resources.files("registry").joinpath("data/sample_models.yaml"))

@@ -2,7 +2,7 @@
 
     python benchmarks/tier_scaling.py [--models 8] [--backend neuron] [--json]
 
-Runs the first N representative models (every stage) through `harness.runner.run_tier` with one
+Runs the first N representative models (every stage) through `harness.engine.runner.run_tier` with one
 worker, then with two, on the same case list (listed once), and prints models per minute and the
 ratio. Each run gets its own empty NEFF cache. Target: speedup_2_workers >= 1.7 on a 2-core machine. Worker start-up (importing torch and
 transformers) is part of the measured time, as it is in a real run.
@@ -19,16 +19,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.runner import RunOptions, run_tier
-from harness.workers import WorkerLimits
+from harness.engine.runner import RunOptions, run_tier
+from harness.engine.workers import WorkerLimits
 
 
 def measure(n_models: int, backend: str, workdir: Path, timeout: float) -> dict:
     base = RunOptions(tier="representative", out=workdir / "w1", backend=backend, limit=n_models, workers=1,
                       limits=WorkerLimits(timeout=timeout, max_cases=10_000), progress=False)
     t0 = time.perf_counter()
-    from harness.runner import list_cases
-    from harness.tiers import load_tier
+    from harness.engine.runner import list_cases
+    from contracts.tiers import load_tier
 
     (workdir / "w1").mkdir(parents=True)
     cases = list_cases(load_tier("representative"), base, workdir / "w1")  # listed once, saved in w1

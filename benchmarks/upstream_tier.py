@@ -33,7 +33,7 @@ TARGET_FLOAT32 = 0.99
 
 def measure(ops: str | None, dtypes: str | None, workers: int, out: str | None, backend: str = "neuron",
             precision: str = "exact", cold: bool = False, progress: bool = True) -> dict:
-    from harness.runner import RunOptions, run_tier
+    from harness.engine.runner import RunOptions, run_tier
     from reports.tables import read_results
     from reports.upstream import summarize
 

@@ -24,8 +24,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, distributions
+from importlib.metadata import EntryPoint
 from typing import Any, Callable, ContextManager, Iterable, Protocol, runtime_checkable
+
+from contracts.plugins import entry_points
 
 ENTRY_POINT_GROUP = "harness.backends"
 
@@ -41,7 +43,7 @@ class Backend(Protocol):
     compile_backend: str | None  # name for torch.compile(backend=...); None: cannot compile
     # optional, read with getattr: `reference_compile_backend`, the CPU torch.compile backend that
     # follows the same pipeline as compile_backend (e.g. "aot_eager" for an AOTAutograd compiler);
-    # blame's cpu reference compiles with it (harness.blame_compile.compile_reference)
+    # blame's cpu reference compiles with it (harness.blame.compile.compile_reference)
     simulated: bool | None  # True: a simulator; None: not a neuron-like device, the question does not apply
 
     @property
@@ -62,7 +64,7 @@ class Backend(Protocol):
     def rounded_inputs(self) -> dict[str, tuple[str, ...]]:
         """What the device computes in, where it is not the tensors' dtype: op packet (e.g.
         "aten.mm") -> names of the float32 arguments it rounds to bfloat16 in the current precision
-        mode. The numerics reference rounds the same arguments (harness.numerics_reference), so
+        mode. The numerics reference rounds the same arguments (harness.stages.reference), so
         only the device's own error is judged. Empty: computes as the dtypes say."""
         ...
 
@@ -178,16 +180,7 @@ def register_backend(name: str, factory: Factory) -> None:
 
 
 def _entry_points() -> dict[str, EntryPoint]:
-    """The group's entry points over every distribution on sys.path. Not
-    `importlib.metadata.entry_points()`, which keeps one distribution per name: a stale
-    `*.egg-info` in the working directory (left by an older editable install) would hide the
-    installed metadata."""
-    found: dict[str, EntryPoint] = {}
-    for dist in distributions():
-        for ep in dist.entry_points:
-            if ep.group == ENTRY_POINT_GROUP:
-                found.setdefault(ep.name, ep)
-    return found
+    return entry_points(ENTRY_POINT_GROUP)
 
 
 def _entry_point(name: str) -> Factory | None:

@@ -1,6 +1,6 @@
 """The one exception classifier: an exception -> status, error class, normalized message, failing op.
 
-Used wherever an exception becomes a row (a stage in harness.check, a case in a worker, a replay):
+Used wherever an exception becomes a row (a stage in harness.stages.check, a case in a worker, a replay):
 MemoryError / an allocator's out-of-memory error is ``oom``, TimeoutError is ``timeout``, anything
 else ``error``. Normalized messages drop what changes from run to run (addresses, temp paths,
 object ids) so the same failure in two nights compares equal.

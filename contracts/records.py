@@ -3,7 +3,7 @@
     ModelSpec     one model to check (agents -> harness; registry records from it too)
     Case          one unit of work of a tier, as the runner schedules it
     StageResult   how one stage of one case ended (a Status with its reason and metrics)
-    ModelCheck    one model checked stage by stage (harness.check -> tiers, `harness check --json`)
+    ModelCheck    one model checked stage by stage (harness.stages.check -> tiers, `harness check --json`)
     CaseOutcome   everything a worker reports about one case (journaled as JSON)
     ResultRow     one row of results.parquet: reports.schema derives the RESULTS table from it
     FallbackRow   one row of fallbacks.parquet: reports.schema derives the FALLBACKS table from it

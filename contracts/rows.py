@@ -1,6 +1,6 @@
 """From a case's outcome to its table rows: the one path a result takes into results.parquet.
 
-    StageResult / ModelCheck --(harness.tiers.from_result)--> CaseOutcome (journaled as JSON)
+    StageResult / ModelCheck --(contracts.tiers.from_result)--> CaseOutcome (journaled as JSON)
         --case_rows()--> CaseRows: ResultRow per stage + the case's fallback events and native op calls
         --reports.tables.write_run_tables()--> results / fallbacks / per_op Parquet
 

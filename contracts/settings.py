@@ -18,7 +18,7 @@ the environment.
 | HARNESS_REGISTRY | registry | None (the bundled registry) |
 | HARNESS_BASELINE_DIR | baseline_dir | ./baseline |
 | HARNESS_CACHE_DIR | cache_dir | the user cache dir (platformdirs) / neuron-coverage-harness |
-| HARNESS_LISTING_CACHE | listing_cache | on (`0`/`off`/`false`: list every tier afresh; harness.listing_cache) |
+| HARNESS_LISTING_CACHE | listing_cache | on (`0`/`off`/`false`: list every tier afresh; harness.engine.listing_cache) |
 | HARNESS_EXPECTATIONS | expectations | None (the bundled expectations of the backend) |
 | HARNESS_UPSTREAM_SKIPS | upstream_skips | None (the bundled upstream-tier skip list of the backend) |
 | HARNESS_BACKEND | backend | neuron (the pytest unit-tier suite) |
@@ -37,7 +37,7 @@ from typing import Any, Mapping
 
 _ROOT = Path(__file__).resolve().parent.parent
 
-#: Worker limits when neither the command line nor the tier says (harness.workers, harness.runner).
+#: Worker limits when neither the command line nor the tier says (harness.engine.workers, harness.engine.runner).
 DEFAULT_CASE_TIMEOUT = 600.0  # seconds per case (a chunk of cases gets one case's time)
 DEFAULT_MAX_CASES_PER_WORKER = 100  # recycle the worker process after this many cases
 DEFAULT_STARTUP_TIMEOUT = 300.0  # spawn + tier.setup (imports torch, transformers)

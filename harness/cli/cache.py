@@ -63,7 +63,7 @@ def _print_stats(stats: dict[str, Any]) -> None:
 
 
 def _warm(args: argparse.Namespace) -> dict[str, Any]:
-    from harness.check import check_model
+    from harness.stages.check import check_model
     from harness.cli.check import resolve_target
 
     from backend.cache import get_cache

@@ -104,7 +104,7 @@ def render_table(result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.blame_probe import check_with_blame
+    from harness.blame.probe import check_with_blame
 
     try:
         spec = resolve_target(args.model, architecture=args.architecture, store=args.store, snapshot=args.snapshot)

@@ -42,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.cli.run import apply_shape_budget
-    from harness.nightly import NightlyOptions, run_nightly
-    from harness.workers import WorkerLimits
+    from harness.engine.nightly import NightlyOptions, run_nightly
+    from harness.engine.workers import WorkerLimits
 
     try:
         apply_shape_budget(args)

@@ -109,8 +109,8 @@ def _emit(args: argparse.Namespace, payload: dict, text: str) -> None:
 
 
 def _regenerate(args: argparse.Namespace) -> int:
-    from harness.regenerate import regenerate
-    from harness.workloads import SEQ_LENGTHS, default_specs, load_specs
+    from harness.recording.regenerate import regenerate
+    from harness.recording.workloads import SEQ_LENGTHS, default_specs, load_specs
 
     if args.models:
         try:

@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def limits_from(args: argparse.Namespace, tier) -> "WorkerLimits":  # noqa: F821
     from contracts.settings import resolve_limits
-    from harness.workers import WorkerLimits
+    from harness.engine.workers import WorkerLimits
 
     timeout, max_cases = resolve_limits(tier, args.timeout, args.max_cases_per_worker)
     return WorkerLimits(timeout=timeout, memory_bytes=args.memory_limit, max_cases=max_cases)
@@ -123,8 +123,8 @@ def tier_options(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.runner import RunDirMismatch, RunOptions, parse_shard, run_tier
-    from harness.tiers import load_tier
+    from harness.engine.runner import RunDirMismatch, RunOptions, parse_shard, run_tier
+    from contracts.tiers import load_tier
 
     try:
         apply_shape_budget(args)

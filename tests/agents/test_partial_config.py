@@ -73,7 +73,7 @@ def test_unknown_types_and_full_configs_are_left_alone():
 def test_the_summary_of_a_real_model_builds_and_runs_forward_on_cpu(model_id, summary):
     # before: DeepSeek's rotary embedding got head_dim 56 ("size of tensor a (4) must match ... (8)"),
     # Qwen3-MoE kept the default top-8 of its 4 experts ("selected index k out of range")
-    from harness.check import check_model
+    from harness.stages.check import check_model
 
     spec = ModelRecord(id=model_id, source="snapshot", model_type=summary["model_type"], status="ok",
                        config=json.dumps(summary), config_level="partial").to_spec()

@@ -57,7 +57,7 @@ def test_a_compile_verdict_is_the_same_alone_and_after_other_models():
     import subprocess
     import sys
 
-    from harness.check import check_model
+    from harness.stages.check import check_model
 
     stages = ["load", "forward", "backward", "compile"]
     check_model(ModelSpec("catalog/dinov3_vit/DINOv3ViTBackbone", "dinov3_vit", "DINOv3ViTBackbone"),

@@ -7,9 +7,9 @@ import pytest
 from contracts.backends import get_backend
 from contracts.records import ModelSpec, StageResult
 from contracts.status import Status
-from harness import blame_probe
-from harness.blame_compile import compile_reference, judge_compile_pipeline
-from harness.blame_probe import check_with_blame
+from harness.blame import probe as blame_probe
+from harness.blame.compile import compile_reference, judge_compile_pipeline
+from harness.blame.probe import check_with_blame
 
 VIEW = "view size is not compatible with input tensor's size and stride (at least one dimension spans ..."
 
@@ -135,7 +135,7 @@ def _never(probe, name):
 
 
 def test_the_device_graph_probe_tells_the_compilers_difference_from_the_graphs():
-    from harness.blame_compile import device_graph_evidence
+    from harness.blame.compile import device_graph_evidence
 
     run = _failed_run()
     # the worst tensor of another step of the same parameter is the same tensor
@@ -159,7 +159,7 @@ def test_the_device_graph_probe_tells_the_compilers_difference_from_the_graphs()
 
 
 def test_the_device_graph_probe_runs_only_where_it_can_tell_something():
-    from harness.blame_compile import device_graph_evidence
+    from harness.blame.compile import device_graph_evidence
 
     error = _failed_run()
     error.result.stages["compile"] = StageResult("compile", Status.ERROR, error_class="RuntimeError", message="x")
@@ -181,7 +181,7 @@ def test_the_device_graph_probe_runs_only_where_it_can_tell_something():
 def test_a_device_graph_probe_that_cannot_be_set_up_leaves_the_verdict_alone(monkeypatch):
     """An adapter whose compile backend cannot be replaced (a read-only property): no evidence, and
     judge_run keeps the reference's `backend` verdict instead of failing the judgement."""
-    from harness.blame_compile import device_graph_evidence
+    from harness.blame.compile import device_graph_evidence
 
     class Fixed:
         name, reference_compile_backend = "fixed", "aot_eager"

@@ -9,8 +9,8 @@ import torch
 
 from contracts.records import ModelSpec, StageResult
 from contracts.status import Status
-from harness.blame_compile import same_way
-from harness.blame_probe import check_with_blame, missing_package
+from harness.blame.compile import same_way
+from harness.blame.probe import check_with_blame, missing_package
 from harness.cli.check import render_table
 
 BERT = ModelSpec("catalog/bert", "bert", "BertModel")
@@ -52,8 +52,8 @@ def test_a_wrong_answer_of_the_device_is_the_backends(planted):
 def test_a_broken_input_recipe_is_the_harness(monkeypatch):
     """Inputs the harness got wrong fail on cpu too; the unshrunk model does not fail the same way with
     inputs of its own (or there are none independent of the harness), so nobody but the harness is to blame."""
-    import harness.check as check
-    from harness.inputs import make_inputs
+    import harness.stages.check as check
+    from harness.build.inputs import make_inputs
 
     def broken(model, config, architecture, seed=0, **kw):
         batch = make_inputs(model, config, architecture, seed=seed, **kw)
@@ -111,8 +111,8 @@ def test_inputs_the_harness_synthesized_make_no_upstream_verdict(monkeypatch):
 
 
 def test_a_missing_input_is_always_the_harness(monkeypatch):
-    import harness.check as check
-    from harness.inputs import make_inputs
+    import harness.stages.check as check
+    from harness.build.inputs import make_inputs
 
     def without_ids(model, config, architecture, seed=0, **kw):
         batch = make_inputs(model, config, architecture, seed=seed, **kw)
@@ -227,7 +227,7 @@ def test_a_config_field_the_harness_removed_is_the_harness(monkeypatch):
 def test_a_failing_cpu_reference_of_numerics_is_the_harness_not_the_backend(monkeypatch):
     """The numerics reference emulates the device's rounding, which a plain cpu re-run does not: when
     the harness' reference itself raises, the row is the harness' own (it once blamed the backend)."""
-    import harness.numerics_stage as numerics_stage
+    import harness.stages.numerics as numerics_stage
 
     def raising(*args, **kwargs):
         raise RuntimeError("the rounding mode could not run an op")
@@ -261,7 +261,7 @@ def test_an_output_field_the_output_class_never_defines_is_upstream(monkeypatch)
 def test_an_output_attribute_of_no_transformers_output_class_stays_the_harness():
     """Only transformers' own output dataclasses are evidence: a class of another name, or a
     field the class has, is no upstream verdict."""
-    from harness.blame_probe import probe_output_attribute
+    from harness.blame.probe import probe_output_attribute
 
     assert probe_output_attribute("'MyHarnessOutput' object has no attribute 'x'")["status"] == "inconclusive"
     assert probe_output_attribute("'BaseModelOutput' object has no attribute 'hidden_states'")["status"] == "field"
@@ -281,7 +281,7 @@ def test_layers_of_the_unshrunk_default_that_disagree_in_width_are_upstream():
     assert layer["layer_class"] == "Conv2d" and layer["weights_take"] == 12 and layer["input_has"] == 384
     # the inputs now feed it the stacked width (a type recipe): without that recipe, the width at
     # its input is the harness' again
-    from harness.inputs.recipes import recipes
+    from harness.build.inputs.recipes import recipes
 
     speech = ModelSpec("catalog/granite_speech5_encoder", "granite_speech5_encoder", "GraniteSpeech5Encoder")
     recipe = recipes()["by_model_type"].pop("granite_speech5_encoder")
@@ -309,7 +309,7 @@ def test_a_field_the_default_sets_or_lacks_is_no_unset_verdict():
     never has it (not the config's field) is no evidence against transformers."""
     from transformers import BertConfig, MistralConfig
 
-    from harness.blame_attributes import probe_config_unset
+    from harness.blame.attributes import probe_config_unset
 
     text = "ValueError: Could not find a `sliding_window` argument in the config, or it is not set"
     assert probe_config_unset(text, MistralConfig)["status"] == "set_in_default"
@@ -321,14 +321,14 @@ def test_the_input_maker_raising_in_the_probe_too_is_the_harness(monkeypatch):
     """make_inputs notes a processor that fails and goes on, so an exception escaping it is the
     harness' own code; the fake run calls the same code and fails the same way, which is no
     evidence against transformers (MusicGen's ambiguous `get_text_config()` was blamed upstream)."""
-    import harness.check
-    import harness.inputs
+    import harness.stages.check
+    import harness.build.inputs
 
     def raising(*args, **kwargs):
         raise ValueError("the input maker broke")
 
-    monkeypatch.setattr(harness.inputs, "make_inputs", raising)
-    monkeypatch.setattr(harness.check, "make_inputs", raising)
+    monkeypatch.setattr(harness.build.inputs, "make_inputs", raising)
+    monkeypatch.setattr(harness.stages.check, "make_inputs", raising)
     load = check_with_blame(BERT, "cpu", STAGES).stages["load"]
     assert load.status is Status.ERROR and load.blame == "harness"
     assert load.blame_evidence["fake_run"]["step"] == "inputs"
@@ -368,7 +368,7 @@ def test_a_rope_key_the_default_leaves_out_is_unset():
     sets it (the harness' config lost it) is no evidence against transformers."""
     from transformers import HunYuanVLConfig
 
-    from harness.blame_attributes import probe_config_unset
+    from harness.blame.attributes import probe_config_unset
 
     text = "ValueError: HunYuanVL expects at least 3 multimodal RoPE axes, got 0."
     found = probe_config_unset(text, HunYuanVLConfig)

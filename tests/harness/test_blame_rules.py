@@ -1,13 +1,11 @@
-"""The row-level blame rules (harness.blame): no model is run here."""
+"""The row-level blame rules (harness.blame.rules): no model is run here."""
 
 from __future__ import annotations
 
 import pytest
 
 from contracts.records import CaseOutcome, StageResult
-from harness import blame
-
-
+from harness.blame import rules as blame
 def _outcome(tier, *rows, died=False):
     stages = [StageResult(*r[:2], reason=r[2] if len(r) > 2 else ("r" if r[1] in ("skipped", "not_attempted")
                                                                    else "")).to_dict() for r in rows]

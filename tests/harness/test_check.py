@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from contracts.backends import get_backend
-from harness.check import check_model
+from harness.stages.check import check_model
 from contracts.errors import classify, normalize
 from contracts.status import MODEL_STAGES, Status
 from contracts.records import ModelSpec

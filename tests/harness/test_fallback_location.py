@@ -10,7 +10,7 @@ import yaml
 
 from contracts.backends import get_backend
 from contracts.records import Case, ModelSpec
-from harness.check import check_model
+from harness.stages.check import check_model
 
 LLAMA = ModelSpec("catalog/llama/LlamaForCausalLM", "llama", "LlamaForCausalLM", downloads=7)
 
@@ -50,8 +50,8 @@ def test_a_fallback_event_points_into_the_modeling_file(without_rsqrt, tmp_path)
 
     # through the runner's rows into fallbacks.parquet and the report's ranking
     from contracts.rows import case_rows
-    from harness.reference import blamed
-    from harness.tiers import from_result
+    from harness.engine.rerun import blamed
+    from contracts.tiers import from_result
     from reports.coverage import summarize_run
     from reports.tables import read_table, write_run_tables
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.inputs import make_inputs, special_token_ids
-from harness.models import build_model, resolve_config
+from harness.build.inputs import make_inputs, special_token_ids
+from harness.build.models import build_model, resolve_config
 from contracts.records import ModelSpec
 
 

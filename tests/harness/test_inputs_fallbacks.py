@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from contracts.records import ModelSpec
-from harness.inputs import make_inputs
-from harness.models import build_model, resolve_config
+from harness.build.inputs import make_inputs
+from harness.build.models import build_model, resolve_config
 
 
 def built(model_type: str, architecture: str, **overrides):

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from contracts.records import ModelSpec
-from harness.check import check_model
-from harness.inputs.expr import RecipeError, evaluate
-from harness.models import build_model, resolve_config
+from harness.stages.check import check_model
+from harness.build.inputs.expr import RecipeError, evaluate
+from harness.build.models import build_model, resolve_config
 from shrink_helpers import built
 
 STAGES = ["load", "forward", "backward"]
@@ -159,7 +159,7 @@ def test_recipe_formulas_are_safe():
 
 
 def test_a_part_of_a_composite_model_is_fed_by_the_composites_processor():
-    from harness.inputs.processors import composite_type, feature_extractor_class
+    from harness.build.inputs.processors import composite_type, feature_extractor_class
 
     assert composite_type("qwen3_omni_moe_thinker") == "qwen3_omni_moe"
     assert composite_type("bert") is None

@@ -1,5 +1,5 @@
 """Audio inputs whose sizes live deep in a composite config, and spectrograms padded to whole
-groups of stacked frames as the model's processor pads them (harness.inputs)."""
+groups of stacked frames as the model's processor pads them (harness.build.inputs)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from contracts.records import ModelSpec
-from harness.check import check_model
-from harness.inputs.base import ConfigScope
-from harness.inputs.processors import pad_frames
+from harness.stages.check import check_model
+from harness.build.inputs.base import ConfigScope
+from harness.build.inputs.processors import pad_frames
 
 
 def test_pad_frames_pads_the_frame_axis_and_its_mask():
@@ -48,8 +48,8 @@ def test_a_recipe_whose_fill_names_a_field_the_config_lacks_does_not_apply():
     `lang_ids` but has no `languages`: the recipe does not apply there (it raised NameError)."""
     from transformers import CONFIG_MAPPING
 
-    from harness.inputs.base import Maker
-    from harness.inputs.recipes import recipe_input
+    from harness.build.inputs.base import Maker
+    from harness.build.inputs.recipes import recipe_input
 
     def lang_ids(model_type):
         config = CONFIG_MAPPING[model_type]()

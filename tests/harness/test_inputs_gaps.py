@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from contracts.records import ModelSpec
-from harness.check import check_model
+from harness.stages.check import check_model
 from shrink_helpers import built
 
 
@@ -121,7 +121,7 @@ def test_text_to_speech_labels_are_mel_frames():
 def test_a_config_with_two_text_configs_gets_inputs_per_codebook():
     # MusicGen has a text encoder and a decoder: `get_text_config()` is ambiguous (the input maker
     # raised); the text input's is the one, and the decoder's codes are one row per codebook
-    from harness.inputs.base import text_config
+    from harness.build.inputs.base import text_config
 
     model, cfg, inputs = built("musicgen", "MusicgenForConditionalGeneration")
     assert text_config(cfg) is cfg.text_encoder

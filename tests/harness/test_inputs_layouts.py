@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.inputs.docshapes import documented_shapes
+from harness.build.inputs.docshapes import documented_shapes
 from shrink_helpers import built, runs
 
 

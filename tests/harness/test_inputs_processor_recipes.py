@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.inputs.recipes import image_processor_name
+from harness.build.inputs.recipes import image_processor_name
 from shrink_helpers import built, runs
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from contracts.records import ModelSpec
-from harness.check import check_model
-from harness.inputs.sessions import session_classes
+from harness.stages.check import check_model
+from harness.build.inputs.sessions import session_classes
 from tests.harness.test_inputs_families import built
 
 STAGES = ["load", "forward", "backward"]
@@ -62,7 +62,7 @@ def test_a_session_moves_to_the_device_as_a_copy_with_its_tensors_and_dtype():
     target dtype, its device fields naming the target (the CPU one stays as the inputs made it)."""
     import torch
 
-    from harness.stage_run import fresh, to_device
+    from harness.stages.run import fresh, to_device
 
     _, _, inputs = built("sam2_video", "Sam2VideoModel")
     session = inputs.kwargs["inference_session"]

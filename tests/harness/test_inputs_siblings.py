@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from contracts.records import ModelSpec
-from harness.inputs import make_inputs
-from harness.models import build_model, resolve_config
+from harness.build.inputs import make_inputs
+from harness.build.models import build_model, resolve_config
 
 
 def test_a_type_sharing_a_processor_gets_its_siblings_image_layout():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import numerics
-from harness.numerics import (compare, compare_named, compare_outputs, compare_with_eager, tolerance,
+from harness.stages import compare as numerics
+from harness.stages.compare import (compare, compare_named, compare_outputs, compare_with_eager, tolerance,
                               tolerance_class)
 
 

@@ -1,10 +1,10 @@
-"""The numerics reference runs ops as the device computes them (harness.numerics_reference)."""
+"""The numerics reference runs ops as the device computes them (harness.stages.reference)."""
 
 from __future__ import annotations
 
 import torch
 
-from harness.numerics_reference import DeviceRounding
+from harness.stages.reference import DeviceRounding
 
 
 def test_scalar_overloads_of_ops_the_device_decomposes_run_under_the_rounding_mode():

@@ -9,8 +9,8 @@ import torch
 
 from contracts.records import ModelCheck, StageResult
 from contracts.status import Status
-from harness.numerics import named_float_tensors
-from harness.selection_probe import _Selections, margin, nudged_difference, selection_ties_evidence
+from harness.stages.compare import named_float_tensors
+from harness.blame.selection import _Selections, margin, nudged_difference, selection_ties_evidence
 
 
 def test_margin_is_the_relative_gap_at_the_choices_boundary():
@@ -52,7 +52,7 @@ class SoftmaxShift(torch.nn.Module):
 
 
 def test_the_backward_routing_a_gradient_through_a_choice_does_not_count():
-    from harness.selection_probe import _step
+    from harness.blame.selection import _step
 
     spy = _Selections(threshold=2.0 ** -8)
     values = _step(SoftmaxShift(), {"x": torch.tensor([[1.0, 1.0, 0.5], [2.0, 2.0, 0.5]])}, 0, True, spy)
@@ -115,8 +115,7 @@ def test_without_near_ties_or_without_a_comparison_failure_the_probe_says_nothin
 
 def test_the_blame_stays_backend_and_says_why(monkeypatch):
     """judge_run keeps a backend verdict and adds the probe's evidence to it."""
-    from harness import blame_probe
-
+    from harness.blame import probe as blame_probe
     run, tensor = _run(Router(tied=True), device_rmse=1.0)
     run.adapter = SimpleNamespace(name="neuron")
     run.spec = None

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from harness.layers import select_layers
-from harness.models import count_parameters_meta, resolve_config
-from harness.shrink import rules, shrink_config, shrink_dict
-from harness.signature import architecture_signature
+from harness.build.shrink.layers import select_layers
+from harness.build.models import count_parameters_meta, resolve_config
+from harness.build.shrink import rules, shrink_config, shrink_dict
+from harness.build.signature import architecture_signature
 from contracts.records import ModelSpec
 
 BUDGET = rules()["targets"]["max_parameters"]
@@ -19,7 +19,7 @@ SEQ = rules()["targets"]["test_sequence_length"]
 def shrunk(model_type: str, architecture: str = "", **config):
     spec = ModelSpec(f"test/{model_type}", model_type, architecture, dict(config, model_type=model_type))
     cfg = resolve_config(spec)
-    from harness.models import architecture_of
+    from harness.build.models import architecture_of
 
     params = count_parameters_meta(cfg, architecture_of(spec))
     assert params < BUDGET, f"{model_type}: {params} parameters"
@@ -190,7 +190,7 @@ def test_architecture_signature_dedups_identical_architectures():
 def test_every_full_hub_config_of_a_known_type_shrinks_under_budget(full_configs_path):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from harness.models import UnknownArchitecture, model_class
+    from harness.build.models import UnknownArchitecture, model_class
 
     rows = [json.loads(line) for line in full_configs_path.read_text().splitlines() if line.strip()]
     known = [r for r in rows if r["config"].get("model_type") in CONFIG_MAPPING_NAMES]
@@ -204,7 +204,7 @@ def test_every_full_hub_config_of_a_known_type_shrinks_under_budget(full_configs
             arch = ""  # the type is known but not this class name: its base model
         spec = ModelSpec(row["id"], cfg["model_type"], arch, cfg)
         shrunk_cfg = resolve_config(spec)
-        from harness.models import architecture_of
+        from harness.build.models import architecture_of
 
         params = count_parameters_meta(shrunk_cfg, architecture_of(spec))
         assert params < BUDGET, (row["id"], params)
@@ -213,7 +213,7 @@ def test_every_full_hub_config_of_a_known_type_shrinks_under_budget(full_configs
 
 def test_a_level_the_model_rejects_keeps_the_first_nonblank_line_of_its_error():
     """transformers' requires_backends errors start with a newline: the reason must still name the cause."""
-    from harness.shrink import ShrinkError
+    from harness.build.shrink import ShrinkError
 
     def validate(cfg):
         raise ImportError("\nDinatModel requires the natten library but it was not found in your environment.\n")
@@ -231,8 +231,8 @@ def test_chained_stage_width_lists_scale_together_and_detector_channel_lists_fol
     inputs the encoder's width. D-FINE then runs forward."""
     import torch
 
-    from harness.inputs import make_inputs
-    from harness.models import build_model
+    from harness.build.inputs import make_inputs
+    from harness.build.models import build_model
 
     config = resolve_config(ModelSpec("catalog/d_fine/DFineModel", "d_fine", "DFineModel"))
     b = config.backbone_config

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 
 from contracts.records import ModelSpec
-from harness.inputs import make_inputs
-from harness.models import build_model, resolve_config
-from harness.shrink import rules
-from harness.shrink_derived import keep_derived_widths
+from harness.build.inputs import make_inputs
+from harness.build.models import build_model, resolve_config
+from harness.build.shrink import rules
+from harness.build.shrink.derived import keep_derived_widths
 
 
 def forward(model_type: str, architecture: str, config: dict | None = None):
@@ -169,7 +169,7 @@ def test_a_looped_stack_shrinks_its_per_stack_layers_and_keeps_the_invocation_mu
 def test_a_compound_scaled_net_keeps_few_blocks_per_stage():
     """EfficientNet repeats ceil(depth_coefficient x repeats) blocks per stage (B7's 3.1: 55 blocks);
     the coefficient is capped at 1 and each stage's repeats at the stage depth cap."""
-    from harness.shrink import rules
+    from harness.build.shrink import rules
 
     cfg = forward("efficientnet", "EfficientNetModel")
     assert cfg.depth_coefficient <= 1.0

@@ -8,7 +8,7 @@ passes.
 from __future__ import annotations
 
 from contracts.records import ModelSpec
-from harness.models import resolve_config
+from harness.build.models import resolve_config
 from shrink_helpers import forward
 
 

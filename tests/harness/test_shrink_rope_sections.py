@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from contracts.records import ModelSpec
-from harness.inputs import make_inputs
-from harness.layers import rescale_parts, rescale_parts_keeping_ties
-from harness.models import build_model, resolve_config
+from harness.build.inputs import make_inputs
+from harness.build.shrink.layers import rescale_parts, rescale_parts_keeping_ties
+from harness.build.models import build_model, resolve_config
 
 
 def test_equal_parts_stay_equal_when_a_split_allows_it():

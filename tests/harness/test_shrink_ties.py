@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from contracts.records import ModelSpec
-from harness.budget import fit_budget
-from harness.inputs import make_inputs
-from harness.models import build_model, resolve_config
+from harness.build.shrink.budget import fit_budget
+from harness.build.inputs import make_inputs
+from harness.build.models import build_model, resolve_config
 from shrink_helpers import forward
 
 

@@ -9,9 +9,9 @@ from backend import faults
 from contracts.backends import get_backend
 from contracts.records import ModelSpec
 from contracts.status import Status
-from harness.check import check_model
-from harness.compile_stage import none_as_zero
-from harness.numerics import compare_with_eager
+from harness.stages.check import check_model
+from harness.stages.compile import none_as_zero
+from harness.stages.compare import compare_with_eager
 
 BERT = ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM")
 LLAMA = ModelSpec("catalog/llama/LlamaForCausalLM", "llama", "LlamaForCausalLM")
@@ -71,22 +71,22 @@ def test_a_backward_only_error_fails_the_gradient_check_naming_the_parameter():
 
 
 def test_compile_is_not_attempted_after_a_forward_failure_the_cpu_shares(monkeypatch):
-    import harness.check
+    import harness.stages.check
 
-    real = harness.check.make_inputs
+    real = harness.stages.check.make_inputs
 
     def broken_inputs(model, config, *args, **kwargs):  # the harness' own bug: token ids beyond the vocabulary
         batch = real(model, config, *args, **kwargs)
         batch.kwargs["input_ids"] = batch.kwargs["input_ids"] + config.vocab_size
         return batch
 
-    monkeypatch.setattr(harness.check, "make_inputs", broken_inputs)
+    monkeypatch.setattr(harness.stages.check, "make_inputs", broken_inputs)
     r = check_model(BERT, backend="neuron", stages=["load", "forward", "compile"])
     assert r.stages["forward"].status == Status.ERROR
     c = r.stages["compile"]
     assert c.status == Status.NOT_ATTEMPTED
     assert c.reason.startswith("forward error on the cpu reference too: IndexError"), c.reason
-    from harness.blame import blocked_by
+    from harness.blame.rules import blocked_by
 
     assert blocked_by({"status": c.status.value, "reason": c.reason}) == "forward"  # carries forward's blame
 

@@ -9,8 +9,8 @@ import torch
 
 from contracts.records import ModelSpec
 from contracts.status import Status
-from harness import check
-from harness.torch_state import restored_torch_state
+from harness.stages import check
+from harness.stages.torch_state import restored_torch_state
 
 BERT = ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.records import ModelSpec
-from harness.regenerate import record_all, regenerate, work_dir
+from harness.recording.regenerate import record_all, regenerate, work_dir
 from registry.store import Registry
 
 BERT = ModelSpec("t/bert", "bert", "BertForMaskedLM", downloads=5)
@@ -47,8 +47,8 @@ def test_work_dir_sits_beside_the_output():
 
 
 def test_default_shape_is_the_model_tiers_sequence_length():
-    from harness.shrink import rules
-    from harness.workloads import SEQ_LENGTHS
+    from harness.build.shrink import rules
+    from harness.recording.workloads import SEQ_LENGTHS
 
     assert SEQ_LENGTHS == (rules()["targets"]["test_sequence_length"],)
 
@@ -59,7 +59,7 @@ def test_a_multimodal_model_records_on_the_device_with_its_image_placeholders():
     not from the model already on the device (which raised and left the prompt without any)."""
     from dataclasses import asdict
 
-    from harness.workloads import record_spec
+    from harness.recording.workloads import record_spec
 
     spec = ModelSpec("t/glm_ocr", "glm_ocr", "GlmOcrForConditionalGeneration")
     res = record_spec(asdict(spec), backend="neuron")

@@ -1,5 +1,5 @@
 """A test-only model tier of one tiny BERT (load, forward, backward), selected with
-`--tier runner.model_tier:TIER`: the built-in model path (harness.tiers.run_model_check) on a case
+`--tier runner.model_tier:TIER`: the built-in model path (harness.tiers.model_check.run_model_check) on a case
 list that needs no population file."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ class OneModelTier:
         return [Case.for_spec(ModelSpec("catalog/bert", "bert", "BertModel"), self.name)]
 
     def execute(self, case: Case, backend: str):
-        from harness.tiers import run_model_check
+        from harness.tiers.model_check import run_model_check
 
         return run_model_check(case, backend, self.stages)
 

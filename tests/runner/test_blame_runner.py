@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from harness.runner import RunOptions, run_tier
-from harness.workers import WorkerLimits
+from harness.engine.runner import RunOptions, run_tier
+from harness.engine.workers import WorkerLimits
 from runner.conftest import TRIVIAL
 
 CASES = [("dev-segv", "device:segv"), ("both-segv", "segv"), ("dev-fail", "device:fail"), ("both-fail", "fail"),

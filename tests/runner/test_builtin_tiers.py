@@ -11,8 +11,8 @@ import pytest
 
 from agents.store import ModelRecord, write_store
 from contracts.status import FULL_STAGES, MODEL_STAGES, STATUS_VALUES
-from harness.runner import RunOptions, run_tier
-from harness.workers import WorkerLimits
+from harness.engine.runner import RunOptions, run_tier
+from harness.engine.workers import WorkerLimits
 
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 64, "vocab_size": 128,
              "architectures": ["GPT2LMHeadModel"]}

@@ -1,4 +1,4 @@
-"""Chunks that land early: the first chunks ramp up from one case (harness.tiers.chunk_cases), and
+"""Chunks that land early: the first chunks ramp up from one case (harness.engine.chunks.chunk_cases), and
 a chunk that died is re-run case by case with each row handed on as its case finishes
 (IsolatedWorker.run_chunk's emit) - so a likely failure run first is known, and stops a fail-fast
 run, after its own case, not after a whole chunk. Tested by what ran and in which groups, not by
@@ -6,11 +6,11 @@ time."""
 
 from __future__ import annotations
 
-from harness.executors.local import LocalExecutor
-from harness.journal import Journal
-from harness.runner import RunOptions, run_tier
-from harness.tiers import chunk_cases
-from harness.workers import WorkerLimits
+from harness.engine.executors.local import LocalExecutor
+from harness.engine.journal import Journal
+from harness.engine.runner import RunOptions, run_tier
+from harness.engine.chunks import chunk_cases
+from harness.engine.workers import WorkerLimits
 from contracts.records import Case
 from runner.conftest import CHUNKED
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from harness.executors import make_executor
-from harness.workers import WorkerLimits
+from harness.engine.executors import make_executor
+from harness.engine.workers import WorkerLimits
 
 
 def test_ray_without_the_extra_says_how_to_install(monkeypatch):
@@ -31,7 +31,7 @@ def test_each_worker_gets_its_share_of_the_cores_as_an_integer(tmp_path, case_fi
 
     import pandas as pd
 
-    from harness.runner import RunOptions, run_tier
+    from harness.engine.runner import RunOptions, run_tier
     from runner.conftest import TRIVIAL
 
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
@@ -44,7 +44,7 @@ def test_each_worker_gets_its_share_of_the_cores_as_an_integer(tmp_path, case_fi
 
 
 def test_worker_threads_share_the_cores():
-    from harness.executors.local import worker_threads
+    from harness.engine.executors.local import worker_threads
 
     assert [worker_threads(w, cores=8) for w in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
 
@@ -63,7 +63,7 @@ def _prestart_env(monkeypatch, tmp_path, expect):
 def test_local_workers_start_up_while_the_cases_are_listed(tmp_path, case_file, monkeypatch):
     """The listing waits for both workers' setup: it only finishes because they were spawned before
     it; the run then uses exactly those processes (no second start)."""
-    from harness.runner import RunOptions, run_tier
+    from harness.engine.runner import RunOptions, run_tier
 
     setup_dir = _prestart_env(monkeypatch, tmp_path, expect=2)
     cases = case_file([(f"c{i}", "pass") for i in range(6)])
@@ -81,7 +81,7 @@ def test_local_workers_start_up_while_the_cases_are_listed(tmp_path, case_file, 
 
 
 def test_pre_started_workers_are_stopped_when_the_listing_fails_or_nothing_runs(tmp_path, case_file, monkeypatch):
-    from harness.runner import RunOptions, run_tier
+    from harness.engine.runner import RunOptions, run_tier
 
     setup_dir = _prestart_env(monkeypatch, tmp_path, expect=1)
     monkeypatch.setenv("TRIVIAL_LISTING_FAILS", "1")

@@ -1,4 +1,4 @@
-"""Fail-fast against a baseline (`harness run --maxfail N / --exitfirst`, harness.failfast): the run
+"""Fail-fast against a baseline (`harness run --maxfail N / --exitfirst`, harness.engine.failfast): the run
 stops at the N-th case that regresses, stays resumable, and counts only regressions."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from harness.journal import Journal
-from harness.runner import RunOptions, run_tier
-from harness.workers import WorkerLimits
+from harness.engine.journal import Journal
+from harness.engine.runner import RunOptions, run_tier
+from harness.engine.workers import WorkerLimits
 from runner.conftest import TRIVIAL, harness_cmd
 
 IDS = [f"c{i}" for i in range(8)]

@@ -7,7 +7,7 @@ import torch
 
 from contracts.backends import get_backend
 from contracts.records import CaseOutcome
-from harness.failfast import StopAtRegressions, gated_regressions, outcome_frame
+from harness.engine.failfast import StopAtRegressions, gated_regressions, outcome_frame
 from registry.encoding import encode_args, signature
 from registry.replay import CaseSpec, replay
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from harness.runner import RunOptions, run_tier
-from harness.workers import WorkerLimits
+from harness.engine.runner import RunOptions, run_tier
+from harness.engine.workers import WorkerLimits
 
 TIER = "runner.fault_tier:TIER"
 

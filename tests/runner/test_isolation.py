@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.runner import RunOptions, run_tier
-from harness.workers import WorkerLimits
+from harness.engine.runner import RunOptions, run_tier
+from harness.engine.workers import WorkerLimits
 from runner.conftest import CHUNKED, TRIVIAL
 
 PLANTED = [("ok1", "pass"), ("bad", "fail"), ("raise", "raise"), ("memerr", "memerror"), ("segv", "segv"),
@@ -55,7 +55,7 @@ def test_crash_in_a_chunk_only_blames_the_guilty_case(tmp_path, case_file):
 
 
 def test_workers_are_reused_and_recycled(tmp_path, case_file):
-    from harness.journal import Journal
+    from harness.engine.journal import Journal
 
     cases = [(f"p{i}", "pass") for i in range(6)] + [("boom", "segv"), ("after", "pass")]
     opts = RunOptions(tier=TRIVIAL, out=tmp_path / "run", backend="cpu", models=case_file(cases), workers=1,
@@ -69,7 +69,7 @@ def test_workers_are_reused_and_recycled(tmp_path, case_file):
 
 
 def test_a_timeout_error_raised_in_the_tier_is_a_timeout_like_everywhere_else(tmp_path, case_file):
-    """One classifier (contracts.errors): a worker and harness.check agree that TimeoutError is a timeout."""
+    """One classifier (contracts.errors): a worker and harness.stages.check agree that TimeoutError is a timeout."""
     from contracts.errors import classify
 
     opts = RunOptions(tier=TRIVIAL, out=tmp_path / "run", backend="cpu", models=case_file([("t", "timeouterror")]),

@@ -1,4 +1,4 @@
-"""The content-keyed listing cache (harness.listing_cache): a second listing of unchanged inputs is
+"""The content-keyed listing cache (harness.engine.listing_cache): a second listing of unchanged inputs is
 a hit with the same cases; a change of content, limit, settings, library or code is a miss; a
 damaged file is a recorded miss, never a crash."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from contracts.records import Case
-from harness import listing_cache as lc
-from harness.runner import RunOptions, list_cases
-from harness.tiers import load_tier
+from harness.engine import listing_cache as lc
+from harness.engine.runner import RunOptions, list_cases
+from contracts.tiers import load_tier
 
 SAMPLE = Path(__file__).resolve().parents[2] / "registry" / "data" / "sample.parquet"
 

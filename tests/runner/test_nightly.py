@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from harness.nightly import NightlyOptions, load_config, run_nightly
+from harness.engine.nightly import NightlyOptions, load_config, run_nightly
 from runner.conftest import harness_cmd
 
 

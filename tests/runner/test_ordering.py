@@ -1,4 +1,4 @@
-"""Likely failures first (harness.ordering): tested by the order it produces, never by speed."""
+"""Likely failures first (harness.engine.ordering): tested by the order it produces, never by speed."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import pytest
 
 from contracts.records import Case
-from harness import ordering
-from harness.ordering import BaselineFacts, Changed, OpIndex, changed_ops, op_keys, order_cases
-from harness.runner import RunOptions, in_shard, run_tier
+from harness.engine import ordering
+from harness.engine.ordering import BaselineFacts, Changed, OpIndex, changed_ops, op_keys, order_cases
+from harness.engine.runner import RunOptions, in_shard, run_tier
 from runner.conftest import TRIVIAL
 
 

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from harness import population
-from harness.population import Member, dedupe_cases, load_population
+from harness.tiers import population
+from harness.tiers.population import Member, dedupe_cases, load_population
 from contracts.records import ModelSpec
 
 
 @pytest.fixture
 def fake_signature(monkeypatch):
-    """Stand-in for harness.signature.architecture_signature: type + hidden size decide the architecture."""
+    """Stand-in for harness.build.signature.architecture_signature: type + hidden size decide the architecture."""
     monkeypatch.setattr(population, "_case_key",
                         lambda item: f"{item[0]}/h{item[2].get('hidden_size', 'default')}")
     monkeypatch.setattr(population, "_known_type", lambda t: t in {"bert", "llama"})

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from contracts.records import Case, ModelSpec
-from harness import quick_subset
-from harness.tiers import RepresentativeTier, TierInputs
+from harness.tiers import quick_subset
+from harness.tiers.representative import RepresentativeTier
+from contracts.tiers import TierInputs
 from registry.schema import Entry, Provenance
 from registry.store import Registry
 from registry.unit_tier import bundled_registry_path, cases, coverage_order, op_dtype
@@ -91,7 +92,7 @@ def _crawl(tmp_path) -> Path:
 
 def test_nightly_models_crawl_selects_the_representatives_from_it(tmp_path):
     from agents.select import load_representatives
-    from harness.nightly import NightlyOptions, crawl_representatives
+    from harness.engine.nightly import NightlyOptions, crawl_representatives
 
     crawl = _crawl(tmp_path)
     sel = crawl_representatives(NightlyOptions(out=tmp_path / "n", models=str(crawl), progress=False))
@@ -108,7 +109,7 @@ def test_nightly_models_crawl_selects_the_representatives_from_it(tmp_path):
 
 @pytest.mark.slow
 def test_nightly_with_a_crawl_runs_the_crawls_representatives(tmp_path):
-    from harness.nightly import NightlyOptions, run_nightly
+    from harness.engine.nightly import NightlyOptions, run_nightly
 
     crawl = _crawl(tmp_path)
     config = tmp_path / "nightly.toml"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.runner import RunOptions, run_tier
-from harness.workers import WorkerLimits
+from harness.engine.runner import RunOptions, run_tier
+from harness.engine.workers import WorkerLimits
 from runner.conftest import CHUNKED, TRIVIAL
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

@@ -11,9 +11,9 @@ import time
 import pandas as pd
 import pytest
 
-from harness.journal import JOURNAL_FILE, Journal
-from harness.runner import RunDirMismatch, RunOptions, in_shard, parse_shard, run_tier
-from harness.workers import WorkerLimits
+from harness.engine.journal import JOURNAL_FILE, Journal
+from harness.engine.runner import RunDirMismatch, RunOptions, in_shard, parse_shard, run_tier
+from harness.engine.workers import WorkerLimits
 from runner.conftest import TRIVIAL, harness_cmd
 
 

@@ -7,10 +7,10 @@ import pandas as pd
 from contracts.records import Case, CaseOutcome, ModelCheck, StageResult
 from contracts.rows import case_rows
 from contracts.status import MODEL_STAGES, Status
-from harness.journal import Journal
-from harness.reference import blamed
-from harness.runner import write_tables
-from harness.tiers import failure_outcome, from_result
+from harness.engine.journal import Journal
+from harness.engine.rerun import blamed
+from harness.engine.runner import write_tables
+from contracts.tiers import failure_outcome, from_result
 from reports.coverage import tier_summary
 
 

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from harness.tiers import MODEL_PRELOAD
+from harness.tiers.model_check import MODEL_PRELOAD
 
 COMPILE_STACK = ("torch._functorch.aot_autograd", "torch._functorch.partitioners", "torch._inductor.codecache")
 
@@ -17,7 +17,7 @@ COMPILE_STACK = ("torch._functorch.aot_autograd", "torch._functorch.partitioners
 def _loaded_after_setup(tier: str, modules: tuple[str, ...] = COMPILE_STACK) -> dict[str, bool]:
     code = (
         "import json, sys\n"
-        "from harness.tiers import load_tier\n"
+        "from contracts.tiers import load_tier\n"
         f"load_tier({tier!r}).setup('cpu')\n"
         f"print(json.dumps({{m: m in sys.modules for m in {modules!r}}}))\n"
     )

@@ -10,8 +10,8 @@ from collections import defaultdict
 import pytest
 
 from benchmarks import nightly_time as nt
-from harness.nightly import NightlyOptions, run_nightly
-from harness.runner import RunOptions, run_tier
+from harness.engine.nightly import NightlyOptions, run_nightly
+from harness.engine.runner import RunOptions, run_tier
 from runner.conftest import CHUNKED, TRIVIAL
 
 
@@ -85,8 +85,8 @@ def test_the_cpu_side_representative_tier_loads_and_runs_exactly_its_seeded_samp
 
     from contracts.records import Case
     from contracts.status import FULL_STAGES
-    from harness.runner import list_cases
-    from harness.tiers import load_tier
+    from harness.engine.runner import list_cases
+    from contracts.tiers import load_tier
 
     monkeypatch.syspath_prepend(str(Path(nt.__file__).parent))
     tier = load_tier(nt.EAGER_REPRESENTATIVE_REF)
@@ -114,7 +114,7 @@ def test_a_killed_case_counts_its_time_once():
 def test_a_sampled_night_runs_one_shard_of_each_tier_and_estimates_the_whole(tmp_path, case_file):
     """`shard = "1/N"` in a tier's nightly settings runs that shard only (as `harness run --shard`);
     nightly_time's estimate keeps once-per-tier costs and scales the per-case rest by N."""
-    from harness.runner import in_shard
+    from harness.engine.runner import in_shard
 
     ids = [f"c{i}" for i in range(12)]
     cases = case_file([(i, "pass") for i in ids])
@@ -138,7 +138,7 @@ def test_a_sampled_night_runs_one_shard_of_each_tier_and_estimates_the_whole(tmp
 def test_sample_config_shards_every_tier_of_the_full_night(tmp_path):
     import tomllib
 
-    from harness.nightly import load_config
+    from harness.engine.nightly import load_config
 
     full = load_config(False)
     sampled = tomllib.loads(nt.sample_config(tmp_path / "s.toml", 10).read_text())["full"]

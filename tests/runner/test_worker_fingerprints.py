@@ -11,9 +11,9 @@ import json
 import pytest
 import yaml
 
-from harness import ordering
-from harness.runner import RunOptions, run_tier
-from harness.workers import WorkerLimits
+from harness.engine import ordering
+from harness.engine.runner import RunOptions, run_tier
+from harness.engine.workers import WorkerLimits
 
 TIER = "runner.fault_tier:TIER"
 

@@ -199,7 +199,7 @@ def test_case_ids_are_stable_across_listings_in_fresh_processes(tmp_path, monkey
 @pytest.fixture(scope="module")
 def crash_run(tmp_path_factory):
     """One run through the runner on a device whose deg2rad kernel aborts the worker process."""
-    from harness.runner import RunOptions, run_tier
+    from harness.engine.runner import RunOptions, run_tier
 
     out = tmp_path_factory.mktemp("upstream-run")
     with pytest.MonkeyPatch.context() as mp:
