@@ -19,10 +19,10 @@ import json
 import logging
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
-from typing import Iterator
 
 import yaml
 
@@ -81,8 +81,10 @@ def entries() -> tuple[CatalogEntry, ...]:
     present = {n for n in dir(modeling_auto) if n.startswith("MODEL_") and n.endswith("_MAPPING_NAMES")}
     unknown = present - known
     if unknown:  # a newer transformers added a head: keep it rather than lose its classes
-        heads = heads + tuple(Head(n, n.removeprefix("MODEL_FOR_").removesuffix("_MAPPING_NAMES").lower(), None)
-                              for n in sorted(unknown))
+        heads = heads + tuple(
+            Head(n, n.removeprefix("MODEL_FOR_").removesuffix("_MAPPING_NAMES").lower(), None)
+            for n in sorted(unknown)
+        )
     pairs: dict[tuple[str, str], list[Head]] = {}
     for head in heads:
         mapping = getattr(modeling_auto, head.mapping, None) or {}
@@ -119,7 +121,11 @@ def infer_model_type(architectures: list[str]) -> tuple[str | None, list[str]]:
     import transformers
 
     class_to_module = getattr(transformers, "_class_to_module", {}) or {}
-    homes = {class_to_module.get(a, "").split(".")[1] for a in architectures if class_to_module.get(a, "").count(".") >= 1}
+    homes = {
+        class_to_module.get(a, "").split(".")[1]
+        for a in architectures
+        if class_to_module.get(a, "").count(".") >= 1
+    }
     own = [t for t in candidates if model_type_to_module_name(t).split(".")[-1] in homes]
     return (own[0] if len(own) == 1 else None), candidates
 
@@ -158,7 +164,7 @@ def quiet_transformers():
             logger.setLevel(level)
 
 
-@lru_cache(maxsize=None)
+@cache
 def default_config_json(model_type: str) -> str:
     """JSON text of the type's canonical default config; raises when it cannot be built."""
     from transformers import CONFIG_MAPPING
@@ -183,24 +189,36 @@ def iter_catalog(model_types_filter: set[str] | None = None) -> Iterator[ModelRe
         type_entries = by_type.get(model_type, [])
         if not type_entries:
             yield ModelRecord(
-                id=f"{CATALOG_PREFIX}{model_type}", source="catalog", model_type=model_type,
-                config=config, config_level="default" if config else None, status="broken",
+                id=f"{CATALOG_PREFIX}{model_type}",
+                source="catalog",
+                model_type=model_type,
+                config=config,
+                config_level="default" if config else None,
+                status="broken",
                 broken_reason="config_only_type",
                 broken_detail="no model class in any transformers auto mapping (a sub-config)",
-                downloads=0, tags=[],
+                downloads=0,
+                tags=[],
             )
             continue
         for e in type_entries:
             primary = e.heads[0]
             yield ModelRecord(
-                id=e.id, source="catalog", downloads=0, pipeline_tag=primary.pipeline_tag,
-                library_name="transformers", tags=[f"head:{h.head}" for h in e.heads],
-                model_type=model_type, architectures=[e.architecture], config=config,
+                id=e.id,
+                source="catalog",
+                downloads=0,
+                pipeline_tag=primary.pipeline_tag,
+                library_name="transformers",
+                tags=[f"head:{h.head}" for h in e.heads],
+                model_type=model_type,
+                architectures=[e.architecture],
+                config=config,
                 config_level="default" if config else None,
                 status="ok" if config else "broken",
                 broken_reason=None if config else "config_not_instantiable",
                 broken_detail="" if config else error,
-                is_base=e.is_base, head=primary.head,
+                is_base=e.is_base,
+                head=primary.head,
             )
 
 

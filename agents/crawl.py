@@ -18,10 +18,11 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,7 +32,17 @@ from agents.triage import short_error, triage
 
 STATE_FILE = "crawl_state.json"
 PARTS_DIR = ".crawl_parts"
-EXPAND = ["downloads", "likes", "pipeline_tag", "library_name", "tags", "sha", "lastModified", "gated", "private"]
+EXPAND = [
+    "downloads",
+    "likes",
+    "pipeline_tag",
+    "library_name",
+    "tags",
+    "sha",
+    "lastModified",
+    "gated",
+    "private",
+]
 
 Progress = Callable[[ModelRecord], None]
 
@@ -78,8 +89,15 @@ class HubOptions:
 # Offline sources
 # --------------------------------------------------------------------------------------------
 
-def write_records(out: str | os.PathLike, source: str, records: Iterable[ModelRecord], *,
-                  limit: int | None = None, progress: Progress | None = None) -> CrawlSummary:
+
+def write_records(
+    out: str | os.PathLike,
+    source: str,
+    records: Iterable[ModelRecord],
+    *,
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> CrawlSummary:
     """Write a non-resumable source (catalog, snapshot) to DIR/models.parquet; first id wins."""
     start = time.monotonic()
     seen: set[str] = set()
@@ -102,13 +120,22 @@ def write_records(out: str | os.PathLike, source: str, records: Iterable[ModelRe
 def _summary(source: str, out: Any, path: Path, records: list[ModelRecord], **extra: Any) -> CrawlSummary:
     reasons = Counter(r.broken_reason for r in records if r.status == "broken")
     ok = sum(1 for r in records if r.status == "ok")
-    return CrawlSummary(source=source, out=str(out), store=str(path), total=len(records), ok=ok,
-                        broken=len(records) - ok, broken_by_reason=dict(sorted(reasons.items())), **extra)
+    return CrawlSummary(
+        source=source,
+        out=str(out),
+        store=str(path),
+        total=len(records),
+        ok=ok,
+        broken=len(records) - ok,
+        broken_by_reason=dict(sorted(reasons.items())),
+        **extra,
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Hub crawler
 # --------------------------------------------------------------------------------------------
+
 
 def hub_offline() -> bool:
     from huggingface_hub import constants
@@ -117,8 +144,9 @@ def hub_offline() -> bool:
     return value.upper() in {"1", "ON", "YES", "TRUE"} or bool(constants.HF_HUB_OFFLINE)
 
 
-def crawl_hub(out: str | os.PathLike, opts: HubOptions | None = None, *,
-              progress: Progress | None = None) -> CrawlSummary:
+def crawl_hub(
+    out: str | os.PathLike, opts: HubOptions | None = None, *, progress: Progress | None = None
+) -> CrawlSummary:
     """Crawl the Hub into DIR/models.parquet, resuming from DIR's state; see module docstring."""
     return _HubCrawl(Path(out), opts or HubOptions(), progress).run()
 
@@ -128,12 +156,19 @@ class _HubCrawl:
         from huggingface_hub import constants, get_token
 
         if hub_offline():
-            raise CrawlError("HF_HUB_OFFLINE is set: --source hub needs the network "
-                             "(use --source catalog or --source snapshot:PATH offline)")
+            raise CrawlError(
+                "HF_HUB_OFFLINE is set: --source hub needs the network "
+                "(use --source catalog or --source snapshot:PATH offline)"
+            )
         self.out, self.opts, self.progress = out, opts, progress
         self.endpoint = (opts.endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
         self._token = opts.token or os.environ.get("HF_TOKEN") or get_token() or None
-        self.query = {"endpoint": self.endpoint, "sort": "downloads", "task": opts.task, "library": opts.library}
+        self.query = {
+            "endpoint": self.endpoint,
+            "sort": "downloads",
+            "task": opts.task,
+            "library": opts.library,
+        }
         self.parts_dir = out / PARTS_DIR
         self.state_path = out / STATE_FILE
 
@@ -146,8 +181,10 @@ class _HubCrawl:
             return [], set()
         state = json.loads(self.state_path.read_text())
         if state.get("query") != self.query:
-            raise CrawlError(f"{self.out} holds a crawl with other filters {state.get('query')}; "
-                             "use another --out or --fresh to start over")
+            raise CrawlError(
+                f"{self.out} holds a crawl with other filters {state.get('query')}; "
+                "use another --out or --fresh to start over"
+            )
         parts = [self.parts_dir / p for p in state.get("parts", []) if (self.parts_dir / p).exists()]
         done: set[str] = set()
         for p in parts:
@@ -160,8 +197,15 @@ class _HubCrawl:
         self.state_path.unlink(missing_ok=True)
 
     def _save_state(self, parts: list[Path], done: int, finished: bool) -> None:
-        state = {"version": 1, "source": "hub", "query": self.query, "done": done, "finished": finished,
-                 "parts": [p.name for p in parts], "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        state = {
+            "version": 1,
+            "source": "hub",
+            "query": self.query,
+            "done": done,
+            "finished": finished,
+            "parts": [p.name for p in parts],
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, self.state_path)
@@ -195,8 +239,9 @@ class _HubCrawl:
         buffer: list[ModelRecord] = []
         count = resumed
         api = HfApi(endpoint=self.endpoint, token=self._token or False)
-        listing = api.list_models(sort="downloads", pipeline_tag=self.opts.task, filter=self.opts.library,
-                                  expand=EXPAND)
+        listing = api.list_models(
+            sort="downloads", pipeline_tag=self.opts.task, filter=self.opts.library, expand=EXPAND
+        )
         try:
             with ThreadPoolExecutor(max_workers=max(1, self.opts.workers)) as pool:
                 for batch in self._batches(listing, done, limit, resumed):
@@ -212,17 +257,22 @@ class _HubCrawl:
             self._checkpoint(parts, buffer, count, finished=False)
             if isinstance(exc, (KeyboardInterrupt, CrawlError)):
                 raise
-            raise CrawlError(f"listing failed after {count} models ({self._scrub(short_error(exc))}); "
-                             f"rerun the same command to resume") from exc
+            raise CrawlError(
+                f"listing failed after {count} models ({self._scrub(short_error(exc))}); "
+                f"rerun the same command to resume"
+            ) from exc
         self._checkpoint(parts, buffer, count, finished=True)
         table = pa.concat_tables([pq.read_table(p) for p in parts]) if parts else SCHEMA.empty_table()
         path = write_table(store_path(self.out), table, {"hub"})
         from agents.store import table_to_records
 
-        return _summary("hub", self.out, path, table_to_records(table), resumed=resumed,
-                        seconds=time.monotonic() - start)
+        return _summary(
+            "hub", self.out, path, table_to_records(table), resumed=resumed, seconds=time.monotonic() - start
+        )
 
-    def _batches(self, listing: Iterator[Any], done: set[str], limit: int | None, count: int) -> Iterator[list[Any]]:
+    def _batches(
+        self, listing: Iterator[Any], done: set[str], limit: int | None, count: int
+    ) -> Iterator[list[Any]]:
         batch: list[Any] = []
         size = max(1, self.opts.workers) * 4
         for info in listing:
@@ -244,14 +294,25 @@ class _HubCrawl:
         try:
             return self._record_unsafe(info)
         except Exception as exc:  # noqa: BLE001 - one odd listing entry must not end the crawl
-            return ModelRecord(id=str(getattr(info, "id", "?")), source="hub", status="broken",
-                               broken_reason="fetch_failed", broken_detail=self._scrub(f"unexpected: {short_error(exc)}"))
+            return ModelRecord(
+                id=str(getattr(info, "id", "?")),
+                source="hub",
+                status="broken",
+                broken_reason="fetch_failed",
+                broken_detail=self._scrub(f"unexpected: {short_error(exc)}"),
+            )
 
     def _record_unsafe(self, info: Any) -> ModelRecord:
         tags = [str(t) for t in (info.tags or [])]
         base = dict(
-            id=info.id, source="hub", downloads=info.downloads, likes=info.likes, pipeline_tag=info.pipeline_tag,
-            library_name=info.library_name, tags=tags, sha=info.sha,
+            id=info.id,
+            source="hub",
+            downloads=info.downloads,
+            likes=info.likes,
+            pipeline_tag=info.pipeline_tag,
+            library_name=info.library_name,
+            tags=tags,
+            sha=info.sha,
             last_modified=info.last_modified.isoformat() if getattr(info, "last_modified", None) else None,
         )
         pre = triage(info.id, None, tags=tags, instantiate=False)
@@ -259,12 +320,20 @@ class _HubCrawl:
             return ModelRecord(**base, status="broken", broken_reason="invalid_id", broken_detail=pre.detail)
         raw, reason, detail = self._fetch_config(info.id, info.sha)
         if reason:
-            return ModelRecord(**base, status="broken", broken_reason=reason, broken_detail=self._scrub(detail))
+            return ModelRecord(
+                **base, status="broken", broken_reason=reason, broken_detail=self._scrub(detail)
+            )
         verdict = triage(info.id, raw, tags=tags)
         config_text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
         return ModelRecord(
-            **base, model_type=verdict.model_type, architectures=verdict.architectures, config=config_text,
-            config_level="full", status=verdict.status, broken_reason=verdict.reason, broken_detail=verdict.detail,
+            **base,
+            model_type=verdict.model_type,
+            architectures=verdict.architectures,
+            config=config_text,
+            config_level="full",
+            status=verdict.status,
+            broken_reason=verdict.reason,
+            broken_detail=verdict.detail,
         )
 
     def _fetch_config(self, repo_id: str, sha: str | None) -> tuple[bytes | None, str | None, str]:
@@ -283,8 +352,14 @@ class _HubCrawl:
         for attempt in range(self.opts.max_retries + 1):
             wait: float | None = None
             try:
-                path = hf_hub_download(repo_id, "config.json", revision=sha or None, endpoint=self.endpoint,
-                                       token=self._token or False, cache_dir=self.opts.cache_dir)
+                path = hf_hub_download(
+                    repo_id,
+                    "config.json",
+                    revision=sha or None,
+                    endpoint=self.endpoint,
+                    token=self._token or False,
+                    cache_dir=self.opts.cache_dir,
+                )
                 return Path(path).read_bytes(), None, ""
             except GatedRepoError as exc:
                 return None, "gated_or_private", short_error(exc)
@@ -312,7 +387,7 @@ class _HubCrawl:
             except Exception as exc:  # noqa: BLE001 - httpx transport errors and anything unforeseen
                 last = short_error(exc)
             if attempt < self.opts.max_retries:
-                backoff = min(self.opts.retry_max, self.opts.retry_base * (2 ** attempt))
+                backoff = min(self.opts.retry_max, self.opts.retry_base * (2**attempt))
                 self.opts.sleep(min(self.opts.retry_max, wait) if wait is not None else backoff)
         return None, "fetch_failed", f"after {self.opts.max_retries + 1} attempts: {last}"
 

@@ -31,11 +31,18 @@ def triage_store(directory: str | Path, *, use_llm: bool = True) -> dict[str, An
     directory = Path(directory)
     store = read_frame(directory)
     broken = store[store["status"] == "broken"]
-    records = [{"id": r["id"], "broken_reason": r["broken_reason"], "broken_detail": r["broken_detail"],
-                "config": r["config"]} for r in broken[["id", "broken_reason", "broken_detail", "config"]]
-               .to_dict("records")]
-    triaged, note, llm_used = run_with_llm(directory, lambda client: triage_broken(records, client),
-                                           enabled=use_llm and bool(records))
+    records = [
+        {
+            "id": r["id"],
+            "broken_reason": r["broken_reason"],
+            "broken_detail": r["broken_detail"],
+            "config": r["config"],
+        }
+        for r in broken[["id", "broken_reason", "broken_detail", "config"]].to_dict("records")
+    ]
+    triaged, note, llm_used = run_with_llm(
+        directory, lambda client: triage_broken(records, client), enabled=use_llm and bool(records)
+    )
     reasons = {r["id"]: r["broken_reason"] for r in records}
     rows = [{**asdict(t), "broken_reason": reasons.get(t.id)} for t in triaged]
     frame = pd.DataFrame.from_records(rows, columns=list(COLUMNS))
@@ -44,7 +51,8 @@ def triage_store(directory: str | Path, *, use_llm: bool = True) -> dict[str, An
     frame.to_parquet(tmp, index=False)
     os.replace(tmp, path)
     summary: dict[str, Any] = {
-        "file": str(path), "broken": len(rows),
+        "file": str(path),
+        "broken": len(rows),
         "by_category": dict(sorted(Counter(frame["category"]).items(), key=lambda kv: (-kv[1], kv[0]))),
         "by_source": dict(sorted(Counter(frame["source"]).items())),
         "llm": llm_used,

@@ -29,11 +29,12 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -61,7 +62,7 @@ class Prompt:
         return f"{self.name}/v{self.version}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_prompt(name: str) -> Prompt:
     """A versioned prompt from agents/data/prompts/<name>.yaml."""
     text = resources.files("agents").joinpath("data", "prompts", f"{name}.yaml").read_text()
@@ -94,8 +95,9 @@ def clip(text: Any, limit: int = _MAX_DATA_CHARS) -> str:
 
 
 def input_hash(use: str, model: str, prompt: Prompt, payload: Mapping[str, Any]) -> str:
-    blob = json.dumps({"use": use, "model": model, "prompt": prompt.tag, "payload": payload}, sort_keys=True,
-                      default=str)
+    blob = json.dumps(
+        {"use": use, "model": model, "prompt": prompt.tag, "payload": payload}, sort_keys=True, default=str
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -124,46 +126,98 @@ class LLMClient:
         if self._client is None:
             from openai import OpenAI
 
-            self._client = OpenAI(base_url=self.settings.base_url, api_key=self.settings.api_key or "unused",
-                                  timeout=self.settings.timeout, max_retries=self.settings.max_retries)
+            self._client = OpenAI(
+                base_url=self.settings.base_url,
+                api_key=self.settings.api_key or "unused",
+                timeout=self.settings.timeout,
+                max_retries=self.settings.max_retries,
+            )
         return self._client
 
     def _cache_path(self, key: str) -> Path:
         return self.cache / key[:2] / f"{key}.json"  # named by hash only: no input reaches a path
 
-    def ask(self, use: str, subject: str, prompt: Prompt, payload: Mapping[str, Any], fields: Mapping[str, str],
-            schema: type[BaseModel], check: Callable[[BaseModel], str] | None = None) -> tuple[BaseModel | None, Decision]:
+    def ask(
+        self,
+        use: str,
+        subject: str,
+        prompt: Prompt,
+        payload: Mapping[str, Any],
+        fields: Mapping[str, str],
+        schema: type[BaseModel],
+        check: Callable[[BaseModel], str] | None = None,
+    ) -> tuple[BaseModel | None, Decision]:
         """One question. Returns (validated answer or None, the decision). `fields` fills the prompt's
         user template; `check(answer)` returns a rejection reason ("" = fine) beyond the schema."""
         model = self.settings.model or ""
         key = input_hash(use, model, prompt, payload)
-        base = dict(use=use, subject=subject, input_hash=key, model=model, prompt_version=prompt.tag,
-                    time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        base = dict(
+            use=use,
+            subject=subject,
+            input_hash=key,
+            model=model,
+            prompt_version=prompt.tag,
+            time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
         cached = self._read_cache(key)
         if cached is not None:
             answer, reason = validate(cached["answer"], schema, check)
-            d = Decision(**base, answer=cached["answer"], accepted=answer is not None, reason=reason,
-                         fallback_used=answer is None, cached=True)
+            d = Decision(
+                **base,
+                answer=cached["answer"],
+                accepted=answer is not None,
+                reason=reason,
+                fallback_used=answer is None,
+                cached=True,
+            )
             return self._log(answer, d)
         if not self.settings.enabled:
-            return self._log(None, Decision(**base, answer="", accepted=False, reason="llm not configured", fallback_used=True))
+            return self._log(
+                None,
+                Decision(**base, answer="", accepted=False, reason="llm not configured", fallback_used=True),
+            )
         if self.calls >= self.settings.max_calls or self.tokens >= self.settings.max_tokens:
-            return self._log(None, Decision(**base, answer="", accepted=False, reason="budget exhausted",
-                                            fallback_used=True))
+            return self._log(
+                None,
+                Decision(**base, answer="", accepted=False, reason="budget exhausted", fallback_used=True),
+            )
         if self.failures_in_row >= self.settings.max_failures:  # a dead endpoint must not stall the run
-            return self._log(None, Decision(**base, answer="", accepted=False, fallback_used=True,
-                                            reason=f"endpoint unavailable ({self.failures_in_row} failures in a row)"))
+            return self._log(
+                None,
+                Decision(
+                    **base,
+                    answer="",
+                    accepted=False,
+                    fallback_used=True,
+                    reason=f"endpoint unavailable ({self.failures_in_row} failures in a row)",
+                ),
+            )
         self.calls += 1
         start = time.monotonic()
         try:
             resp = self._openai().chat.completions.create(
-                model=model, temperature=0, response_format={"type": "json_object"}, max_tokens=800,
-                messages=[{"role": "system", "content": prompt.system},
-                          {"role": "user", "content": prompt.user.format(**fields)}])
+                model=model,
+                temperature=0,
+                response_format={"type": "json_object"},
+                max_tokens=800,
+                messages=[
+                    {"role": "system", "content": prompt.system},
+                    {"role": "user", "content": prompt.user.format(**fields)},
+                ],
+            )
         except Exception as exc:  # noqa: BLE001 - any transport failure falls back to the rule
             self.failures_in_row += 1
-            return self._log(None, Decision(**base, answer="", accepted=False, reason=_transport_reason(exc),
-                                            fallback_used=True, seconds=time.monotonic() - start))
+            return self._log(
+                None,
+                Decision(
+                    **base,
+                    answer="",
+                    accepted=False,
+                    reason=_transport_reason(exc),
+                    fallback_used=True,
+                    seconds=time.monotonic() - start,
+                ),
+            )
         self.failures_in_row = 0
         usage = getattr(resp, "usage", None)
         pt, ct = (getattr(usage, "prompt_tokens", 0) or 0), (getattr(usage, "completion_tokens", 0) or 0)
@@ -174,9 +228,19 @@ class LLMClient:
         content = clip(content, 4000)
         self._write_cache(key, {"answer": content, "model": model, "prompt_version": prompt.tag})
         answer, reason = validate(content, schema, check)
-        return self._log(answer, Decision(**base, answer=content, accepted=answer is not None, reason=reason,
-                                          fallback_used=answer is None, prompt_tokens=pt, completion_tokens=ct,
-                                          seconds=time.monotonic() - start))
+        return self._log(
+            answer,
+            Decision(
+                **base,
+                answer=content,
+                accepted=answer is not None,
+                reason=reason,
+                fallback_used=answer is None,
+                prompt_tokens=pt,
+                completion_tokens=ct,
+                seconds=time.monotonic() - start,
+            ),
+        )
 
     def _log(self, answer, decision: Decision):
         self.decisions.append(decision)
@@ -251,8 +315,9 @@ def validate(content: str, schema: type[BaseModel], check) -> tuple[BaseModel | 
     return (None, reason) if reason else (answer, "")
 
 
-def run_with_llm(log_dir: str | os.PathLike, use: Callable[[LLMClient | None], Any], *,
-                 enabled: bool = True) -> tuple[Any, str, bool]:
+def run_with_llm(
+    log_dir: str | os.PathLike, use: Callable[[LLMClient | None], Any], *, enabled: bool = True
+) -> tuple[Any, str, bool]:
     """Run ``use(client)`` with the LLM client the environment configures, else ``use(None)``.
 
     The one place the product's callers (crawl triage, report grouping) get an LLM: a bad setting,
@@ -270,7 +335,7 @@ def run_with_llm(log_dir: str | os.PathLike, use: Callable[[LLMClient | None], A
     try:
         try:
             result = use(client)
-        except Exception as exc:  # noqa: BLE001 - the LLM path failed unforeseen: rules only
+        except Exception as exc:
             if client is None:
                 raise
             note = f"llm failed, rules used: {type(exc).__name__}: {exc}"[:300]

@@ -8,10 +8,11 @@ causes, validated).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,27 +63,37 @@ def rule_root_cause(stage: str, error_class: str, failing_op: str, message: str)
     return "other"
 
 
-def group_failures(failures: Iterable[Mapping[str, Any]], client: LLMClient | None = None) -> list[FailureGroup]:
+def group_failures(
+    failures: Iterable[Mapping[str, Any]], client: LLMClient | None = None
+) -> list[FailureGroup]:
     """Group failures (id, stage, error_class, failing_op, message). Rule default: equal
     (stage, error class, op, normalized message) form a group, named by keyword rules; an LLM
     may merge groups and name their root cause from the closed category list."""
     buckets: dict[tuple, list[str]] = {}
     for f in failures:
-        k = (str(f.get("stage") or ""), str(f.get("error_class") or ""), str(f.get("failing_op") or ""),
-             normalize_message(str(f.get("message") or "")))
+        k = (
+            str(f.get("stage") or ""),
+            str(f.get("error_class") or ""),
+            str(f.get("failing_op") or ""),
+            normalize_message(str(f.get("message") or "")),
+        )
         buckets.setdefault(k, []).append(str(f.get("id")))
     rule_groups: dict[str, FailureGroup] = {}
     for n, (k, members) in enumerate(sorted(buckets.items(), key=lambda kv: (-len(kv[1]), kv[0]))):
         gid = f"g{n + 1}"
-        rule_groups[gid] = FailureGroup(gid, rule_root_cause(*k), " / ".join(x for x in k if x)[:200], sorted(members),
-                                        "rules")
+        rule_groups[gid] = FailureGroup(
+            gid, rule_root_cause(*k), " / ".join(x for x in k if x)[:200], sorted(members), "rules"
+        )
     if client is None or not client.settings.enabled or not rule_groups:
         return list(rule_groups.values())
     causes = failure_causes()
     payload = {gid: [g.summary, len(g.members)] for gid, g in rule_groups.items()}
-    fields = {"categories": "\n".join(f"  {c}: {s['doc']}" for c, s in causes.items()),
-              "groups": clip("\n".join(f"{gid}: {g.summary} ({len(g.members)} models)"
-                                        for gid, g in rule_groups.items()))}
+    fields = {
+        "categories": "\n".join(f"  {c}: {s['doc']}" for c, s in causes.items()),
+        "groups": clip(
+            "\n".join(f"{gid}: {g.summary} ({len(g.members)} models)" for gid, g in rule_groups.items())
+        ),
+    }
 
     def check(a: GroupAnswer) -> str:
         seen: set[str] = set()
@@ -97,7 +108,9 @@ def group_failures(failures: Iterable[Mapping[str, Any]], client: LLMClient | No
                 seen.add(gid)
         return ""
 
-    answer, _ = client.ask("group", "failures", load_prompt("group_failures"), payload, fields, GroupAnswer, check)
+    answer, _ = client.ask(
+        "group", "failures", load_prompt("group_failures"), payload, fields, GroupAnswer, check
+    )
     if answer is None:
         return list(rule_groups.values())
     out, used = [], set()

@@ -7,8 +7,9 @@ rejected and the rule result kept (agents.llm says how decisions are cached and 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -44,8 +45,12 @@ def check_traits(answer: TraitAnswer, asked: Iterable[str]) -> str:
 class LLMClassifier:
     """Fills traits the rules left unknown; rule values are never overwritten."""
 
-    def __init__(self, settings: LLMSettings | None = None, log_dir: str | Path | None = None,
-                 client: LLMClient | None = None) -> None:
+    def __init__(
+        self,
+        settings: LLMSettings | None = None,
+        log_dir: str | Path | None = None,
+        client: LLMClient | None = None,
+    ) -> None:
         self.client = client or LLMClient(settings or LLMSettings.from_env(), log_dir)
 
     def fill(self, row: Mapping[str, Any], traits: Mapping[str, str]) -> dict[str, str]:
@@ -56,15 +61,33 @@ class LLMClassifier:
         allowed = {t: sorted(allowed_values(t) or _known_heads() | {UNKNOWN}) for t in asked}
         archs = row.get("architectures")
         archs = [str(a) for a in archs] if archs is not None and not isinstance(archs, str) else []
-        config = row.get("config") if isinstance(row.get("config"), str) else json.dumps(row.get("config") or {})
+        config = (
+            row.get("config") if isinstance(row.get("config"), str) else json.dumps(row.get("config") or {})
+        )
         card = row.get("card") or row.get("model_card") or ""
-        payload = {"model_type": traits.get("model_type"), "architectures": archs, "config": config,
-                   "card": card, "asked": asked}
-        fields = {"model_type": clip(traits.get("model_type"), 100), "architectures": clip(archs, 300),
-                  "allowed": "\n".join(f"  {t}: {', '.join(v)}" for t, v in allowed.items()),
-                  "config": clip(config), "card": clip(card, 4000)}
-        answer, _ = self.client.ask("classify", str(row.get("id", "")), load_prompt("classify_traits"), payload,
-                                    fields, TraitAnswer, lambda a: check_traits(a, asked))
+        payload = {
+            "model_type": traits.get("model_type"),
+            "architectures": archs,
+            "config": config,
+            "card": card,
+            "asked": asked,
+        }
+        fields = {
+            "model_type": clip(traits.get("model_type"), 100),
+            "architectures": clip(archs, 300),
+            "allowed": "\n".join(f"  {t}: {', '.join(v)}" for t, v in allowed.items()),
+            "config": clip(config),
+            "card": clip(card, 4000),
+        }
+        answer, _ = self.client.ask(
+            "classify",
+            str(row.get("id", "")),
+            load_prompt("classify_traits"),
+            payload,
+            fields,
+            TraitAnswer,
+            lambda a: check_traits(a, asked),
+        )
         if answer is not None:
             for t, v in answer.traits.items():
                 if out.get(t) == UNKNOWN:

@@ -6,8 +6,9 @@ list of reason codes, never invent one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,7 +35,9 @@ def _reason_codes() -> dict[str, str]:
     return {c: describe(c) for c in reason_codes()}
 
 
-def triage_broken(records: Iterable[Mapping[str, Any]], client: LLMClient | None = None) -> list[TriageRecord]:
+def triage_broken(
+    records: Iterable[Mapping[str, Any]], client: LLMClient | None = None
+) -> list[TriageRecord]:
     """Explain each broken record (id, broken_reason, broken_detail, config). Rule default: the
     reason code and its description; with an LLM, a validated category and a short explanation."""
     codes = _reason_codes()
@@ -42,19 +45,37 @@ def triage_broken(records: Iterable[Mapping[str, Any]], client: LLMClient | None
     for r in records:
         code = str(r.get("broken_reason") or "unspecified")
         detail = str(r.get("broken_detail") or "")
-        rule = TriageRecord(str(r.get("id")), code, f"{codes.get(code, code)}{': ' + clip(detail, 200) if detail else ''}",
-                            "rules")
+        rule = TriageRecord(
+            str(r.get("id")),
+            code,
+            f"{codes.get(code, code)}{': ' + clip(detail, 200) if detail else ''}",
+            "rules",
+        )
         if client is None or not client.settings.enabled:
             out.append(rule)
             continue
-        payload = {"id": rule.id, "reason": code, "detail": detail, "config": clip(r.get("config") or "", 1500)}
-        fields = {"reason": code, "reason_description": codes.get(code, ""), "model_id": clip(rule.id, 200),
-                  "categories": "\n".join(f"  {c}: {d}" for c, d in codes.items()),
-                  "detail": clip(detail, 1500), "config": clip(r.get("config") or "", 1500)}
+        payload = {
+            "id": rule.id,
+            "reason": code,
+            "detail": detail,
+            "config": clip(r.get("config") or "", 1500),
+        }
+        fields = {
+            "reason": code,
+            "reason_description": codes.get(code, ""),
+            "model_id": clip(rule.id, 200),
+            "categories": "\n".join(f"  {c}: {d}" for c, d in codes.items()),
+            "detail": clip(detail, 1500),
+            "config": clip(r.get("config") or "", 1500),
+        }
 
         def check(a: TriageAnswer) -> str:
             return "" if a.category in codes else f"out of vocabulary: category={clip(a.category, 60)}"
 
-        answer, _ = client.ask("triage", rule.id, load_prompt("triage_broken"), payload, fields, TriageAnswer, check)
-        out.append(TriageRecord(rule.id, answer.category, clip(answer.explanation, 600), "llm") if answer else rule)
+        answer, _ = client.ask(
+            "triage", rule.id, load_prompt("triage_broken"), payload, fields, TriageAnswer, check
+        )
+        out.append(
+            TriageRecord(rule.id, answer.category, clip(answer.explanation, 600), "llm") if answer else rule
+        )
     return out

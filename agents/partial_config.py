@@ -23,7 +23,7 @@ the config as given: nothing to check it against).
 from __future__ import annotations
 
 import inspect
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -49,7 +49,7 @@ def _field_for(key: str, fields: frozenset[str]) -> str | None:
     return next((f for f in summary_aliases().get(key, ()) if f in fields), None)
 
 
-@lru_cache(maxsize=None)
+@cache
 def config_fields(config_cls: type) -> frozenset[str]:
     """The field names a config class takes: constructor parameters and attribute_map aliases
     (the one definition; the shrinker's flat-config nesting uses it too)."""
@@ -62,8 +62,11 @@ def config_fields(config_cls: type) -> frozenset[str]:
             sig = inspect.signature(init)
         except (TypeError, ValueError):
             continue
-        params |= {n for n, p in sig.parameters.items()
-                   if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+        params |= {
+            n
+            for n, p in sig.parameters.items()
+            if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        }
         if klass.__name__ == "PreTrainedConfig" or klass.__name__ == "PretrainedConfig":
             return frozenset()  # only the generic base constructor: the class names no fields
         break  # the most derived __init__ is what the class takes
@@ -71,7 +74,7 @@ def config_fields(config_cls: type) -> frozenset[str]:
     return frozenset(params)
 
 
-@lru_cache(maxsize=None)
+@cache
 def text_config_fields(config_cls: type) -> frozenset[str]:
     """Fields of a composite config's text sub-config: the class its default builds there (an
     `AutoConfig` slot, as in Llava, is whatever the type's default text model is)."""
@@ -84,7 +87,7 @@ def text_config_fields(config_cls: type) -> frozenset[str]:
     return config_fields(type(sub)) if sub is not None else frozenset()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _listed_layer_count(config_cls: type) -> int | None:
     """The default's layer count when the default also lists something per layer (`layer_types`,
     Zamba2's hybrid lists...): a summary's other layer count cannot be applied without inventing
@@ -100,7 +103,7 @@ def _listed_layer_count(config_cls: type) -> int | None:
     return n if lists else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _head_dim_is_quotient(config_cls: type) -> bool:
     """Whether the type's `head_dim` is hidden / heads in its own default (Llama: yes; LongCat-Flash,
     whose `head_dim` is its rotary size, 64 of a 6144 / 64 = 96 quotient: no)."""
@@ -155,8 +158,12 @@ def _split(config: dict[str, Any], model_type: str | None) -> tuple[dict[str, An
             out[key] = value
         elif key == "num_hidden_layers" and listed is not None and value != listed and key in top:
             dropped.append(key)
-        elif (key == "head_dim" and key in top and value == _summary_quotient(config)
-              and not _head_dim_is_quotient(cls)):
+        elif (
+            key == "head_dim"
+            and key in top
+            and value == _summary_quotient(config)
+            and not _head_dim_is_quotient(cls)
+        ):
             dropped.append(key)  # the summary's hidden / heads, not the type's head_dim
         elif (name := _field_for(key, top)) is not None:
             out.setdefault(name, value)

@@ -20,10 +20,11 @@ from __future__ import annotations
 import heapq
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -122,8 +123,9 @@ def estimate_params(config: str | None) -> float:
 
 def _signature_groups(frame: pd.DataFrame, traits: Sequence[str]) -> pd.DataFrame:
     """One row per distinct trait signature: its best candidate and its members' totals."""
-    ranked = frame.sort_values(["downloads", "param_estimate", "id"], ascending=[False, True, True],
-                               kind="mergesort")
+    ranked = frame.sort_values(
+        ["downloads", "param_estimate", "id"], ascending=[False, True, True], kind="mergesort"
+    )
     grouped = ranked.groupby(list(traits), sort=False, dropna=False)
     best = grouped.head(1).set_index(list(traits))
     totals = grouped.agg(group_downloads=("downloads", "sum"), group_models=("id", "size"))
@@ -182,7 +184,9 @@ def select(frame: pd.DataFrame, *, coverage_target: float | None = None) -> Sele
     coverage_mask[chosen] = True
     gdl = groups["group_downloads"].to_numpy(dtype=np.float64)
     if coverage_target is not None:  # add the most-downloaded uncovered signatures until the target
-        order = sorted((i for i in range(len(groups)) if not coverage_mask[i]), key=lambda i: (-gdl[i], ids[i]))
+        order = sorted(
+            (i for i in range(len(groups)) if not coverage_mask[i]), key=lambda i: (-gdl[i], ids[i])
+        )
         for i in order:
             if total_downloads == 0 or gdl[coverage_mask].sum() / total_downloads >= coverage_target:
                 break
@@ -196,23 +200,37 @@ def select(frame: pd.DataFrame, *, coverage_target: float | None = None) -> Sele
     for slot, i in enumerate(chosen):
         members = assign == slot
         row = groups.iloc[i]
-        reps.append(Representative(
-            id=str(row["id"]), model_type=str(row.get("model_type") or row[traits[0]]),
-            architecture=str(row.get("architecture") or ""), config=row["config"] if isinstance(row["config"], str) else "{}",
-            downloads=int(row["downloads"]), covers=sorted(names[e] for e in sets[i]),
-            first_covered=[names[e] for e in first[i]],
-            cluster_download_share=float(gdl[members].sum() / total_downloads) if total_downloads else 0.0,
-            cluster_models=int(gmodels[members].sum()), source=str(row.get("source") or ""),
-            param_estimate=float(size[i]),
-        ))
+        reps.append(
+            Representative(
+                id=str(row["id"]),
+                model_type=str(row.get("model_type") or row[traits[0]]),
+                architecture=str(row.get("architecture") or ""),
+                config=row["config"] if isinstance(row["config"], str) else "{}",
+                downloads=int(row["downloads"]),
+                covers=sorted(names[e] for e in sets[i]),
+                first_covered=[names[e] for e in first[i]],
+                cluster_download_share=float(gdl[members].sum() / total_downloads)
+                if total_downloads
+                else 0.0,
+                cluster_models=int(gmodels[members].sum()),
+                source=str(row.get("source") or ""),
+                param_estimate=float(size[i]),
+            )
+        )
     exact_dl = float(gdl[coverage_mask].sum() / total_downloads) if total_downloads else 0.0
     exact_models = float(gmodels[coverage_mask].sum() / gmodels.sum())
     d = max((len(s) for s in sets), default=0)
     return Selection(
-        representatives=reps, eligible=int(len(df)), universe=len(element_ids),
-        covered=len(element_ids) - len(uncovered), max_set_size=d, greedy_bound=harmonic(d),
-        download_weighted_coverage=exact_dl, model_coverage=exact_models, total_downloads=total_downloads,
-        stats={"signatures": int(len(groups))},
+        representatives=reps,
+        eligible=len(df),
+        universe=len(element_ids),
+        covered=len(element_ids) - len(uncovered),
+        max_set_size=d,
+        greedy_bound=harmonic(d),
+        download_weighted_coverage=exact_dl,
+        model_coverage=exact_models,
+        total_downloads=total_downloads,
+        stats={"signatures": len(groups)},
     )
 
 
@@ -253,12 +271,21 @@ def write_selection(out_dir: str | Path, selection: Selection) -> Path:
 
     out = Path(out_dir)
     rows = [asdict(r) for r in selection.representatives]
-    schema = pa.schema([
-        ("id", pa.string()), ("model_type", pa.string()), ("architecture", pa.string()), ("config", pa.string()),
-        ("downloads", pa.int64()), ("covers", pa.list_(pa.string())), ("first_covered", pa.list_(pa.string())),
-        ("cluster_download_share", pa.float64()), ("cluster_models", pa.int64()), ("source", pa.string()),
-        ("param_estimate", pa.float64()),
-    ])
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("model_type", pa.string()),
+            ("architecture", pa.string()),
+            ("config", pa.string()),
+            ("downloads", pa.int64()),
+            ("covers", pa.list_(pa.string())),
+            ("first_covered", pa.list_(pa.string())),
+            ("cluster_download_share", pa.float64()),
+            ("cluster_models", pa.int64()),
+            ("source", pa.string()),
+            ("param_estimate", pa.float64()),
+        ]
+    )
     table = pa.Table.from_pylist(rows, schema=schema)
     summary = selection.summary()
     table = table.replace_schema_metadata({META_KEY: json.dumps(summary).encode()})
@@ -275,7 +302,9 @@ def read_representatives(out_dir: str | Path) -> pd.DataFrame:
     if path.is_dir():
         path = path / REPRESENTATIVES_FILE
     if not path.exists():
-        raise FileNotFoundError(f"no {REPRESENTATIVES_FILE} at {path.parent} (run `harness select --in {path.parent}`)")
+        raise FileNotFoundError(
+            f"no {REPRESENTATIVES_FILE} at {path.parent} (run `harness select --in {path.parent}`)"
+        )
     return pd.read_parquet(path)
 
 
@@ -284,9 +313,13 @@ def _to_specs(rows: Iterable[Mapping[str, Any]]) -> list[ModelSpec]:
     specs = []
     for r in rows:
         config = r.get("config")
-        record = ModelRecord(id=str(r["id"]), source=str(r.get("source") or "catalog"),
-                             model_type=r.get("model_type") or None, downloads=int(r.get("downloads") or 0),
-                             config=config if isinstance(config, str) else None)
+        record = ModelRecord(
+            id=str(r["id"]),
+            source=str(r.get("source") or "catalog"),
+            model_type=r.get("model_type") or None,
+            downloads=int(r.get("downloads") or 0),
+            config=config if isinstance(config, str) else None,
+        )
         specs.append(record.to_spec(architecture=str(r.get("architecture") or "")))
     return specs
 
@@ -307,8 +340,10 @@ def default_representatives() -> list:
 def default_cache_path() -> Path:
     import transformers
 
-
-    return current().cache_dir / f"default_representatives-{transformers.__version__}-v{vocabulary()['version']}.json"
+    return (
+        current().cache_dir
+        / f"default_representatives-{transformers.__version__}-v{vocabulary()['version']}.json"
+    )
 
 
 def _default_rows() -> list[dict[str, Any]]:

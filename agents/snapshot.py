@@ -12,8 +12,9 @@ import gzip
 import io
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from agents.store import CONFIG_LEVELS, ModelRecord
 from agents.triage import triage
@@ -78,7 +79,10 @@ def record_from_row(row: Any, lineno: int, origin: str, *, instantiate: bool = T
     """One dump row -> one triaged ModelRecord (never raises on bad data)."""
     if not isinstance(row, dict) or not _text(row.get("id")):
         return ModelRecord(
-            id=f"{origin}:{lineno}", source="snapshot", status="broken", broken_reason="unreadable_row",
+            id=f"{origin}:{lineno}",
+            source="snapshot",
+            status="broken",
+            broken_reason="unreadable_row",
             broken_detail=f"row {lineno} is not a JSON object with an id: {str(row)[:200]}",
         )
     raw_config = row.get("config")
@@ -90,24 +94,38 @@ def record_from_row(row: Any, lineno: int, origin: str, *, instantiate: bool = T
     model_id = _text(row["id"])
     tags = _strings(row.get("tags"))
     verdict = triage(
-        model_id, raw_config if isinstance(raw_config, (dict, list)) else config_text,
-        model_type=_text(row.get("model_type")), architectures=_strings(row.get("architectures")),
-        tags=tags, instantiate=instantiate,
+        model_id,
+        raw_config if isinstance(raw_config, (dict, list)) else config_text,
+        model_type=_text(row.get("model_type")),
+        architectures=_strings(row.get("architectures")),
+        tags=tags,
+        instantiate=instantiate,
     )
     return ModelRecord(
-        id=model_id, source="snapshot",
-        downloads=_int(row.get("downloads")), likes=_int(row.get("likes")),
-        pipeline_tag=_text(row.get("pipeline_tag")), library_name=_text(row.get("library_name")),
-        tags=tags, sha=_text(row.get("sha")),
-        model_type=verdict.model_type, architectures=verdict.architectures,
-        config=config_text, config_level=level if level in CONFIG_LEVELS else None,
-        status=verdict.status, broken_reason=verdict.reason, broken_detail=verdict.detail,
-        downloads_snapshot=_text(row.get("downloads_snapshot")), config_source=_text(row.get("config_source")),
+        id=model_id,
+        source="snapshot",
+        downloads=_int(row.get("downloads")),
+        likes=_int(row.get("likes")),
+        pipeline_tag=_text(row.get("pipeline_tag")),
+        library_name=_text(row.get("library_name")),
+        tags=tags,
+        sha=_text(row.get("sha")),
+        model_type=verdict.model_type,
+        architectures=verdict.architectures,
+        config=config_text,
+        config_level=level if level in CONFIG_LEVELS else None,
+        status=verdict.status,
+        broken_reason=verdict.reason,
+        broken_detail=verdict.detail,
+        downloads_snapshot=_text(row.get("downloads_snapshot")),
+        config_source=_text(row.get("config_source")),
         last_modified=_text(row.get("last_modified") or row.get("lastModified")),
     )
 
 
-def iter_snapshot(path: str | Path, *, limit: int | None = None, instantiate: bool = True) -> Iterator[ModelRecord]:
+def iter_snapshot(
+    path: str | Path, *, limit: int | None = None, instantiate: bool = True
+) -> Iterator[ModelRecord]:
     """Triaged records of a dump, in file order; `limit` caps how many rows are read."""
     origin = Path(path).name
     for count, (lineno, row) in enumerate(iter_rows(path), start=1):

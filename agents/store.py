@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -88,7 +89,9 @@ class ModelRecord:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
         if self.config_level is not None and self.config_level not in CONFIG_LEVELS:
-            raise ValueError(f"config_level must be one of {CONFIG_LEVELS} or None, got {self.config_level!r}")
+            raise ValueError(
+                f"config_level must be one of {CONFIG_LEVELS} or None, got {self.config_level!r}"
+            )
         if self.status == "broken" and not self.broken_reason:
             raise ValueError(f"{self.id}: a broken record needs a broken_reason")
 
@@ -122,13 +125,18 @@ class ModelRecord:
             from agents.partial_config import normalize_partial
 
             config = normalize_partial(config, model_type)
-        return ModelSpec(model_id=self.id, model_type=model_type,
-                         architecture=architecture or first, config=config, downloads=int(self.downloads or 0),
-                         source=self.source)
+        return ModelSpec(
+            model_id=self.id,
+            model_type=model_type,
+            architecture=architecture or first,
+            config=config,
+            downloads=int(self.downloads or 0),
+            source=self.source,
+        )
 
 
 COLUMNS = [f.name for f in fields(ModelRecord)]
-assert COLUMNS == SCHEMA.names, "ModelRecord fields and the Parquet SCHEMA must agree"
+assert SCHEMA.names == COLUMNS, "ModelRecord fields and the Parquet SCHEMA must agree"
 
 
 def store_path(out_dir: str | os.PathLike) -> Path:

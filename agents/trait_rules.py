@@ -5,8 +5,9 @@ agents/data/traits.yaml's closed vocabulary, or unknown.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from agents.type_profiles import TypeProfile
 from agents.vocabulary import UNKNOWN, vocabulary
@@ -117,7 +118,9 @@ def layer_kinds(t: Mapping[str, Any]) -> set[str] | None:
         if isinstance(seq, list) and seq:
             flat: list[Any] = []
             for item in seq:  # gpt_neo writes [[["global", "local"], 12]]
-                flat.extend(item[0] if isinstance(item, list) and item and isinstance(item[0], list) else [item])
+                flat.extend(
+                    item[0] if isinstance(item, list) and item and isinstance(item[0], list) else [item]
+                )
             kinds = {kinds_table.get(str(x).lower(), "other") for x in flat if isinstance(x, str)}
             kinds.discard("mlp")
             if kinds:
@@ -195,8 +198,18 @@ def rule_attention_pattern(t: Mapping[str, Any], attention: str, layer_mix: str)
     return "global"
 
 
-_ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_dim", "rotary_pct", "partial_rotary_factor",
-              "rotary_emb_base", "rope_interleave", "qk_rope_head_dim", "rotary_embedding_base")
+_ROPE_KEYS = (
+    "rope_parameters",
+    "rope_scaling",
+    "rope_theta",
+    "rotary_dim",
+    "rotary_pct",
+    "partial_rotary_factor",
+    "rotary_emb_base",
+    "rope_interleave",
+    "qk_rope_head_dim",
+    "rotary_embedding_base",
+)
 
 
 def rule_position(t: Mapping[str, Any], profile: TypeProfile, layer_mix: str) -> str:
@@ -213,7 +226,11 @@ def rule_position(t: Mapping[str, Any], profile: TypeProfile, layer_mix: str) ->
             return "alibi"
     if any(t.get(k) not in (None, {}, 0) for k in _ROPE_KEYS):
         return "rope"
-    if t.get("relative_attention_num_buckets") or t.get("relative_attention") is True or t.get("max_relative_positions"):
+    if (
+        t.get("relative_attention_num_buckets")
+        or t.get("relative_attention") is True
+        or t.get("max_relative_positions")
+    ):
         return "relative"
     if isinstance(pet, str) and pet == "absolute":
         return "absolute"
@@ -308,7 +325,14 @@ def rule_dtype(value: Any) -> str:
     return _lookup_tables()["dtype"].get(value.lower().removeprefix("torch."), "other")
 
 
-_NON_TEXT_SUBCONFIGS = ("vision_config", "audio_config", "speech_config", "visual", "vision_tower", "image_config")
+_NON_TEXT_SUBCONFIGS = (
+    "vision_config",
+    "audio_config",
+    "speech_config",
+    "visual",
+    "vision_tower",
+    "image_config",
+)
 
 
 def modality(cfg: Mapping[str, Any], profile: TypeProfile, head: str, complete: bool) -> str:
@@ -317,16 +341,26 @@ def modality(cfg: Mapping[str, Any], profile: TypeProfile, head: str, complete: 
         names = set(profile.mappings)
         for value, mappings in vocabulary()["modality_from_heads"]:
             if names & set(mappings):
-                if value == "multimodal" and complete and has_lm_keys(raw) and not any(
-                        isinstance(raw.get(k), dict) for k in _NON_TEXT_SUBCONFIGS):
+                if (
+                    value == "multimodal"
+                    and complete
+                    and has_lm_keys(raw)
+                    and not any(isinstance(raw.get(k), dict) for k in _NON_TEXT_SUBCONFIGS)
+                ):
                     return "text"  # a text-only checkpoint of a multimodal family
                 return value
     has_text = any(isinstance(cfg.get(k), dict) for k in ("text_config", "language_config", "llm_config"))
     has_other = any(isinstance(cfg.get(k), dict) for k in ("vision_config", "audio_config", "speech_config"))
     if has_text and has_other:
         return "multimodal"
-    if head in ("causal_lm", "masked_lm", "seq2seq_lm", "sequence_classification", "token_classification",
-                "question_answering"):
+    if head in (
+        "causal_lm",
+        "masked_lm",
+        "seq2seq_lm",
+        "sequence_classification",
+        "token_classification",
+        "question_answering",
+    ):
         return "text"
     if head in ("image_classification", "object_detection"):
         return "vision"
@@ -335,16 +369,28 @@ def modality(cfg: Mapping[str, Any], profile: TypeProfile, head: str, complete: 
     return UNKNOWN
 
 
-_DECODER_MAPS = {"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
-                 "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES"}
+_DECODER_MAPS = {
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+    "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES",
+}
 _SEQ2SEQ_MAPS = {"MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"}
-_ENCODER_MAPS = {"MODEL_FOR_MASKED_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
-                 "MODEL_FOR_CTC_MAPPING_NAMES", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
-                 "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
-                 "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES", "MODEL_FOR_IMAGE_MAPPING_NAMES",
-                 "MODEL_FOR_BACKBONE_MAPPING_NAMES", "MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",
-                 "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES", "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",
-                 "MODEL_FOR_TIME_SERIES_CLASSIFICATION_MAPPING_NAMES", "MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES"}
+_ENCODER_MAPS = {
+    "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "MODEL_FOR_CTC_MAPPING_NAMES",
+    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+    "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+    "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+    "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_MAPPING_NAMES",
+    "MODEL_FOR_BACKBONE_MAPPING_NAMES",
+    "MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",
+    "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",
+    "MODEL_FOR_TIME_SERIES_CLASSIFICATION_MAPPING_NAMES",
+    "MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES",
+}
 
 
 def structure(cfg: Mapping[str, Any], profile: TypeProfile, head: str, layer_mix: str) -> str:

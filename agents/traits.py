@@ -15,17 +15,35 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from agents import type_profiles as _type_profiles
+from agents.trait_rules import (
+    first,
+    has_lm_keys,
+    head_of,
+    layer_kinds,
+    merged,
+    modality,
+    model_type_of,
+    rule_activation,
+    rule_attention,
+    rule_attention_pattern,
+    rule_dtype,
+    rule_layer_mix,
+    rule_moe,
+    rule_norm,
+    rule_position,
+    rule_quantization,
+    rule_rope_scaling,
+    structure,
+    text_key,
+)
 from agents.type_profiles import profiles
-from agents.trait_rules import (first, has_lm_keys, head_of, layer_kinds, merged, modality, model_type_of,
-                               rule_activation, rule_attention, rule_attention_pattern, rule_dtype,
-                               rule_layer_mix, rule_moe, rule_norm, rule_position, rule_quantization,
-                               rule_rope_scaling, structure, text_key)
 from agents.vocabulary import UNKNOWN, vocabulary
 
 COMPLETE_LEVELS = {"full", "default", "file"}
@@ -63,14 +81,11 @@ class TraitRecord:
 TRAIT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(TraitRecord))
 
 
-
-
 def reset_profiles() -> None:
     """Drop in-memory profiles and memos (after changing HARNESS_CACHE_DIR, or to time a cold run)."""
     _type_profiles.reset()
     _variable_in_defaults.cache_clear()
     _traits_cached.cache_clear()
-
 
 
 # Traits a config states itself (never implied by the type): unknown unless the config is complete
@@ -96,8 +111,10 @@ def _variable_in_defaults(model_type: str, text_key: str | None) -> dict[str, tu
 @lru_cache(maxsize=1)
 def _variable_groups() -> dict[str, tuple[tuple[str, ...], ...]]:
     """variable_keys as alias groups (a bare key is a group of one)."""
-    return {trait: tuple(tuple(g) if isinstance(g, list) else (g,) for g in groups)
-            for trait, groups in vocabulary()["variable_keys"].items()}
+    return {
+        trait: tuple(tuple(g) if isinstance(g, list) else (g,) for g in groups)
+        for trait, groups in vocabulary()["variable_keys"].items()
+    }
 
 
 @lru_cache(maxsize=1)
@@ -105,8 +122,14 @@ def _all_variable_keys() -> dict[str, tuple[str, ...]]:
     return {t: tuple(k for g in groups for k in g) for t, groups in _variable_groups().items()}
 
 
-def _undetermined(trait: str, cfg: Mapping[str, Any], tcfg: Mapping[str, Any], var: Mapping[str, tuple],
-                  complete: bool, known: bool) -> bool:
+def _undetermined(
+    trait: str,
+    cfg: Mapping[str, Any],
+    tcfg: Mapping[str, Any],
+    var: Mapping[str, tuple],
+    complete: bool,
+    known: bool,
+) -> bool:
     """True when an incomplete config does not tell this trait and the type lets it vary."""
     if complete:
         return False
@@ -118,9 +141,14 @@ def _undetermined(trait: str, cfg: Mapping[str, Any], tcfg: Mapping[str, Any], v
     return any(not any(k in cfg or k in tcfg for k in g) for g in var.get(trait, ()))
 
 
-def extract_traits(config: Mapping[str, Any] | None, *, model_type: str | None = None,
-                   architectures: Iterable[str] | None = None, config_level: str | None = "file",
-                   head: str | None = None) -> TraitRecord:
+def extract_traits(
+    config: Mapping[str, Any] | None,
+    *,
+    model_type: str | None = None,
+    architectures: Iterable[str] | None = None,
+    config_level: str | None = "file",
+    head: str | None = None,
+) -> TraitRecord:
     """Traits of one config. `config_level` says how complete the config is (full|default|file mean
     complete; partial|arch_only|None mean fields may be missing)."""
     cfg = dict(config or {})
@@ -188,8 +216,11 @@ def extract_traits(config: Mapping[str, Any] | None, *, model_type: str | None =
 
 
 def _may_be_hybrid(var: Mapping[str, tuple]) -> bool:
-    return any(k in ("layers_block_type", "hybrid_override_pattern", "attn_layer_period", "block_types")
-               for g in var.get("layer_mix", ()) for k in g)
+    return any(
+        k in ("layers_block_type", "hybrid_override_pattern", "attn_layer_period", "block_types")
+        for g in var.get("layer_mix", ())
+        for k in g
+    )
 
 
 def parse_config(text: str | None) -> dict[str, Any] | None:
@@ -228,8 +259,9 @@ def traits_dict_for_row(row: Mapping[str, Any]) -> dict[str, str]:
 
 
 @lru_cache(maxsize=200_000)
-def _traits_cached(mt: str | None, config: str | None, archs: tuple[str, ...], level: str | None,
-                   head: str | None) -> dict[str, str]:
+def _traits_cached(
+    mt: str | None, config: str | None, archs: tuple[str, ...], level: str | None, head: str | None
+) -> dict[str, str]:
     cfg = parse_config(config)
     return extract_traits(cfg, model_type=mt, architectures=archs, config_level=level, head=head).to_dict()
 

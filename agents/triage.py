@@ -8,10 +8,11 @@ a config that needs it (auto_map/custom_code for a type or class transformers la
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import yaml
 
@@ -131,7 +132,11 @@ def _check_trust_remote_code(c: _Ctx) -> None:
     if native_type and native_arch:
         return  # transformers builds it natively; with trust_remote_code=False the markers are ignored
     missing = [a for a in c.architectures if not catalog.is_known_architecture(a)]
-    what = f"model_type {c.model_type!r} unknown" if not native_type else f"classes {missing} not in transformers"
+    what = (
+        f"model_type {c.model_type!r} unknown"
+        if not native_type
+        else f"classes {missing} not in transformers"
+    )
     raise _Broken("trust_remote_code", f"{', '.join(markers)}; {what}")
 
 
@@ -146,7 +151,9 @@ def _check_missing_model_type(c: _Ctx) -> None:
     if candidates:
         detail += f"; architectures fit several types {candidates}"
     elif c.architectures:
-        raise _Broken("architecture_missing", f"{c.architectures} not in the installed transformers (and no model_type)")
+        raise _Broken(
+            "architecture_missing", f"{c.architectures} not in the installed transformers (and no model_type)"
+        )
     raise _Broken("missing_model_type", detail)
 
 
@@ -217,8 +224,14 @@ def triage(
     `config` is raw text/bytes (as downloaded), a dict, or None. `model_type`/`architectures` are
     what a listing said when the config itself lacks them.
     """
-    ctx = _Ctx(model_id, config, model_type or None, [a for a in (architectures or []) if isinstance(a, str)],
-               list(tags or []), instantiate)
+    ctx = _Ctx(
+        model_id,
+        config,
+        model_type or None,
+        [a for a in (architectures or []) if isinstance(a, str)],
+        list(tags or []),
+        instantiate,
+    )
     for rule in rules()["config_rules"]:
         check = _CHECKS.get(rule["code"])
         if check is None:
@@ -226,5 +239,7 @@ def triage(
         try:
             check(ctx)
         except _Broken as b:
-            return Verdict("broken", b.code, b.detail, ctx.model_type, ctx.architectures, ctx.config, ctx.inferred)
+            return Verdict(
+                "broken", b.code, b.detail, ctx.model_type, ctx.architectures, ctx.config, ctx.inferred
+            )
     return Verdict("ok", None, "", ctx.model_type, ctx.architectures, ctx.config, ctx.inferred)

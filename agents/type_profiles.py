@@ -20,6 +20,7 @@ from typing import Any
 from agents.vocabulary import vocabulary
 from contracts.settings import current
 
+
 @dataclass
 class TypeProfile:
     """What the installed transformers says about one model_type (JSON-able, cached on disk)."""

@@ -34,7 +34,6 @@ def _autoload() -> None:
 
 def _foreign_owner() -> str:
     """Who else holds PrivateUse1 or the device name in this process ("" when nobody does)."""
-    import torch
 
     if getattr(torch, "_neuron_backend_registered", False):  # it is us
         return ""
@@ -101,7 +100,7 @@ from backend import autograd_thread as _autograd_thread  # noqa: E402
 from backend import faults  # noqa: E402  (planted faults: backend.faults.plant/load/clear)
 
 if stepped_aside:
-    import warnings  # noqa: E402
+    import warnings
 
     warnings.warn(f"the simulated neuron device steps aside: {stepped_aside}", stacklevel=2)
 else:
@@ -112,9 +111,30 @@ else:
     _autograd_thread.apply()  # backward on the calling thread (NEURON_AUTOGRAD_THREAD)
 
 __all__ = [
-    "DEVICE", "FallbackEvent", "FaultFileError", "LoweringTableError", "NeuronError", "NeuronFallbackError",
-    "NeuronFallbackWarning", "NeuronFaultError", "NeuronOutOfMemoryError", "NeuronUnsupportedError",
-    "clear_op_tracking", "collect_fallbacks", "executed_ops", "fallback_events", "fallback_mode",
-    "fallback_ops", "faults", "is_simulated", "lowering", "memory_capacity", "precision", "record_fallback",
-    "set_fallback_mode", "set_memory_capacity", "set_precision", "stepped_aside",
+    "DEVICE",
+    "FallbackEvent",
+    "FaultFileError",
+    "LoweringTableError",
+    "NeuronError",
+    "NeuronFallbackError",
+    "NeuronFallbackWarning",
+    "NeuronFaultError",
+    "NeuronOutOfMemoryError",
+    "NeuronUnsupportedError",
+    "clear_op_tracking",
+    "collect_fallbacks",
+    "executed_ops",
+    "fallback_events",
+    "fallback_mode",
+    "fallback_ops",
+    "faults",
+    "is_simulated",
+    "lowering",
+    "memory_capacity",
+    "precision",
+    "record_fallback",
+    "set_fallback_mode",
+    "set_memory_capacity",
+    "set_precision",
+    "stepped_aside",
 ]

@@ -9,8 +9,9 @@ device's own modules, once each.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Any, Iterator
+from typing import Any
 
 
 class NeuronBackend:
@@ -89,16 +90,26 @@ class NeuronBackend:
         from backend.precision import precision
 
         info: dict[str, Any] = {
-            "backend": self.name, "device": self.device_type, "available": self.is_available(),
-            "simulated": self.simulated, "reports_fallbacks": self.reports_fallbacks,
-            "compile_backend": self.compile_backend, "reference_compile_backend": self.reference_compile_backend,
+            "backend": self.name,
+            "device": self.device_type,
+            "available": self.is_available(),
+            "simulated": self.simulated,
+            "reports_fallbacks": self.reports_fallbacks,
+            "compile_backend": self.compile_backend,
+            "reference_compile_backend": self.reference_compile_backend,
         }
         try:
             table = current_table()
-            info["lowering_table"] = {"version": table.version, "source": table.source, "native_ops": len(table.ops)}
+            info["lowering_table"] = {
+                "version": table.version,
+                "source": table.source,
+                "native_ops": len(table.ops),
+            }
         except Exception as exc:  # noqa: BLE001 - a broken table is reported, not fatal
             info["lowering_table"] = {"error": f"{type(exc).__name__}: {exc}"}
-        info.update(fallback_mode=fallback_mode(), precision=precision(), memory_capacity_bytes=memory_capacity())
+        info.update(
+            fallback_mode=fallback_mode(), precision=precision(), memory_capacity_bytes=memory_capacity()
+        )
         from backend import faults
 
         info["planted_faults"] = [f.name for f in faults.active()]  # NEURON_FAULTS: results are not real

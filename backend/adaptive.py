@@ -22,9 +22,10 @@ import contextlib
 import operator
 import os
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.fx
@@ -33,20 +34,28 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from backend import faults, storage
 from backend.neff import TensorSpec
 from backend.neff.compiler import CompilerFlags, compile_partition, plan
-from backend.neff.precision import current_mode, wrap
 from backend.neff.format import dtype_name
+from backend.neff.precision import current_mode, wrap
 
 DEVICE = "neuron"
 MAX_RUN_OPS = 64
 _NEVER_DEFER = {
-    "aten._to_copy.default", "aten.copy_.default", "aten._copy_from.default",
-    "aten._copy_from_and_resize.default", "aten._local_scalar_dense.default",
-    "aten.lift_fresh.default", "aten.detach.default",
+    "aten._to_copy.default",
+    "aten.copy_.default",
+    "aten._copy_from.default",
+    "aten._copy_from_and_resize.default",
+    "aten._local_scalar_dense.default",
+    "aten.lift_fresh.default",
+    "aten.detach.default",
 }
 #: allocations and unannotated views read no data: they run at once without ending the run
 _NO_SYNC = {
-    "aten.empty.memory_format", "aten.empty_strided.default", "aten.new_empty.default",
-    "aten.new_empty_strided.default", "aten.empty_like.default", "aten._unsafe_view.default",
+    "aten.empty.memory_format",
+    "aten.empty_strided.default",
+    "aten.new_empty.default",
+    "aten.new_empty_strided.default",
+    "aten.empty_like.default",
+    "aten._unsafe_view.default",
     "aten._reshape_alias.default",
 }
 
@@ -65,7 +74,9 @@ class AdaptiveStats:
 class _Run:
     tensors: list[torch.Tensor] = field(default_factory=list)  # every device tensor involved
     index: dict[int, int] = field(default_factory=dict)  # id(tensor) -> position
-    entries: list[tuple] = field(default_factory=list)  # (op, name, args template, kwargs template, out positions)
+    entries: list[tuple] = field(
+        default_factory=list
+    )  # (op, name, args template, kwargs template, out positions)
 
     def ref(self, t: torch.Tensor) -> tuple[str, int]:
         pos = self.index.get(id(t))
@@ -131,7 +142,9 @@ class AdaptiveEager(TorchDispatchMode):
                 and schema is not None
                 and not schema.is_mutable
                 and schema.returns
-                and all(r.alias_info is None and str(r.type) in ("Tensor", "Tensor[]") for r in schema.returns)
+                and all(
+                    r.alias_info is None and str(r.type) in ("Tensor", "Tensor[]") for r in schema.returns
+                )
                 and torch.Tag.nondeterministic_seeded not in func.tags
                 and torch.Tag.dynamic_output_shape not in func.tags
                 and torch.Tag.data_dependent_output not in func.tags
@@ -158,8 +171,13 @@ class AdaptiveEager(TorchDispatchMode):
             return None  # no meta kernel: run it eagerly instead
         outs = [storage.new_tensor(shape, dtype, stride) for shape, stride, dtype in metas]
         run = self._run
-        entry = (func, str(func), _template(run, args), {k: _template(run, v) for k, v in kwargs.items()},
-                 tuple(run.ref(o)[1] for o in outs))
+        entry = (
+            func,
+            str(func),
+            _template(run, args),
+            {k: _template(run, v) for k, v in kwargs.items()},
+            tuple(run.ref(o)[1] for o in outs),
+        )
         run.entries.append(entry)
         self.stats.deferred_ops += 1
         from backend import fallback
@@ -184,7 +202,11 @@ class AdaptiveEager(TorchDispatchMode):
             return
         self._run = _Run()
         specs = tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in run.tensors)
-        key = (tuple((e[1], e[2], tuple(sorted(e[3].items())), e[4]) for e in run.entries), specs, current_mode())
+        key = (
+            tuple((e[1], e[2], tuple(sorted(e[3].items())), e[4]) for e in run.entries),
+            specs,
+            current_mode(),
+        )
         hosts = [storage.cpu_view(t) for t in run.tensors]
         self.stats.runs += 1
         exe = self._compiled.get(key)
@@ -202,7 +224,9 @@ class AdaptiveEager(TorchDispatchMode):
         if seen >= self.min_repeats and key not in self._queued:
             self._queued.add(key)
             self.stats.compiles_queued += 1
-            self._pool.submit(self._compile, key, run.entries, [TensorSpec(s, st, dtype_name(d)) for s, st, d in specs])
+            self._pool.submit(
+                self._compile, key, run.entries, [TensorSpec(s, st, dtype_name(d)) for s, st, d in specs]
+            )
 
     def _compile(self, key: tuple, entries: list[tuple], specs: list[TensorSpec]) -> None:
         """Background: the run as an FX graph (ops + copies into outputs) through the NEFF cache."""
@@ -211,8 +235,14 @@ class AdaptiveEager(TorchDispatchMode):
         graph = torch.fx.Graph()
         inputs = [graph.placeholder(f"t{i}") for i in range(len(specs))]
         for func, _name, a, k, outs in entries:
-            node = graph.call_function(func, tuple(_fill(a, inputs)), {n: _fill(v, inputs) for n, v in k.items()})
-            if len(outs) == 1 and not str(func._schema.returns[0].type) == "Tensor[]" and len(func._schema.returns) == 1:
+            node = graph.call_function(
+                func, tuple(_fill(a, inputs)), {n: _fill(v, inputs) for n, v in k.items()}
+            )
+            if (
+                len(outs) == 1
+                and not str(func._schema.returns[0].type) == "Tensor[]"
+                and len(func._schema.returns) == 1
+            ):
                 graph.call_function(torch.ops.aten.copy_.default, (inputs[outs[0]], node))
             else:
                 for i, pos in enumerate(outs):

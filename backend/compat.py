@@ -75,7 +75,9 @@ def _install_storage_new_and_copy() -> None:
                 raise TypeError("neuron storages take only a size")
             size = args[0] if args else 0
             if not isinstance(size, int):
-                data = _bytes_view(base_new(klass, size)) if not isinstance(size, torch.UntypedStorage) else None
+                data = (
+                    _bytes_view(base_new(klass, size)) if not isinstance(size, torch.UntypedStorage) else None
+                )
                 size = len(size) if data is None else data.numel()
             return torch.empty(size, dtype=torch.uint8, device=device).untyped_storage()
         if device is None:
@@ -85,7 +87,9 @@ def _install_storage_new_and_copy() -> None:
     def copy_(self, source, non_blocking=None):
         if self.device.type == _NAME or source.device.type == _NAME:
             if self.nbytes() != source.nbytes():
-                raise RuntimeError(f"size does not match, self was {self.nbytes()} bytes but src was {source.nbytes()} bytes")
+                raise RuntimeError(
+                    f"size does not match, self was {self.nbytes()} bytes but src was {source.nbytes()} bytes"
+                )
             _bytes_view(self).copy_(_bytes_view(source))
             return self
         return base_copy(self, source, non_blocking) if non_blocking is not None else base_copy(self, source)

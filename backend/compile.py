@@ -20,13 +20,17 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
-                                          UnsupportedOperatorException)
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    UnsupportedOperatorException,
+)
 
 from backend import faults
 from backend.cache import get_cache
@@ -114,7 +118,11 @@ class NeffModule(torch.nn.Module):
         self.on_device = on_device  # per output: wrap as a neuron tensor (False: a host graph)
 
     def forward(self, *args: Any) -> Any:
-        outs = self.executable.run_device(args, self.on_device) if hasattr(self.executable, "run_device") else None
+        outs = (
+            self.executable.run_device(args, self.on_device)
+            if hasattr(self.executable, "run_device")
+            else None
+        )
         if outs is not None:  # backend.native: host views, the program and adoption in one call
             return tuple(outs) if self.tuple_output else outs[0]
         hosts = [to_host(a) for a in args]
@@ -134,7 +142,9 @@ def _spec(node: Any) -> TensorSpec:
     return TensorSpec.of(val)
 
 
-def _compile_partition(outer: torch.fx.GraphModule, name: str, table: LoweringTable, flags: CompilerFlags) -> None:
+def _compile_partition(
+    outer: torch.fx.GraphModule, name: str, table: LoweringTable, flags: CompilerFlags
+) -> None:
     call = next(n for n in outer.graph.nodes if n.op == "call_module" and n.target == name)
     sub: torch.fx.GraphModule = getattr(outer, name)
     inputs = [_spec(a) for a in call.args]
@@ -150,7 +160,9 @@ def _compile_partition(outer: torch.fx.GraphModule, name: str, table: LoweringTa
     setattr(outer, name, NeffModule(executable, tuple_output, on_device))
 
 
-def compile_graph(gm: torch.fx.GraphModule, kind: str = "forward", table: LoweringTable | None = None) -> torch.fx.GraphModule:
+def compile_graph(
+    gm: torch.fx.GraphModule, kind: str = "forward", table: LoweringTable | None = None
+) -> torch.fx.GraphModule:
     """Partition an aten graph and compile each partition; returns the runnable outer graph."""
     table = table or _current_table()
     flags = CompilerFlags.current()
@@ -185,7 +197,9 @@ def _aot_compiler(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], 
 
 
 def _record_fallback(kind: str, exc: BaseException, gm: torch.fx.GraphModule) -> None:
-    event = CompileFallback(kind, type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "", len(gm.graph.nodes))
+    event = CompileFallback(
+        kind, type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "", len(gm.graph.nodes)
+    )
     with _events_lock:
         _fallback_events.append(event)
     get_cache().count_eager_fallback()
@@ -238,18 +252,31 @@ def _graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         if node.op == "placeholder":
             target = ""
         elif not isinstance(target, str):
-            target = (f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}", id(target))
+            target = (
+                f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}",
+                id(target),
+            )
         args = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: f"%{index[n]}")
         parts.append((node.op, target, repr(args)))
     for value in example_inputs:
         if isinstance(value, torch.Tensor):
-            parts.append((tuple(value.shape), tuple(value.stride()), value.dtype, value.device.type, value.requires_grad))
+            parts.append(
+                (
+                    tuple(value.shape),
+                    tuple(value.stride()),
+                    value.dtype,
+                    value.device.type,
+                    value.requires_grad,
+                )
+            )
         else:
             parts.append((type(value).__name__, repr(value)))
     return tuple(parts)
 
 
-def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
+def neuron_backend(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any
+) -> Callable[..., Any]:
     """The Dynamo backend registered as `neuron` (entry point and on import)."""
     from torch._dynamo.backends.common import aot_autograd
 
@@ -263,12 +290,17 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kw
     if failed is not None:  # the same graph failed tracing before: fail again without re-tracing it
         raise failed[0](*failed[1])
     fw = _aot_compiler("forward")
-    backend = aot_autograd(fw_compiler=fw, bw_compiler=_aot_compiler("backward"), inference_compiler=_aot_compiler("inference"))
+    backend = aot_autograd(
+        fw_compiler=fw, bw_compiler=_aot_compiler("backward"), inference_compiler=_aot_compiler("inference")
+    )
     try:
         with _no_fallback_records_while_tracing():
             return backend(gm, example_inputs, **kwargs)
     except _TRACE_FAILURES as exc:
-        _doomed[key] = (type(exc), exc.args)  # not the exception: its traceback holds the trace's fake tensors
+        _doomed[key] = (
+            type(exc),
+            exc.args,
+        )  # not the exception: its traceback holds the trace's fake tensors
         while len(_doomed) > 64:
             _doomed.pop(next(iter(_doomed)))
         raise

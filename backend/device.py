@@ -78,9 +78,11 @@ def _direct_ops(skip: set[str]):
     for full in torch._C._dispatch_get_all_op_names():
         if not full.startswith("aten::"):
             continue
-        if not (has(full, "CompositeExplicitAutogradNonFunctional")
-                or (has(full, "CompositeExplicitAutograd") and has(full, "CPU"))
-                or full.removeprefix("aten::") in _DEVICE_LEVEL_OPS):
+        if not (
+            has(full, "CompositeExplicitAutogradNonFunctional")
+            or (has(full, "CompositeExplicitAutograd") and has(full, "CPU"))
+            or full.removeprefix("aten::") in _DEVICE_LEVEL_OPS
+        ):
             continue
         name = full.removeprefix("aten::")
         if name in skip or has(full, "PrivateUse1"):
@@ -104,9 +106,14 @@ def _install_native() -> bool:
     if mod is None:
         return False
     hooks = {
-        "entries": storage._entries, "adopt": storage._adopt, "track": storage._track_accounted,
-        "allocate": memory.allocate, "free": memory.free, "run": kernels._run,
-        "decide": kernels._native_decision, "sync_written": kernels._sync_written,
+        "entries": storage._entries,
+        "adopt": storage._adopt,
+        "track": storage._track_accounted,
+        "allocate": memory.allocate,
+        "free": memory.free,
+        "run": kernels._run,
+        "decide": kernels._native_decision,
+        "sync_written": kernels._sync_written,
         "check_result": kernels._check_result,
     }
     direct = [name for name, _op in _direct_ops(set(explicit.KERNELS))]
@@ -134,7 +141,9 @@ def register() -> None:
             f"cannot register the simulated neuron device: PrivateUse1 / torch.{NAME} is already taken by "
             f"{owner} in this process (another backend, e.g. a real torch-neuronx, is installed)"
         )
-    _setup_privateuseone_for_python_backend(NAME, backend_module=device_module, hook=_Hooks(), device_guard=_Guard())
+    _setup_privateuseone_for_python_backend(
+        NAME, backend_module=device_module, hook=_Hooks(), device_guard=_Guard()
+    )
     sys.modules.setdefault(f"torch.{NAME}", device_module)
 
     impl = torch.library.Library("aten", "IMPL")

@@ -6,9 +6,8 @@ PyTorch itself call (seeding, memory statistics, synchronize, autocast dtypes).
 
 from __future__ import annotations
 
-import sys
-
 import contextlib
+import sys
 
 import torch
 
@@ -49,7 +48,7 @@ def set_device(device) -> None:
 
 
 @contextlib.contextmanager
-def device(index=0):  # noqa: D401 - mirrors torch.cuda.device
+def device(index=0):
     set_device(index)
     yield
 

@@ -102,7 +102,9 @@ def resize_(self, size, memory_format=None):
     _count("aten.resize_.default")
     stride = storage.contiguous_strides(size)
     if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
-        stride = list(torch.empty(size, dtype=self.dtype, device="meta", memory_format=memory_format).stride())
+        stride = list(
+            torch.empty(size, dtype=self.dtype, device="meta", memory_format=memory_format).stride()
+        )
     offset = self.storage_offset()
     needed = storage.storage_nbytes(size, stride, offset, self.dtype.itemsize)
     payload = storage.payload_of(self)
@@ -128,7 +130,9 @@ def set_source_storage(self, source):
 
 def set_source_storage_offset(self, source, storage_offset, size, stride=()):
     _count("aten.set_.source_Storage_storage_offset")
-    return _aten.set_.source_Storage_storage_offset.redispatch(_META, self, source, storage_offset, size, stride)
+    return _aten.set_.source_Storage_storage_offset.redispatch(
+        _META, self, source, storage_offset, size, stride
+    )
 
 
 def set_source_tensor(self, source):
@@ -136,7 +140,9 @@ def set_source_tensor(self, source):
     return _aten.set_.source_Tensor.redispatch(_META, self, source)
 
 
-def fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+def fused_sdp_choice(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False
+):
     """SDPA on neuron uses the math decomposition (matmul + softmax, all natively lowered)."""
     _count("aten._fused_sdp_choice.default")
     return 0  # sdp::SDPBackend::math
@@ -158,14 +164,28 @@ def with_device_rng(op):
 
 
 def _conv_cpu(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    return _aten.convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    return _aten.convolution.default(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
 
 
-def _conv_backward_cpu(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
-                       groups, output_mask):
+def _conv_backward_cpu(
+    grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
     bias_sizes = [weight.size(1) * groups] if transposed else [weight.size(0)]
-    return _aten.convolution_backward.default(grad_output, input, weight, bias_sizes, stride, padding,
-                                              dilation, transposed, output_padding, groups, output_mask)
+    return _aten.convolution_backward.default(
+        grad_output,
+        input,
+        weight,
+        bias_sizes,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        output_mask,
+    )
 
 
 def convolution_overrideable(*args, **kwargs):
@@ -191,8 +211,15 @@ def neg_view(self):
 
 #: explicit kernels the native path implements in C++ (backend/native/csrc/device.cpp); the Python
 #: version above is what it calls for the cases it does not handle (other layouts, no payload)
-NATIVE_KERNELS = ("empty.memory_format", "empty_strided", "_copy_from", "clone", "view", "as_strided",
-                  "_reshape_alias")
+NATIVE_KERNELS = (
+    "empty.memory_format",
+    "empty_strided",
+    "_copy_from",
+    "clone",
+    "view",
+    "as_strided",
+    "_reshape_alias",
+)
 
 #: schema name -> kernel, registered for the PrivateUse1 key
 KERNELS = {

@@ -22,9 +22,10 @@ import sysconfig
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -100,7 +101,7 @@ def fallback_mode_as(mode: str) -> Iterator[None]:
 def _skip_dirs() -> tuple[str, ...]:
     dirs = [Path(torch.__file__).parent, Path(__file__).parent]
     try:
-        import transformers  # noqa: PLC0415 - optional, only its location matters
+        import transformers
 
         dirs.append(Path(transformers.__file__).parent)
     except Exception:  # pragma: no cover - transformers is a dependency
@@ -119,10 +120,11 @@ _SKIP: tuple[str, ...] | None = None
 MODEL_CODE_ENV_VAR = "NEURON_MODEL_CODE_ROOTS"
 MODEL_CODE_MARKER = f"{os.sep}transformers{os.sep}models{os.sep}"
 _model_roots: tuple[str, ...] = tuple(
-    os.path.abspath(p) + os.sep for p in os.environ.get(MODEL_CODE_ENV_VAR, "").split(os.pathsep) if p)
+    os.path.abspath(p) + os.sep for p in os.environ.get(MODEL_CODE_ENV_VAR, "").split(os.pathsep) if p
+)
 
 
-def set_model_code_roots(roots: "list[str] | tuple[str, ...]") -> tuple[str, ...]:
+def set_model_code_roots(roots: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """Directories whose files count as model code (besides transformers/models/); returns the old ones."""
     global _model_roots
     previous, _model_roots = _model_roots, tuple(os.path.abspath(str(p)) + os.sep for p in roots)
@@ -133,10 +135,10 @@ def _model_location(filename: str, lineno: int) -> str | None:
     """``transformers/models/x/modeling_x.py:LINE`` or ``ROOTNAME/rel/path.py:LINE``; None if not model code."""
     at = filename.find(MODEL_CODE_MARKER)
     if at >= 0:
-        return f"{filename[at + 1:]}:{lineno}"
+        return f"{filename[at + 1 :]}:{lineno}"
     for root in _model_roots:
         if filename.startswith(root):
-            return f"{os.path.basename(root[:-1])}{os.sep}{filename[len(root):]}:{lineno}"
+            return f"{os.path.basename(root[:-1])}{os.sep}{filename[len(root) :]}:{lineno}"
     return None
 
 

@@ -49,8 +49,12 @@ def _shared_digest() -> str:
     h = hashlib.sha1()
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if (path.suffix not in (".py", ".cpp", ".c", ".h") or path.name in _NOT_SHARED
-                or rel.startswith("faults/") or "__pycache__" in rel):
+        if (
+            path.suffix not in (".py", ".cpp", ".c", ".h")
+            or path.name in _NOT_SHARED
+            or rel.startswith("faults/")
+            or "__pycache__" in rel
+        ):
             continue
         h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
@@ -85,5 +89,8 @@ def op_components() -> dict[str, dict[str, Any]]:
 
 def op_fingerprints() -> dict[str, Any]:
     """{"version", "shared", "ops": {op key: 16-hex digest}} (JSON-able; see the module docstring)."""
-    return {"version": VERSION, "shared": _shared_digest(),
-            "ops": {name: _digest(parts) for name, parts in sorted(op_components().items())}}
+    return {
+        "version": VERSION,
+        "shared": _shared_digest(),
+        "ops": {name: _digest(parts) for name, parts in sorted(op_components().items())},
+    }

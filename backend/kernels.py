@@ -57,7 +57,9 @@ def op_info(op) -> OpInfo:
     name = f"{schema.name.replace('::', '.')}.{schema.overload_name or 'default'}"
     args = schema.arguments
     arg_index = {a.name: i for i, a in enumerate(args)}
-    mutable = tuple((i, a.name) for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
+    mutable = tuple(
+        (i, a.name) for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write
+    )
     sets = {}
     for i, a in enumerate(args):
         if a.alias_info is not None and a.alias_info.is_write:
@@ -172,7 +174,11 @@ def _sync_written(dev, cpu) -> None:
             return
         if cpu.untyped_storage()._cdata != storage.payload_of(dev)._cdata:
             storage.replace_payload(dev, cpu.untyped_storage())
-        elif cpu.size() != dev.size() or cpu.stride() != dev.stride() or cpu.storage_offset() != dev.storage_offset():
+        elif (
+            cpu.size() != dev.size()
+            or cpu.stride() != dev.stride()
+            or cpu.storage_offset() != dev.storage_offset()
+        ):
             storage.sync_payload_size(dev)
         else:
             return

@@ -14,10 +14,11 @@ from __future__ import annotations
 import enum
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import yaml
@@ -41,10 +42,7 @@ class FallbackReason(str, enum.Enum):
 
 _DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name)
-    for name in (
-        "bfloat16 float16 float32 float64 complex32 complex64 complex128 int8 int16 int32 int64 "
-        "uint8 uint16 uint32 uint64 bool float8_e4m3fn float8_e5m2"
-    ).split()
+    for name in ["bfloat16", "float16", "float32", "float64", "complex32", "complex64", "complex128", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e5m2"]
     if isinstance(getattr(torch, name, None), torch.dtype)
 }
 _TOP_KEYS = {"version", "dtype_groups", "ops", "data_dependent_shape", "not_lowered"}
@@ -134,9 +132,7 @@ def _dtype_name(d: torch.dtype) -> str:
 
 def _check_op_name(source: str, name: Any) -> str:
     if not isinstance(name, str) or not name.startswith("aten.") or name.count(".") > 2:
-        raise LoweringTableError(
-            source, str(name), "op names look like 'aten.add' or 'aten.add.Tensor'"
-        )
+        raise LoweringTableError(source, str(name), "op names look like 'aten.add' or 'aten.add.Tensor'")
     return name
 
 
@@ -162,7 +158,9 @@ def parse_table(data: Any, source: str = "<table>") -> LoweringTable:
         raise LoweringTableError(source, "<top level>", "expected a mapping with 'version' and 'ops'")
     unknown = set(data) - _TOP_KEYS
     if unknown:
-        raise LoweringTableError(source, sorted(unknown)[0], f"unknown top-level key (known: {sorted(_TOP_KEYS)})")
+        raise LoweringTableError(
+            source, sorted(unknown)[0], f"unknown top-level key (known: {sorted(_TOP_KEYS)})"
+        )
     version = data.get("version")
     if not isinstance(version, (str, int, float)) or str(version).strip() == "":
         raise LoweringTableError(source, "version", "missing or empty version string")

@@ -16,8 +16,14 @@ import yaml
 
 MODES = ("bf16", "exact")
 ENV_VAR = "NEURON_PRECISION"
-_ALIASES = {"default": "bf16", "auto": "bf16", "autocast": "bf16", "bf16": "bf16", "exact": "exact",
-            "fp32": "exact"}
+_ALIASES = {
+    "default": "bf16",
+    "auto": "bf16",
+    "autocast": "bf16",
+    "bf16": "bf16",
+    "exact": "exact",
+    "fp32": "exact",
+}
 
 
 def _from_env() -> str:

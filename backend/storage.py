@@ -42,7 +42,9 @@ def _release(key: int, _dead_ref=None) -> None:
         memory.free(entry[_NBYTES])
 
 
-def _track(dev_storage: torch.UntypedStorage, payload: torch.UntypedStorage, nbytes: int, views: dict) -> None:
+def _track(
+    dev_storage: torch.UntypedStorage, payload: torch.UntypedStorage, nbytes: int, views: dict
+) -> None:
     key = dev_storage._cdata
     # partial (C) instead of a lambda: one Python frame less when the storage dies
     _entries[key] = [payload, nbytes, _ref(dev_storage, _partial(_release, key)), views]
@@ -63,8 +65,9 @@ def contiguous_strides(size) -> list[int]:
     return strides[::-1]
 
 
-def new_tensor(size, dtype: torch.dtype, stride=None, payload: torch.UntypedStorage | None = None,
-               offset: int = 0) -> torch.Tensor:
+def new_tensor(
+    size, dtype: torch.dtype, stride=None, payload: torch.UntypedStorage | None = None, offset: int = 0
+) -> torch.Tensor:
     """A fresh device tensor; allocates (and accounts) an uninitialized payload when none is given."""
     size = list(size)
     stride = contiguous_strides(size) if stride is None else list(stride)

@@ -68,43 +68,76 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks.bug_detection_analysis import (  # noqa: E402  (re-exported: the tests read them here)
-    OK, TARGET_NIGHTLY, TARGET_ORDERED_RATIO, TARGET_UNIT_OP_LEVEL, analyse, detections, elapsed, fired_of, is_op_level,
-    markdown, max_case_seconds, ordering_summary, stop_counts, summarize)
+    analyse,
+    detections,
+    elapsed,
+    is_op_level,
+    markdown,
+    max_case_seconds,
+    ordering_summary,
+    stop_counts,
+    summarize,
+)
 
 ORDERED_DIR = "faults-ordered"
 
 
 # ------------------------------------------------------------------------------------ plans
 
-def tier_plans(tiers: list[str] | None, limits: dict[str, int] | None = None,
-               case_timeouts: dict[str, float] | None = None) -> list[dict[str, Any]]:
+
+def tier_plans(
+    tiers: list[str] | None,
+    limits: dict[str, int] | None = None,
+    case_timeouts: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
     """The quick nightly's tiers (name, limit, timeout), in nightly order, optionally a subset
     (and other case limits, for a quick look; other per-case timeouts, for a loaded machine)."""
-    from harness.engine.nightly import load_config
     from contracts.tiers import load_tier, tier_chunk_size
+    from harness.engine.nightly import load_config
 
     config = load_config(quick=True)
     names = list(config.get("tiers", ["unit", "representative", "full"]))
     unknown = [t for t in tiers or [] if t not in names]
     if unknown:
-        raise SystemExit(f"bug_detection: unknown tier {unknown[0]!r}; the quick nightly has {', '.join(names)}")
+        raise SystemExit(
+            f"bug_detection: unknown tier {unknown[0]!r}; the quick nightly has {', '.join(names)}"
+        )
     plans = []
     for name in names:
         if tiers and name not in tiers:
             continue
         tier, tcfg = load_tier(name), config.get(name, {})
         limit = (limits or {}).get(name, tcfg.get("limit"))
-        plans.append({"tier": name, "limit": limit, "chunk": tier_chunk_size(tier),
-                      "timeout": float((case_timeouts or {}).get(name) or tcfg.get("timeout")
-                                       or getattr(tier, "timeout", None) or 600.0),
-                      # the upstream tier's op_db selection, as `harness nightly --quick` passes it
-                      "options": {k: str(tcfg[k]) for k in ("ops", "dtypes") if k in tcfg}})
+        plans.append(
+            {
+                "tier": name,
+                "limit": limit,
+                "chunk": tier_chunk_size(tier),
+                "timeout": float(
+                    (case_timeouts or {}).get(name)
+                    or tcfg.get("timeout")
+                    or getattr(tier, "timeout", None)
+                    or 600.0
+                ),
+                # the upstream tier's op_db selection, as `harness nightly --quick` passes it
+                "options": {k: str(tcfg[k]) for k in ("ops", "dtypes") if k in tcfg},
+            }
+        )
     return plans
 
 
-def run_tiers(out: Path, plans: list[dict[str, Any]], env: dict[str, str], workers: int,
-              timeouts: dict[str, float], cases_from: Path | None = None, order: str = "listed",
-              baseline: Path | None = None, fail_fast: bool = False, flaky: dict | None = None) -> dict[str, Any]:
+def run_tiers(
+    out: Path,
+    plans: list[dict[str, Any]],
+    env: dict[str, str],
+    workers: int,
+    timeouts: dict[str, float],
+    cases_from: Path | None = None,
+    order: str = "listed",
+    baseline: Path | None = None,
+    fail_fast: bool = False,
+    flaky: dict | None = None,
+) -> dict[str, Any]:
     """Run the tiers in order with `harness run` into out/<tier>; timings in out/timing.json.
 
     A tier already finished in out/ (timing.json) is kept, so an interrupted benchmark resumes.
@@ -120,23 +153,39 @@ def run_tiers(out: Path, plans: list[dict[str, Any]], env: dict[str, str], worke
         name = plan["tier"]
         t = timing.get(name, {})
         if "limit" in t and t["limit"] != plan["limit"]:
-            raise SystemExit(f"bug_detection: {out / name} was run with limit {t.get('limit')}, not "
-                             f"{plan['limit']}: use another --out")
+            raise SystemExit(
+                f"bug_detection: {out / name} was run with limit {t.get('limit')}, not "
+                f"{plan['limit']}: use another --out"
+            )
         while not (t.get("rc") == 0 and not t.get("stopped")):  # not finished whole
-            if t.get("stopped") and stop_counts(t, detections(baseline / name, out / name, (flaky or {}).get(name, set()))
-                                                if baseline is not None else []):
+            if t.get("stopped") and stop_counts(
+                t,
+                detections(baseline / name, out / name, (flaky or {}).get(name, set()))
+                if baseline is not None
+                else [],
+            ):
                 return timing  # a detection: the fail-fast nightly ends here
             if t and t.get("rc") not in (0, None) and t.get("tried", 0) >= 2:
                 break  # the runner failed twice here: recorded, the next tier runs
-            t = timing[name] = _run_segment(out / name, plan, t, env, workers, timeouts[name], cases_from,
-                                            order, baseline, fail_fast)
+            t = timing[name] = _run_segment(
+                out / name, plan, t, env, workers, timeouts[name], cases_from, order, baseline, fail_fast
+            )
             timing_path.write_text(json.dumps(timing, indent=1))
     return timing
 
 
-def _run_segment(run_dir: Path, plan: dict[str, Any], t: dict[str, Any], env: dict[str, str], workers: int,
-                 timeout: float, cases_from: Path | None, order: str, baseline: Path | None,
-                 fail_fast: bool) -> dict[str, Any]:
+def _run_segment(
+    run_dir: Path,
+    plan: dict[str, Any],
+    t: dict[str, Any],
+    env: dict[str, str],
+    workers: int,
+    timeout: float,
+    cases_from: Path | None,
+    order: str,
+    baseline: Path | None,
+    fail_fast: bool,
+) -> dict[str, Any]:
     """One `harness run` of a tier (a fresh run, or the continuation of a stopped or broken one)."""
     name = plan["tier"]
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -144,8 +193,24 @@ def _run_segment(run_dir: Path, plan: dict[str, Any], t: dict[str, Any], env: di
         for f in (cases_from / name).glob("cases-*.json"):
             if not (run_dir / f.name).exists():
                 shutil.copy(f, run_dir / f.name)
-    cmd = [sys.executable, "-m", "harness", "run", "--tier", name, "--out", str(run_dir), "--workers",
-           str(workers), "--timeout", f"{timeout:.0f}", "--no-progress", "--json", "--order", order]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "--tier",
+        name,
+        "--out",
+        str(run_dir),
+        "--workers",
+        str(workers),
+        "--timeout",
+        f"{timeout:.0f}",
+        "--no-progress",
+        "--json",
+        "--order",
+        order,
+    ]
     if baseline is not None:
         cmd += ["--baseline", str(baseline)]
     if fail_fast:
@@ -160,20 +225,34 @@ def _run_segment(run_dir: Path, plan: dict[str, Any], t: dict[str, Any], env: di
     stopped = None
     if proc.returncode == 1 and fail_fast:
         try:
-            stopped = (json.loads(proc.stdout.strip().splitlines()[-1]).get("stopped") or {}).get("regressions")
+            stopped = (json.loads(proc.stdout.strip().splitlines()[-1]).get("stopped") or {}).get(
+                "regressions"
+            )
         except (ValueError, IndexError, AttributeError):
             stopped = None
     rc = 0 if stopped else proc.returncode
     segs = [*t.get("segments", []), [start, end]]
-    return {"start": segs[0][0], "end": end, "segments": segs, "rc": rc, "limit": plan["limit"],
-            "stopped": stopped, "stops": [*t.get("stops", []), *([stopped[0]] if stopped else [])],
-            "tried": t.get("tried", 0) + 1, "stderr": proc.stderr.strip().splitlines()[-3:] if rc else []}
+    return {
+        "start": segs[0][0],
+        "end": end,
+        "segments": segs,
+        "rc": rc,
+        "limit": plan["limit"],
+        "stopped": stopped,
+        "stops": [*t.get("stops", []), *([stopped[0]] if stopped else [])],
+        "tried": t.get("tried", 0) + 1,
+        "stderr": proc.stderr.strip().splitlines()[-3:] if rc else [],
+    }
 
 
 # ------------------------------------------------------------------------------------- main
 
+
 def _env(base: Path, fault_file: Path | None, log: Path | None) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     env.setdefault("NEURON_CACHE_DIR", str(base / "neff"))
     env.pop("NEURON_FAULTS", None)
     env.pop("NEURON_FAULT_LOG", None)
@@ -203,8 +282,13 @@ class CleanTiers:
     def _run(self, workers: int) -> None:
         try:
             for plan in self.plans:  # tier by tier, so each is announced as soon as it is finished
-                self.timing = run_tiers(self.base / "clean", [plan], _env(self.base, None, None), workers,
-                                        {plan["tier"]: plan["timeout"]})
+                self.timing = run_tiers(
+                    self.base / "clean",
+                    [plan],
+                    _env(self.base, None, None),
+                    workers,
+                    {plan["tier"]: plan["timeout"]},
+                )
                 t = self.timing.get(plan["tier"], {})
                 if t.get("rc"):
                     self.error = f"the clean run of tier {plan['tier']} failed: {t.get('stderr')}"
@@ -226,9 +310,19 @@ class CleanTiers:
         return self.timeouts[tier]
 
 
-def run_fault(fault: dict[str, Any] | None, label: str, base: Path, plans: list, workers: int,
-              timeouts: dict[str, float], rerun: bool, order: str = "listed", fail_fast: bool = True,
-              flaky: dict | None = None, reuse_listed: bool = True) -> Path:
+def run_fault(
+    fault: dict[str, Any] | None,
+    label: str,
+    base: Path,
+    plans: list,
+    workers: int,
+    timeouts: dict[str, float],
+    rerun: bool,
+    order: str = "listed",
+    fail_fast: bool = True,
+    flaky: dict | None = None,
+    reuse_listed: bool = True,
+) -> Path:
     """One faulted nightly: listing order into faults/LABEL, likely failures first (the clean run
     as the baseline) into faults-ordered/LABEL. The control (fault None) always runs whole."""
     ordered = order != "listed"
@@ -241,9 +335,18 @@ def run_fault(fault: dict[str, Any] | None, label: str, base: Path, plans: list,
     fault_file.write_text(yaml.safe_dump({"version": 1, "faults": [fault] if fault else []}, sort_keys=False))
     if ordered and fail_fast and reuse_listed:
         reuse_quiet_tiers(base / "faults" / label, run_dir, base / "clean", plans)
-    run_tiers(run_dir, plans, _env(base, fault_file, run_dir / "fired.jsonl"), workers, timeouts,
-              cases_from=base / "clean", order=order, baseline=base / "clean" if ordered or fail_fast else None,
-              fail_fast=fail_fast, flaky=flaky)
+    run_tiers(
+        run_dir,
+        plans,
+        _env(base, fault_file, run_dir / "fired.jsonl"),
+        workers,
+        timeouts,
+        cases_from=base / "clean",
+        order=order,
+        baseline=base / "clean" if ordered or fail_fast else None,
+        fail_fast=fail_fast,
+        flaky=flaky,
+    )
     return run_dir
 
 
@@ -266,7 +369,9 @@ def reuse_quiet_tiers(listed: Path, ordered: Path, clean: Path, plans: list) -> 
         (ordered / "timing.json").write_text(json.dumps(taken, indent=1))
 
 
-def schedule(faults: list[dict[str, Any]], orders: list[str], run, base: Path, plans: list, args, t0: float) -> set:
+def schedule(
+    faults: list[dict[str, Any]], orders: list[str], run, base: Path, plans: list, args, t0: float
+) -> set:
     """The control and every fault in listing order, --jobs at a time; with --order both, a fault's
     likely-failures-first run is queued when its listed run detected it (or always, with
     --ordered-missed). Returns the faults whose ordered run was not made."""
@@ -293,9 +398,14 @@ def schedule(faults: list[dict[str, Any]], orders: list[str], run, base: Path, p
                 fut.result()
                 done += 1
                 label = fault["name"] if fault else "_control"
-                print(f"bug_detection: [{done}] {label} ({order}) done ({time.time() - t0:.0f}s)", file=sys.stderr)
+                print(
+                    f"bug_detection: [{done}] {label} ({order}) done ({time.time() - t0:.0f}s)",
+                    file=sys.stderr,
+                )
                 if fault is not None and both and order == orders[0]:
-                    caught = analyse(fault, base / "faults" / fault["name"], base / "clean", plans, {})["detected"]
+                    caught = analyse(fault, base / "faults" / fault["name"], base / "clean", plans, {})[
+                        "detected"
+                    ]
                     if caught or args.ordered_missed:
                         pending.appendleft((fault, orders[1]))
                     else:
@@ -319,7 +429,9 @@ def control_flakes(base: Path, plans: list, no_control: bool) -> tuple[dict[str,
     return flaky, rows_out
 
 
-def settle(faults: list[dict[str, Any]], orders: list[str], run, base: Path, plans: list, flaky: dict) -> None:
+def settle(
+    faults: list[dict[str, Any]], orders: list[str], run, base: Path, plans: list, flaky: dict
+) -> None:
     """Faulted nightlies that fail-fast stopped only at rows the control run flips too continue
     (the runner resumes where it stopped) until a real detection or the end."""
     for order in orders:
@@ -328,44 +440,86 @@ def settle(faults: list[dict[str, Any]], orders: list[str], run, base: Path, pla
             if not timing_path.exists():
                 continue
             timing = json.loads(timing_path.read_text())
-            if any(timing.get(p["tier"], {}).get("stopped") and not stop_counts(timing[p["tier"]], detections(
-                    base / "clean" / p["tier"], timing_path.parent / p["tier"], flaky.get(p["tier"], set())))
-                   for p in plans):
+            if any(
+                timing.get(p["tier"], {}).get("stopped")
+                and not stop_counts(
+                    timing[p["tier"]],
+                    detections(
+                        base / "clean" / p["tier"],
+                        timing_path.parent / p["tier"],
+                        flaky.get(p["tier"], set()),
+                    ),
+                )
+                for p in plans
+            ):
                 run(f, f["name"], order, flaky, rerun=False)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     p.add_argument("--suite", help="fault file (default: the bundled backend/faults/suite.yaml)")
-    p.add_argument("--faults", help="comma-separated fault names to plant (default: every fault of the suite)")
+    p.add_argument(
+        "--faults", help="comma-separated fault names to plant (default: every fault of the suite)"
+    )
     p.add_argument("--tiers", help="comma-separated subset of the quick nightly's tiers (default: all)")
-    p.add_argument("--limit", action="append", default=[], metavar="TIER=N",
-                   help="run only the first N cases of TIER instead of the quick nightly's limit (repeatable; "
-                        "a different figure than the quick nightly's)")
-    p.add_argument("--case-timeout", action="append", default=[], metavar="TIER=S",
-                   help="seconds per case of TIER instead of the quick nightly's (clean and faulted runs; "
-                        "repeatable): on a loaded machine a model killed at the timeout is no detection")
+    p.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="TIER=N",
+        help="run only the first N cases of TIER instead of the quick nightly's limit (repeatable; "
+        "a different figure than the quick nightly's)",
+    )
+    p.add_argument(
+        "--case-timeout",
+        action="append",
+        default=[],
+        metavar="TIER=S",
+        help="seconds per case of TIER instead of the quick nightly's (clean and faulted runs; "
+        "repeatable): on a loaded machine a model killed at the timeout is no detection",
+    )
     p.add_argument("--jobs", type=int, default=2, help="faulted runs at a time (default 2)")
-    p.add_argument("--order", choices=("both", "listed", "likely-failures"), default="both",
-                   help="faulted runs in listing order, likely failures first, or both (default; the "
-                        "with/without figure of issue 13)")
+    p.add_argument(
+        "--order",
+        choices=("both", "listed", "likely-failures"),
+        default="both",
+        help="faulted runs in listing order, likely failures first, or both (default; the "
+        "with/without figure of issue 13)",
+    )
     p.add_argument("--workers", type=int, default=1, help="workers per tier run (default 1)")
-    p.add_argument("--out", help="work directory, kept and reused: the clean run and finished faults are "
-                                 "not run again (default: a temporary directory, removed)")
-    p.add_argument("--rerun", action="store_true", help="run the selected faults again even if --out has them")
+    p.add_argument(
+        "--out",
+        help="work directory, kept and reused: the clean run and finished faults are "
+        "not run again (default: a temporary directory, removed)",
+    )
+    p.add_argument(
+        "--rerun", action="store_true", help="run the selected faults again even if --out has them"
+    )
     p.add_argument("--timeout-factor", type=float, default=3.0)
     p.add_argument("--min-timeout", type=float, default=60.0)
     p.add_argument("--no-control", action="store_true", help="skip the control run (no flake detection)")
-    p.add_argument("--no-fail-fast", action="store_true",
-                   help="run every tier of each faulted nightly in full (per-tier catch rates of each tier on its "
-                        "own) instead of stopping at the first detecting case (harness run --exitfirst)")
-    p.add_argument("--ordered-all-tiers", action="store_true",
-                   help="with --order both, run every tier of the ordered nightly (by default it takes over the "
-                        "listed nightly's tiers that ran whole without a detection: the same cases, the same rows)")
-    p.add_argument("--ordered-missed", action="store_true",
-                   help="with --order both, also run likely-failures-first the faults the listing order missed "
-                        "(by default not: the same cases run, in another order, and ordering changes no row)")
+    p.add_argument(
+        "--no-fail-fast",
+        action="store_true",
+        help="run every tier of each faulted nightly in full (per-tier catch rates of each tier on its "
+        "own) instead of stopping at the first detecting case (harness run --exitfirst)",
+    )
+    p.add_argument(
+        "--ordered-all-tiers",
+        action="store_true",
+        help="with --order both, run every tier of the ordered nightly (by default it takes over the "
+        "listed nightly's tiers that ran whole without a detection: the same cases, the same rows)",
+    )
+    p.add_argument(
+        "--ordered-missed",
+        action="store_true",
+        help="with --order both, also run likely-failures-first the faults the listing order missed "
+        "(by default not: the same cases run, in another order, and ordering changes no row)",
+    )
     p.add_argument("--list", action="store_true", help="list the suite's faults and exit")
     p.add_argument("--markdown", action="store_true", help="print the per-fault table as Markdown")
     p.add_argument("--json", action="store_true")
@@ -400,7 +554,9 @@ def main(argv: list[str] | None = None) -> int:
             case_timeouts[tier.strip()] = None
         if not case_timeouts[tier.strip()] or case_timeouts[tier.strip()] <= 0:
             p.error(f"--case-timeout {item!r}: expected TIER=SECONDS, e.g. representative=1800")
-    plans = tier_plans([t.strip() for t in args.tiers.split(",")] if args.tiers else None, limits, case_timeouts)
+    plans = tier_plans(
+        [t.strip() for t in args.tiers.split(",")] if args.tiers else None, limits, case_timeouts
+    )
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bug-detection-"))
     base.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -410,12 +566,26 @@ def main(argv: list[str] | None = None) -> int:
         timeouts.thread.start()
         orders = ["listed", "likely-failures"] if args.order == "both" else [args.order]
         fail_fast = not args.no_fail_fast
-        print(f"bug_detection: {len(faults)} faults, {args.jobs} at a time, "
-              f"{'fail-fast' if fail_fast else 'every tier in full'}; each tier once its clean run is done",
-              file=sys.stderr)
+        print(
+            f"bug_detection: {len(faults)} faults, {args.jobs} at a time, "
+            f"{'fail-fast' if fail_fast else 'every tier in full'}; each tier once its clean run is done",
+            file=sys.stderr,
+        )
+
         def run(f, label, o, flaky=None, rerun=args.rerun):
-            return run_fault(f, label, base, plans, args.workers, timeouts, rerun, o, fail_fast, flaky,
-                             reuse_listed=not args.ordered_all_tiers)
+            return run_fault(
+                f,
+                label,
+                base,
+                plans,
+                args.workers,
+                timeouts,
+                rerun,
+                o,
+                fail_fast,
+                flaky,
+                reuse_listed=not args.ordered_all_tiers,
+            )
 
         skipped_ordered = schedule(faults, orders, run, base, plans, args, t0)
         timeouts.thread.join()
@@ -427,31 +597,49 @@ def main(argv: list[str] | None = None) -> int:
         records = [analyse(f, base / primary / f["name"], base / "clean", plans, flaky) for f in faults]
         ordered = None
         if args.order == "both":
-            ordered = [analyse(f, base / ORDERED_DIR / f["name"], base / "clean", plans, flaky) for f in faults
-                       if f["name"] not in skipped_ordered]
+            ordered = [
+                analyse(f, base / ORDERED_DIR / f["name"], base / "clean", plans, flaky)
+                for f in faults
+                if f["name"] not in skipped_ordered
+            ]
             by_name = {o["name"]: o for o in ordered}
             for r in records:
                 o = by_name.get(r["name"])
-                r["ordered"] = None if o is None else {
-                    "first_detection_seconds": o["first_detection_seconds"], "caught_by": o["caught_by"],
-                    "first_tier": o["first_tier"], "seconds": o["seconds"],
-                    "first": {t: e.get("first") for t, e in o["tiers"].items() if e.get("first")}}
-        summary = summarize(records, plans, faults, quick_nightly=not args.tiers and not limits, fail_fast=fail_fast)
+                r["ordered"] = (
+                    None
+                    if o is None
+                    else {
+                        "first_detection_seconds": o["first_detection_seconds"],
+                        "caught_by": o["caught_by"],
+                        "first_tier": o["first_tier"],
+                        "seconds": o["seconds"],
+                        "first": {t: e.get("first") for t, e in o["tiers"].items() if e.get("first")},
+                    }
+                )
+        summary = summarize(
+            records, plans, faults, quick_nightly=not args.tiers and not limits, fail_fast=fail_fast
+        )
         summary["order"] = args.order
         if ordered is not None:
             summary["ordering"] = ordering_summary(records, ordered)
             summary["ordering"]["not_run_ordered"] = sorted(skipped_ordered)
         clean_t = json.loads((base / "clean" / "timing.json").read_text())
-        summary.update({
-            "control": control_rows if not args.no_control else None,
-            "clean_seconds": {t: round(elapsed(v), 1) for t, v in clean_t.items()},
-            "faulted_timeouts": timeouts.timeouts, "case_timeouts": {p_["tier"]: p_["timeout"] for p_ in plans},
-            "jobs": args.jobs, "workers": args.workers,
-            "wall_seconds": round(time.time() - t0, 1),
-            "load_average": {"before": [round(x, 2) for x in load_before],
-                             "after": [round(x, 2) for x in os.getloadavg()]},
-            "workdir": str(base) if args.out else None,
-        })
+        summary.update(
+            {
+                "control": control_rows if not args.no_control else None,
+                "clean_seconds": {t: round(elapsed(v), 1) for t, v in clean_t.items()},
+                "faulted_timeouts": timeouts.timeouts,
+                "case_timeouts": {p_["tier"]: p_["timeout"] for p_ in plans},
+                "jobs": args.jobs,
+                "workers": args.workers,
+                "wall_seconds": round(time.time() - t0, 1),
+                "load_average": {
+                    "before": [round(x, 2) for x in load_before],
+                    "after": [round(x, 2) for x in os.getloadavg()],
+                },
+                "workdir": str(base) if args.out else None,
+            }
+        )
         if args.out:
             (base / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     finally:
@@ -464,18 +652,25 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(markdown(summary))
         rate = summary["detection_rate"]
-        print(f"\ncaught {summary['detected']} / {summary['n_faults']} faults"
-              + (f" ({rate:.0%})" if rate is not None else "")
-              + "; per tier: " + ", ".join(f"{t} {v['detected']}" for t, v in summary["per_tier"].items()))
+        print(
+            f"\ncaught {summary['detected']} / {summary['n_faults']} faults"
+            + (f" ({rate:.0%})" if rate is not None else "")
+            + "; per tier: "
+            + ", ".join(f"{t} {v['detected']}" for t, v in summary["per_tier"].items())
+        )
         u = summary["unit_op_level"]
         if summary.get("ordering"):
             o = summary["ordering"]
-            print(f"median first detection: listed {o['median_first_detection_seconds_listed']} s, likely failures "
-                  f"first {o['median_first_detection_seconds_ordered']} s (ratio {o['ordered_over_listed']}, "
-                  f"target <= {o['target']:.2f}) over {o['faults_compared']} faults")
-        print(f"unit tier, op-level faults: {u['detected']} / {u['faults']}; never fired: "
-              f"{', '.join(summary['never_fired']) or 'none'}; wall {summary['wall_seconds']:.0f}s, "
-              f"load {summary['load_average']}")
+            print(
+                f"median first detection: listed {o['median_first_detection_seconds_listed']} s, likely failures "
+                f"first {o['median_first_detection_seconds_ordered']} s (ratio {o['ordered_over_listed']}, "
+                f"target <= {o['target']:.2f}) over {o['faults_compared']} faults"
+            )
+        print(
+            f"unit tier, op-level faults: {u['detected']} / {u['faults']}; never fired: "
+            f"{', '.join(summary['never_fired']) or 'none'}; wall {summary['wall_seconds']:.0f}s, "
+            f"load {summary['load_average']}"
+        )
     return 0
 
 

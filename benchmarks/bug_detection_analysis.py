@@ -79,8 +79,11 @@ def detections(clean_dir: Path, run_dir: Path, flaky: set) -> list[dict[str, Any
     if clean.empty or run.empty:
         return []
     meta = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-    found = [{**d, "at": at[d["case_id"]]} for d in gated_regressions(run, clean, meta.get("backend"))
-             if (d["case_id"], d["stage"]) not in flaky]
+    found = [
+        {**d, "at": at[d["case_id"]]}
+        for d in gated_regressions(run, clean, meta.get("backend"))
+        if (d["case_id"], d["stage"]) not in flaky
+    ]
     return sorted(found, key=lambda d: (d["at"], d["case_id"], d["stage"]))
 
 
@@ -128,16 +131,31 @@ def startup_seconds(run_dir: Path) -> float | None:
     return None
 
 
-def analyse(fault: dict[str, Any], run_dir: Path, clean_dir: Path, plans: list, flaky: dict) -> dict[str, Any]:
+def analyse(
+    fault: dict[str, Any], run_dir: Path, clean_dir: Path, plans: list, flaky: dict
+) -> dict[str, Any]:
     timing = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
     fired = fired_of(run_dir)
     record: dict[str, Any] = {
-        "name": fault["name"], "kind": fault["kind"], "category": fault.get("category", ""), "op": fault["op"],
-        "scope": fault.get("scope", "both"), "description": fault.get("description", ""),
-        "fired": bool(fired), "fired_in": sorted({"compiled" if f.get("compiled") else "eager" for f in fired}),
-        "fired_tiers": [p["tier"] for p in plans if any(
-            any(a <= f.get("time", 0) <= b for a, b in segments(timing.get(p["tier"], {}))) for f in fired)],
-        "caught_by": [], "first_tier": None, "tiers": {}, "first_detection_seconds": None,
+        "name": fault["name"],
+        "kind": fault["kind"],
+        "category": fault.get("category", ""),
+        "op": fault["op"],
+        "scope": fault.get("scope", "both"),
+        "description": fault.get("description", ""),
+        "fired": bool(fired),
+        "fired_in": sorted({"compiled" if f.get("compiled") else "eager" for f in fired}),
+        "fired_tiers": [
+            p["tier"]
+            for p in plans
+            if any(
+                any(a <= f.get("time", 0) <= b for a, b in segments(timing.get(p["tier"], {}))) for f in fired
+            )
+        ],
+        "caught_by": [],
+        "first_tier": None,
+        "tiers": {},
+        "first_detection_seconds": None,
         "tiers_run": [p["tier"] for p in plans if timing.get(p["tier"])],
     }
     offset = 0.0
@@ -147,14 +165,20 @@ def analyse(fault: dict[str, Any], run_dir: Path, clean_dir: Path, plans: list, 
         if not t:
             continue  # not run: an earlier tier's detection stopped the fail-fast nightly
         found = detections(clean_dir / name, run_dir / name, flaky.get(name, set()))
-        entry: dict[str, Any] = {"rows": len(found), "cases": len({d["case_id"] for d in found}),
-                                 "seconds": round(elapsed(t), 1), "stopped": bool(t.get("stopped"))}
+        entry: dict[str, Any] = {
+            "rows": len(found),
+            "cases": len({d["case_id"] for d in found}),
+            "seconds": round(elapsed(t), 1),
+            "stopped": bool(t.get("stopped")),
+        }
         if t.get("rc") not in (0, None):
             entry["error"] = t.get("stderr")
         if found:
             first = found[0]
-            entry["first"] = {k: first[k] for k in ("case_id", "stage", "status", "reason", "failing_op", "verdict",
-                                                    "detail")}
+            entry["first"] = {
+                k: first[k]
+                for k in ("case_id", "stage", "status", "reason", "failing_op", "verdict", "detail")
+            }
             entry["first_detection_seconds"] = round(elapsed(t, first["at"]), 1)
             record["caught_by"].append(name)
             if record["first_detection_seconds"] is None:
@@ -186,8 +210,13 @@ def is_op_level(fault: dict[str, Any]) -> bool:
     return fault.get("scope", "both") != "compiled"
 
 
-def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str, Any]],
-              quick_nightly: bool = True, fail_fast: bool = False) -> dict[str, Any]:
+def summarize(
+    records: list[dict[str, Any]],
+    plans: list,
+    faults: list[dict[str, Any]],
+    quick_nightly: bool = True,
+    fail_fast: bool = False,
+) -> dict[str, Any]:
     """The `--json` object; targets only when the plans are the whole quick nightly.
 
     `per_tier` counts the faults each tier caught; fail-fast, a tier runs only when the tiers
@@ -199,8 +228,11 @@ def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str,
     for plan in plans:
         t = plan["tier"]
         caught = [r["name"] for r in records if t in r["caught_by"]]
-        per_tier[t] = {"detected": len(caught), "rate": round(len(caught) / n, 4) if n else None,
-                       "first": sum(1 for r in records if r.get("first_tier") == t)}
+        per_tier[t] = {
+            "detected": len(caught),
+            "rate": round(len(caught) / n, 4) if n else None,
+            "first": sum(1 for r in records if r.get("first_tier") == t),
+        }
     op_level = [r for r in records if is_op_level(by_name[r["name"]])]
     # the unit tier runs first in the nightly, so fail-fast or not, it ran whole wherever it caught nothing
     unit_caught = [r for r in op_level if "unit" in r["caught_by"]]
@@ -214,8 +246,11 @@ def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str,
         "n_faults": n,
         "detection_rate": round(len(detected) / n, 4) if n else None,
         "never_fired": [r["name"] for r in records if not r["fired"]],
-        "unit_op_level": {"faults": len(op_level), "detected": len(unit_caught),
-                          "rate": round(len(unit_caught) / len(op_level), 4) if op_level else None},
+        "unit_op_level": {
+            "faults": len(op_level),
+            "detected": len(unit_caught),
+            "rate": round(len(unit_caught) / len(op_level), 4) if op_level else None,
+        },
         "median_first_detection_seconds": times[len(times) // 2] if times else None,
         "tiers": [p["tier"] for p in plans],
         "limits": {p["tier"]: p["limit"] for p in plans},
@@ -223,10 +258,16 @@ def summarize(records: list[dict[str, Any]], plans: list, faults: list[dict[str,
     }
     if quick_nightly:
         out["targets"] = {
-            "nightly_rate": {"measured": out["detection_rate"], "target": TARGET_NIGHTLY,
-                             "met": bool(n) and out["detection_rate"] >= TARGET_NIGHTLY},
-            "unit_op_level_rate": {"measured": out["unit_op_level"]["rate"], "target": TARGET_UNIT_OP_LEVEL,
-                                   "met": bool(op_level) and out["unit_op_level"]["rate"] >= TARGET_UNIT_OP_LEVEL},
+            "nightly_rate": {
+                "measured": out["detection_rate"],
+                "target": TARGET_NIGHTLY,
+                "met": bool(n) and out["detection_rate"] >= TARGET_NIGHTLY,
+            },
+            "unit_op_level_rate": {
+                "measured": out["unit_op_level"]["rate"],
+                "target": TARGET_UNIT_OP_LEVEL,
+                "met": bool(op_level) and out["unit_op_level"]["rate"] >= TARGET_UNIT_OP_LEVEL,
+            },
         }
     return out
 
@@ -242,35 +283,58 @@ def median(xs: list[float]) -> float | None:
 def ordering_summary(listed: list[dict[str, Any]], ordered: list[dict[str, Any]]) -> dict[str, Any]:
     """Median time to the first detection with and without the order, over faults both caught."""
     by_name = {r["name"]: r for r in ordered}
-    pairs = [(r["first_detection_seconds"], by_name[r["name"]]["first_detection_seconds"]) for r in listed
-             if r["name"] in by_name and r["first_detection_seconds"] is not None
-             and by_name[r["name"]]["first_detection_seconds"] is not None]
+    pairs = [
+        (r["first_detection_seconds"], by_name[r["name"]]["first_detection_seconds"])
+        for r in listed
+        if r["name"] in by_name
+        and r["first_detection_seconds"] is not None
+        and by_name[r["name"]]["first_detection_seconds"] is not None
+    ]
     without, with_ = median([a for a, _ in pairs]), median([b for _, b in pairs])
     ratio = round(with_ / without, 3) if with_ is not None and without else None
     # the same figure with each run's own worker start-up taken out (both orders pay it before any
     # case runs; ordering's own costs, the fingerprint probe and the order, stay in)
-    after = [(r["first_detection_seconds"] - r["startup_seconds"],
-              by_name[r["name"]]["first_detection_seconds"] - by_name[r["name"]]["startup_seconds"]) for r in listed
-             if r["name"] in by_name and r.get("startup_seconds") is not None
-             and by_name[r["name"]].get("startup_seconds") is not None
-             and r["first_detection_seconds"] is not None and by_name[r["name"]]["first_detection_seconds"] is not None]
+    after = [
+        (
+            r["first_detection_seconds"] - r["startup_seconds"],
+            by_name[r["name"]]["first_detection_seconds"] - by_name[r["name"]]["startup_seconds"],
+        )
+        for r in listed
+        if r["name"] in by_name
+        and r.get("startup_seconds") is not None
+        and by_name[r["name"]].get("startup_seconds") is not None
+        and r["first_detection_seconds"] is not None
+        and by_name[r["name"]]["first_detection_seconds"] is not None
+    ]
     a_without, a_with = median([a for a, _ in after]), median([b for _, b in after])
-    differ = [r["name"] for r in listed if r["name"] in by_name and
-              sorted(r["caught_by"]) != sorted(by_name[r["name"]]["caught_by"])]
-    return {"faults_compared": len(pairs), "median_first_detection_seconds_listed": without,
-            "median_first_detection_seconds_ordered": with_, "ordered_over_listed": ratio,
-            "target": round(TARGET_ORDERED_RATIO, 4), "met": ratio is not None and ratio <= TARGET_ORDERED_RATIO,
-            "after_startup": {"faults_compared": len(after), "median_seconds_listed": a_without,
-                              "median_seconds_ordered": a_with,
-                              "ordered_over_listed": round(a_with / a_without, 3) if a_with is not None and a_without
-                              else None},
-            "detections_differ": differ}
+    differ = [
+        r["name"]
+        for r in listed
+        if r["name"] in by_name and sorted(r["caught_by"]) != sorted(by_name[r["name"]]["caught_by"])
+    ]
+    return {
+        "faults_compared": len(pairs),
+        "median_first_detection_seconds_listed": without,
+        "median_first_detection_seconds_ordered": with_,
+        "ordered_over_listed": ratio,
+        "target": round(TARGET_ORDERED_RATIO, 4),
+        "met": ratio is not None and ratio <= TARGET_ORDERED_RATIO,
+        "after_startup": {
+            "faults_compared": len(after),
+            "median_seconds_listed": a_without,
+            "median_seconds_ordered": a_with,
+            "ordered_over_listed": round(a_with / a_without, 3) if a_with is not None and a_without else None,
+        },
+        "detections_differ": differ,
+    }
 
 
 def markdown(summary: dict[str, Any]) -> str:
     ordered = summary.get("order") == "both"
-    head = "| fault | category | kind | op | caught | first tier | first detecting row | op the row names" \
-           " | s to first detection" + (" listed / ordered" if ordered else "") + " | fired in |"
+    head = (
+        "| fault | category | kind | op | caught | first tier | first detecting row | op the row names"
+        " | s to first detection" + (" listed / ordered" if ordered else "") + " | fired in |"
+    )
     lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["faults"]:
         tier = r.get("first_tier")
@@ -284,6 +348,8 @@ def markdown(summary: dict[str, Any]) -> str:
         if "compiled" in r["fired_in"]:
             fired += " (compiled)" if r["fired_in"] == ["compiled"] else " (eager + compiled)"
         kind = r["kind"] + (" (compiled)" if r["scope"] == "compiled" else "")
-        lines.append(f"| {r['name']} | {r['category']} | {kind} | `{r['op']}` | {'yes' if r['detected'] else '**no**'}"
-                     f" | {tier or ''} | {row} | {first.get('failing_op') or ''} | {secs} | {fired} |")
+        lines.append(
+            f"| {r['name']} | {r['category']} | {kind} | `{r['op']}` | {'yes' if r['detected'] else '**no**'}"
+            f" | {tier or ''} | {row} | {first.get('failing_op') or ''} | {secs} | {fired} |"
+        )
     return "\n".join(lines)

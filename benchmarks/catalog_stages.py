@@ -38,7 +38,9 @@ EAGER_STAGES = ["load", "forward", "backward", "numerics", "on_device"]
 
 
 # --------------------------------------------------------------------------- what to run
-def catalog_specs(pairs: bool, types: set[str] | None, limit: int | None, heads_only: bool = False) -> list[dict[str, Any]]:
+def catalog_specs(
+    pairs: bool, types: set[str] | None, limit: int | None, heads_only: bool = False
+) -> list[dict[str, Any]]:
     """Base model per type (or the first class of a type without one), or every type x class pair
     (`heads_only`: the pairs the per-type run did not already check)."""
     from agents.catalog import iter_catalog
@@ -51,8 +53,16 @@ def catalog_specs(pairs: bool, types: set[str] | None, limit: int | None, heads_
         seen.add(rec.model_type)
         if (not pairs and not first) or (heads_only and first):
             continue
-        out.append({"model_id": rec.id, "model_type": rec.model_type, "architecture": rec.architecture,
-                    "config": rec.config_dict() or {}, "heads": len(rec.tags) or 1, "base": bool(rec.is_base)})
+        out.append(
+            {
+                "model_id": rec.id,
+                "model_type": rec.model_type,
+                "architecture": rec.architecture,
+                "config": rec.config_dict() or {},
+                "heads": len(rec.tags) or 1,
+                "base": bool(rec.is_base),
+            }
+        )
     return out[:limit] if limit else out
 
 
@@ -61,8 +71,8 @@ def _worker(conn, backend: str, stages: list[str]) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from harness.blame.probe import check_with_blame
     from contracts.records import ModelSpec
+    from harness.blame.probe import check_with_blame
 
     if backend not in ("cpu", "cuda"):
         import backend as _  # noqa: F401  (register the device before the first model)
@@ -79,8 +89,8 @@ def _shrink_worker(conn) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from harness.build.models import architecture_of, count_parameters_meta, resolve_config
     from contracts.records import ModelSpec
+    from harness.build.models import architecture_of, count_parameters_meta, resolve_config
 
     while True:
         task = conn.recv()
@@ -90,8 +100,13 @@ def _shrink_worker(conn) -> None:
         row = {"model_id": spec.model_id, "model_type": spec.model_type}
         try:
             cfg = resolve_config(spec)
-            row.update(ok=True, level=cfg._shrink_level, parameters=count_parameters_meta(cfg, architecture_of(spec)),
-                       budget_changes=cfg._shrink_budget_changes, errors=cfg._shrink_errors)
+            row.update(
+                ok=True,
+                level=cfg._shrink_level,
+                parameters=count_parameters_meta(cfg, architecture_of(spec)),
+                budget_changes=cfg._shrink_budget_changes,
+                errors=cfg._shrink_errors,
+            )
         except Exception as exc:  # noqa: BLE001 - a row with the reason
             row.update(ok=False, reason=f"{type(exc).__name__}: {str(exc)[:300]}")
         conn.send(row)
@@ -169,7 +184,9 @@ class Pool:
                         results.append(on_fail(s["task"], "crash", "worker died"))
                     s["task"] = None
                 elif not s["proc"].is_alive():
-                    results.append(on_fail(s["task"], "crash", f"worker exited with code {s['proc'].exitcode}"))
+                    results.append(
+                        on_fail(s["task"], "crash", f"worker exited with code {s['proc'].exitcode}")
+                    )
                     s["conn"].close()
                     self.slots[i] = self._spawn()
                     continue
@@ -201,13 +218,26 @@ class Pool:
 def _failed_row(stages: list[str], backend: str):
     """A model whose worker died or timed out: every stage gets the status, blamed like the runner
     does without a reference re-run (harness.blame.rules: on cpu a crash/timeout is the harness')."""
+
     def make(task: dict, status: str, reason: str) -> dict:
         from harness.blame import rules as blame
+
         rows = [{"stage": s, "status": status, "reason": reason} for s in stages]
-        blame.complete_stages(rows, tier="benchmark", backend=backend, died=True,
-                              reference_note="the benchmark's pool does not re-run dead workers on cpu")
-        return {"model_id": task["model_id"], "model_type": task["model_type"], "architecture": task["architecture"],
-                "stages": {r["stage"]: r for r in rows}, "fallback_ops": []}
+        blame.complete_stages(
+            rows,
+            tier="benchmark",
+            backend=backend,
+            died=True,
+            reference_note="the benchmark's pool does not re-run dead workers on cpu",
+        )
+        return {
+            "model_id": task["model_id"],
+            "model_type": task["model_type"],
+            "architecture": task["architecture"],
+            "stages": {r["stage"]: r for r in rows},
+            "fallback_ops": [],
+        }
+
     return make
 
 
@@ -230,11 +260,17 @@ def attributable(rows: list[dict]) -> dict:
     for stage in {s for row in rows for s in row["stages"]}:
         status = [row["stages"].get(stage, {}).get("status") for row in rows]
         passed, skipped = status.count("pass"), status.count("skipped")
-        excluded = sum(1 for row in rows if row["stages"].get(stage, {}).get("blame") in ("upstream", "environment"))
+        excluded = sum(
+            1 for row in rows if row["stages"].get(stage, {}).get("blame") in ("upstream", "environment")
+        )
         denominator = len(rows) - excluded
-        out[stage] = {"passed": passed, "not_applicable": skipped, "denominator": denominator,
-                      "share": round(passed / denominator, 4) if denominator else None,
-                      "share_applicable": round((passed + skipped) / denominator, 4) if denominator else None}
+        out[stage] = {
+            "passed": passed,
+            "not_applicable": skipped,
+            "denominator": denominator,
+            "share": round(passed / denominator, 4) if denominator else None,
+            "share_applicable": round((passed + skipped) / denominator, 4) if denominator else None,
+        }
     return out
 
 
@@ -247,8 +283,9 @@ def stage_counts(rows: list[dict], weight_key: str | None = None, tasks: dict | 
     return {s: dict(c) for s, c in counts.items()}
 
 
-def run_backend(backend: str, tasks: list[dict], stages: list[str], workers: int, timeout: float,
-                on_row=None) -> tuple[list[dict], float]:
+def run_backend(
+    backend: str, tasks: list[dict], stages: list[str], workers: int, timeout: float, on_row=None
+) -> tuple[list[dict], float]:
     t0 = time.monotonic()
     pool = Pool(_worker, (backend, stages), workers, timeout)
     done = [0]
@@ -256,7 +293,9 @@ def run_backend(backend: str, tasks: list[dict], stages: list[str], workers: int
 
     def progress(n):
         if n % 25 == 0 or n == len(tasks):
-            print(f"  [{backend}] {n}/{len(tasks)} ({time.monotonic() - t0:.0f}s)", file=sys.stderr, flush=True)
+            print(
+                f"  [{backend}] {n}/{len(tasks)} ({time.monotonic() - t0:.0f}s)", file=sys.stderr, flush=True
+            )
             done[0] = n
 
     try:
@@ -273,22 +312,40 @@ def run_shrink(tasks: list[dict], workers: int, timeout: float) -> dict:
     t0 = time.monotonic()
     pool = Pool(_shrink_worker, (), workers, timeout)
     try:
-        rows = pool.map(tasks, lambda t, st, why: {"model_id": t["model_id"], "model_type": t["model_type"],
-                                                   "ok": False, "reason": f"{st}: {why}"})
+        rows = pool.map(
+            tasks,
+            lambda t, st, why: {
+                "model_id": t["model_id"],
+                "model_type": t["model_type"],
+                "ok": False,
+                "reason": f"{st}: {why}",
+            },
+        )
     finally:
         pool.close()
     ok = [r for r in rows if r.get("ok")]
     small = [r for r in ok if r["parameters"] < budget]
     levels = collections.Counter(r["level"] for r in ok)
     return {
-        "models": len(rows), "instantiated": len(ok), "under_budget": len(small),
+        "models": len(rows),
+        "instantiated": len(ok),
+        "under_budget": len(small),
         "instantiated_pct": round(100 * len(ok) / max(1, len(rows)), 2),
         "under_budget_pct": round(100 * len(small) / max(1, len(rows)), 2),
-        "levels": dict(levels), "seconds": round(time.monotonic() - t0, 1),
-        "failures": sorted(({"model_type": r["model_type"], "reason": r.get("reason", "")} for r in rows if not r.get("ok")),
-                           key=lambda r: r["model_type"]),
-        "over_budget": sorted(({"model_type": r["model_type"], "parameters": r["parameters"]} for r in ok if r["parameters"] >= budget),
-                              key=lambda r: -r["parameters"]),
+        "levels": dict(levels),
+        "seconds": round(time.monotonic() - t0, 1),
+        "failures": sorted(
+            ({"model_type": r["model_type"], "reason": r.get("reason", "")} for r in rows if not r.get("ok")),
+            key=lambda r: r["model_type"],
+        ),
+        "over_budget": sorted(
+            (
+                {"model_type": r["model_type"], "parameters": r["parameters"]}
+                for r in ok
+                if r["parameters"] >= budget
+            ),
+            key=lambda r: -r["parameters"],
+        ),
     }
 
 
@@ -315,6 +372,7 @@ def _stream(path: Path, kept: list[dict]):
     def write(row: dict) -> None:
         with path.open("a") as f:
             f.write(json.dumps({"kind": "check", **row}, default=str) + "\n")
+
     return write
 
 
@@ -336,17 +394,27 @@ def full_config_tasks(path: Path) -> list[dict]:
             model_class(arch)
         except UnknownArchitecture:
             arch = ""
-        tasks.append({"model_id": row["id"], "model_type": cfg["model_type"], "architecture": arch, "config": cfg})
+        tasks.append(
+            {"model_id": row["id"], "model_type": cfg["model_type"], "architecture": arch, "config": cfg}
+        )
     return tasks
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backends", default="neuron,cpu", help="comma-separated backends, run one after the other")
+    p.add_argument(
+        "--backends", default="neuron,cpu", help="comma-separated backends, run one after the other"
+    )
     p.add_argument("--backend", dest="backends", help="one backend (same as --backends B)")
-    p.add_argument("--stages", help="comma-separated stages (default: load,forward,backward,numerics,on_device)")
-    p.add_argument("--configs", type=Path, help="run the stages over these full Hub configs (JSONL: id, config) "
-                   "of types the installed transformers knows, instead of the catalog")
+    p.add_argument(
+        "--stages", help="comma-separated stages (default: load,forward,backward,numerics,on_device)"
+    )
+    p.add_argument(
+        "--configs",
+        type=Path,
+        help="run the stages over these full Hub configs (JSONL: id, config) "
+        "of types the installed transformers knows, instead of the catalog",
+    )
     p.add_argument("--pairs", action="store_true", help="every type x class pair, not one model per type")
     p.add_argument("--heads-only", action="store_true", help="with --pairs: skip each type's first class")
     p.add_argument("--compile", action="store_true", help="also run the (slow) compile stage")
@@ -355,11 +423,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument("--shrink-only", action="store_true")
-    p.add_argument("--sample", help="K/N: only every N-th model, starting at the K-th (a deterministic sample)")
+    p.add_argument(
+        "--sample", help="K/N: only every N-th model, starting at the K-th (a deterministic sample)"
+    )
     p.add_argument("--no-shrink", action="store_true", help="skip the shrinker pass (only the stages)")
-    p.add_argument("--resume", action="store_true",
-                   help="with --rows: keep the check rows already in the file and run only the models missing there")
-    p.add_argument("--full-configs", type=Path, default=ROOT.parent / "shared" / "data" / "hub" / "full_configs.jsonl")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --rows: keep the check rows already in the file and run only the models missing there",
+    )
+    p.add_argument(
+        "--full-configs", type=Path, default=ROOT.parent / "shared" / "data" / "hub" / "full_configs.jsonl"
+    )
     p.add_argument("--rows", type=Path, help="write every result row here (JSON lines)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -374,17 +449,33 @@ def main(argv: list[str] | None = None) -> int:
         unit = "pairs" if args.pairs else "types"
     if args.sample:
         k, n = (int(x) for x in args.sample.split("/"))
-        tasks = tasks[k - 1::n]  # a deterministic systematic sample: every n-th, starting at the k-th
-    out: dict[str, Any] = {"models": len(tasks), "unit": unit, "sample": args.sample, "load": {"start": os.getloadavg()}}
+        tasks = tasks[k - 1 :: n]  # a deterministic systematic sample: every n-th, starting at the k-th
+    out: dict[str, Any] = {
+        "models": len(tasks),
+        "unit": unit,
+        "sample": args.sample,
+        "load": {"start": os.getloadavg()},
+    }
     shrink_tasks = [t for t in tasks if t["base"]] if not args.pairs else tasks
-    out["shrink"] = {} if args.heads_only or args.configs or args.no_shrink else {
-        "catalog_base_types" if not args.pairs else "catalog_pairs": run_shrink(shrink_tasks, args.workers, args.timeout)}
+    out["shrink"] = (
+        {}
+        if args.heads_only or args.configs or args.no_shrink
+        else {
+            "catalog_base_types" if not args.pairs else "catalog_pairs": run_shrink(
+                shrink_tasks, args.workers, args.timeout
+            )
+        }
+    )
     if args.full_configs.is_file() and not args.pairs and not args.configs and not args.no_shrink:
-        out["shrink"]["full_configs"] = run_shrink(full_config_tasks(args.full_configs), args.workers, args.timeout)
+        out["shrink"]["full_configs"] = run_shrink(
+            full_config_tasks(args.full_configs), args.workers, args.timeout
+        )
     if not args.json:
         for name, s in out["shrink"].items():
-            print(f"shrink {name}: {s['instantiated']}/{s['models']} instantiate ({s['instantiated_pct']}%), "
-                  f"{s['under_budget']} under the parameter budget ({s['under_budget_pct']}%), {s['seconds']}s")
+            print(
+                f"shrink {name}: {s['instantiated']}/{s['models']} instantiate ({s['instantiated_pct']}%), "
+                f"{s['under_budget']} under the parameter budget ({s['under_budget_pct']}%), {s['seconds']}s"
+            )
     rows_out = []
     if not args.shrink_only:
         stages = EAGER_STAGES[:3] + (["compile"] if args.compile else []) + EAGER_STAGES[3:]
@@ -397,32 +488,59 @@ def main(argv: list[str] | None = None) -> int:
             before = [r for r in kept if r.get("backend") == backend]
             done = {r["model_id"] for r in before}
             todo = [t for t in tasks if t["model_id"] not in done]
-            rows, seconds = run_backend(backend, todo, stages, args.workers, args.timeout,
-                                        (lambda r, b=backend: stream(dict(r, backend=b))) if stream else None)
+            rows, seconds = run_backend(
+                backend,
+                todo,
+                stages,
+                args.workers,
+                args.timeout,
+                (lambda r, b=backend: stream(dict(r, backend=b))) if stream else None,
+            )
             rows = [r for r in before if r["model_id"] in {t["model_id"] for t in tasks}] + list(rows)
             rows_out += [dict(r, backend=backend) for r in rows]
-            entry = {"seconds": round(seconds, 1), "models": len(rows), "stages": stage_counts(rows),
-                     "blame": blame_counts(rows), "attributable": attributable(rows)}
+            entry = {
+                "seconds": round(seconds, 1),
+                "models": len(rows),
+                "stages": stage_counts(rows),
+                "blame": blame_counts(rows),
+                "attributable": attributable(rows),
+            }
             if args.pairs:
                 entry["heads_weighted"] = stage_counts(rows, "heads", {t["model_id"]: t for t in tasks})
             out["backends"][backend] = entry
             if not args.json:
-                print(f"\n{backend}: {len(rows)} models in {seconds:.0f}s ({seconds / max(1, len(rows)):.2f}s/model)")
+                print(
+                    f"\n{backend}: {len(rows)} models in {seconds:.0f}s ({seconds / max(1, len(rows)):.2f}s/model)"
+                )
                 for stage in stages:
                     counts = entry["stages"].get(stage, {})
                     blames = entry["blame"].get(stage, {})
                     share = entry["attributable"].get(stage, {})
-                    print(f"  {stage:10s} " + "  ".join(f"{k}={v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
-                          + "  | not passed by blame: " + (" ".join(f"{k}={v}" for k, v in sorted(blames.items())) or "-")
-                          + (f"  | pass {share['passed']}/{share['denominator']} not upstream/environment"
-                             f" ({100 * share['share']:.1f}%)" if share.get("share") is not None else "")
-                          + (f", {share['not_applicable']} not applicable" if share.get("not_applicable") else ""))
+                    print(
+                        f"  {stage:10s} "
+                        + "  ".join(f"{k}={v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+                        + "  | not passed by blame: "
+                        + (" ".join(f"{k}={v}" for k, v in sorted(blames.items())) or "-")
+                        + (
+                            f"  | pass {share['passed']}/{share['denominator']} not upstream/environment"
+                            f" ({100 * share['share']:.1f}%)"
+                            if share.get("share") is not None
+                            else ""
+                        )
+                        + (
+                            f", {share['not_applicable']} not applicable"
+                            if share.get("not_applicable")
+                            else ""
+                        )
+                    )
         secs = {b: e["seconds"] for b, e in out["backends"].items()}
         if "neuron" in secs and "cpu" in secs and secs["cpu"]:
             out["ratios"] = {"neuron_over_cpu_seconds": round(secs["neuron"] / secs["cpu"], 2)}
             if not args.json:
-                print(f"\nneuron/cpu wall time: {out['ratios']['neuron_over_cpu_seconds']}x "
-                      "(shared 2-core machine: noisy)")
+                print(
+                    f"\nneuron/cpu wall time: {out['ratios']['neuron_over_cpu_seconds']}x "
+                    "(shared 2-core machine: noisy)"
+                )
     out["load"]["end"] = os.getloadavg()
     if not args.json:
         print(f"load average: start {out['load']['start']}, end {out['load']['end']}")

@@ -46,8 +46,13 @@ def tiny_bert():
 
     torch.manual_seed(0)
     cfg = transformers.BertConfig(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        vocab_size=512, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=512,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
     ids = torch.randint(0, 512, (2, 32))
@@ -107,7 +112,11 @@ def _first_step(env_extra: dict[str, str], scale: float) -> dict:
     env.pop("NEURON_ADAPTIVE_EAGER", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, __file__, "--first-step-worker"], env=env, capture_output=True, text=True, timeout=1800
+        [sys.executable, __file__, "--first-step-worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"first-step worker failed:\n{proc.stderr[-3000:]}")
@@ -122,18 +131,25 @@ def _restore(name: str, value: str | None) -> None:
 
 
 def measure(scale: float, repeats: int, rounds: int = 5) -> dict:
-    from backend.neff.inductor import COMPILERS, ENV_VAR as COMPILER_ENV, compiler_name
+    from backend.neff.inductor import COMPILERS, compiler_name
+    from backend.neff.inductor import ENV_VAR as COMPILER_ENV
 
     with tempfile.TemporaryDirectory(prefix="neff-bench-") as tmp:
         local_a, local_b, shared = (str(Path(tmp) / n) for n in ("machine_a", "machine_b", "shared"))
         print("first step: cold cache ...", file=sys.stderr)
         # each machine has its own Inductor cache too (NEURON_COMPILER=inductor compiles on load)
         ind_a, ind_b = local_a + "-inductor", local_b + "-inductor"
-        cold = _first_step({"NEURON_CACHE_DIR": local_a, "NEURON_SHARED_CACHE_DIR": shared, INDUCTOR_CACHE: ind_a}, scale)
+        cold = _first_step(
+            {"NEURON_CACHE_DIR": local_a, "NEURON_SHARED_CACHE_DIR": shared, INDUCTOR_CACHE: ind_a}, scale
+        )
         print("first step: warm disk ...", file=sys.stderr)
-        warm_disk = _first_step({"NEURON_CACHE_DIR": local_a, "NEURON_SHARED_CACHE_DIR": "", INDUCTOR_CACHE: ind_a}, scale)
+        warm_disk = _first_step(
+            {"NEURON_CACHE_DIR": local_a, "NEURON_SHARED_CACHE_DIR": "", INDUCTOR_CACHE: ind_a}, scale
+        )
         print("first step: warm shared ...", file=sys.stderr)
-        warm_shared = _first_step({"NEURON_CACHE_DIR": local_b, "NEURON_SHARED_CACHE_DIR": shared, INDUCTOR_CACHE: ind_b}, scale)
+        warm_shared = _first_step(
+            {"NEURON_CACHE_DIR": local_b, "NEURON_SHARED_CACHE_DIR": shared, INDUCTOR_CACHE: ind_b}, scale
+        )
 
         os.environ["NEURON_CACHE_DIR"] = str(Path(tmp) / "steady")
         os.environ["NEURON_COMPILE_COST_SCALE"] = "1"
@@ -153,16 +169,25 @@ def measure(scale: float, repeats: int, rounds: int = 5) -> dict:
             for _ in range(3):
                 step(model, batch)
             mode.wait_for_compiles()
-        side = side_by_side({
-            "cpu_eager": (cpu_model, cpu_batch, None),
-            "neuron_eager": (model, batch, None),
-            "neuron_compiled": (compiled_model, batch, None),
-            "neuron_adaptive": (model, batch, lambda: mode),
-            # the same compiled step with PyTorch's autograd device thread (NEURON_AUTOGRAD_THREAD=device)
-            "neuron_compiled_device_thread": (compiled_model, batch, lambda: torch.autograd.set_multithreading_enabled(True)),
-        }, rounds, repeats)
+        side = side_by_side(
+            {
+                "cpu_eager": (cpu_model, cpu_batch, None),
+                "neuron_eager": (model, batch, None),
+                "neuron_compiled": (compiled_model, batch, None),
+                "neuron_adaptive": (model, batch, lambda: mode),
+                # the same compiled step with PyTorch's autograd device thread (NEURON_AUTOGRAD_THREAD=device)
+                "neuron_compiled_device_thread": (
+                    compiled_model,
+                    batch,
+                    lambda: torch.autograd.set_multithreading_enabled(True),
+                ),
+            },
+            rounds,
+            repeats,
+        )
         cpu_eager, neuron_eager, compiled, adaptive_eager = (
-            side[k] for k in ("cpu_eager", "neuron_eager", "neuron_compiled", "neuron_adaptive"))
+            side[k] for k in ("cpu_eager", "neuron_eager", "neuron_compiled", "neuron_adaptive")
+        )
         stats = vars(mode.stats).copy()
         by_compiler = {}  # the same step with each compiler (NEURON_COMPILER), side by side
         previous_compiler = os.environ.get(COMPILER_ENV)
@@ -186,12 +211,25 @@ def measure(scale: float, repeats: int, rounds: int = 5) -> dict:
         "compiled_step_over_cpu_eager_device_thread": side["neuron_compiled_device_thread"] / cpu_eager,
         "compiled_step_over_cpu_eager_by_compiler": {k: v / cpu_eager for k, v in by_compiler.items()},
         "compiler": compiler_name(),
-        "first_step_seconds": {"cold": cold["seconds"], "warm_disk": warm_disk["seconds"], "warm_shared": warm_shared["seconds"]},
-        "first_step_counters": {"cold": cold["counters"], "warm_disk": warm_disk["counters"], "warm_shared": warm_shared["counters"]},
-        "step_seconds": {"cpu_eager": cpu_eager, "neuron_eager": neuron_eager, "neuron_compiled": compiled, "neuron_adaptive": adaptive_eager,
-                         "neuron_compiled_exact_precision": compiled_exact,
-                         "neuron_compiled_device_thread": side["neuron_compiled_device_thread"],
-                         **{f"neuron_compiled_{k}": v for k, v in by_compiler.items()}},
+        "first_step_seconds": {
+            "cold": cold["seconds"],
+            "warm_disk": warm_disk["seconds"],
+            "warm_shared": warm_shared["seconds"],
+        },
+        "first_step_counters": {
+            "cold": cold["counters"],
+            "warm_disk": warm_disk["counters"],
+            "warm_shared": warm_shared["counters"],
+        },
+        "step_seconds": {
+            "cpu_eager": cpu_eager,
+            "neuron_eager": neuron_eager,
+            "neuron_compiled": compiled,
+            "neuron_adaptive": adaptive_eager,
+            "neuron_compiled_exact_precision": compiled_exact,
+            "neuron_compiled_device_thread": side["neuron_compiled_device_thread"],
+            **{f"neuron_compiled_{k}": v for k, v in by_compiler.items()},
+        },
         "load_average": os.getloadavg(),
         "adaptive_stats": stats,
         "cost_scale": scale,
@@ -204,8 +242,12 @@ def measure(scale: float, repeats: int, rounds: int = 5) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--cost-scale", type=float, default=100.0,
-                        help="NEURON_COMPILE_COST_SCALE for the first-step runs (default 100: ~real compile times)")
+    parser.add_argument(
+        "--cost-scale",
+        type=float,
+        default=100.0,
+        help="NEURON_COMPILE_COST_SCALE for the first-step runs (default 100: ~real compile times)",
+    )
     parser.add_argument("--repeats", type=int, default=7, help="timed steps per candidate and round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the steady-state steps")
     parser.add_argument("--first-step-worker", action="store_true", help=argparse.SUPPRESS)
@@ -218,16 +260,24 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(r))
         return 0
     fs = r["first_step_seconds"]
-    print(f"time to first training step (cost scale {r['cost_scale']:g}): cold {fs['cold']:.2f} s, "
-          f"warm disk {fs['warm_disk']:.2f} s, warm shared {fs['warm_shared']:.2f} s")
+    print(
+        f"time to first training step (cost scale {r['cost_scale']:g}): cold {fs['cold']:.2f} s, "
+        f"warm disk {fs['warm_disk']:.2f} s, warm shared {fs['warm_shared']:.2f} s"
+    )
     print(f"  warm_disk_over_cold     {r['warm_disk_over_cold']:.3f}   (target <= 0.333)")
     print(f"  warm_shared_over_cold   {r['warm_shared_over_cold']:.3f}   (target <= 0.333)")
     s = r["step_seconds"]
-    print(f"steady-state step: cpu eager {s['cpu_eager'] * 1e3:.1f} ms, neuron eager {s['neuron_eager'] * 1e3:.1f} ms, "
-          f"compiled {s['neuron_compiled'] * 1e3:.1f} ms, adaptive {s['neuron_adaptive'] * 1e3:.1f} ms")
+    print(
+        f"steady-state step: cpu eager {s['cpu_eager'] * 1e3:.1f} ms, neuron eager {s['neuron_eager'] * 1e3:.1f} ms, "
+        f"compiled {s['neuron_compiled'] * 1e3:.1f} ms, adaptive {s['neuron_adaptive'] * 1e3:.1f} ms"
+    )
     print(f"  compiled_step_over_cpu_eager {r['compiled_step_over_cpu_eager']:.3f}   (target <= 1.3)")
-    print(f"  compiled_step_over_cpu_eager_exact_precision {r['compiled_step_over_cpu_eager_exact_precision']:.3f}")
-    print(f"  compiled_step_over_cpu_eager_device_thread {r['compiled_step_over_cpu_eager_device_thread']:.3f}")
+    print(
+        f"  compiled_step_over_cpu_eager_exact_precision {r['compiled_step_over_cpu_eager_exact_precision']:.3f}"
+    )
+    print(
+        f"  compiled_step_over_cpu_eager_device_thread {r['compiled_step_over_cpu_eager_device_thread']:.3f}"
+    )
     for name, ratio in r["compiled_step_over_cpu_eager_by_compiler"].items():
         print(f"  compiled_step_over_cpu_eager with NEURON_COMPILER={name} {ratio:.3f}")
     print(f"  adaptive_over_eager          {r['adaptive_over_eager']:.3f}")

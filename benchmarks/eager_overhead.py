@@ -28,8 +28,14 @@ HIDDEN, LAYERS, HEADS, VOCAB, BATCH, SEQ = 64, 2, 4, 512, 2, 32
 def tiny_models() -> dict[str, torch.nn.Module]:
     from transformers import BertConfig, BertForMaskedLM, LlamaConfig, LlamaForCausalLM
 
-    common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                  num_attention_heads=HEADS, intermediate_size=4 * HIDDEN, max_position_embeddings=2 * SEQ)
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=4 * HIDDEN,
+        max_position_embeddings=2 * SEQ,
+    )
     torch.manual_seed(0)
     bert = BertForMaskedLM(BertConfig(**common))
     llama = LlamaForCausalLM(LlamaConfig(num_key_value_heads=HEADS, **common))

@@ -22,20 +22,30 @@ import time
 from pathlib import Path
 
 from contracts.settings import current
-from harness.engine.runner import RunOptions, list_cases, run_tier
 from contracts.tiers import load_tier
+from harness.engine.runner import RunOptions, list_cases, run_tier
 from harness.engine.workers import WorkerLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 HUB = current().shared_data / "hub" / "hub_models.jsonl.gz"
 
 
-def measure(population: str, workers: int, out: Path, backend: str, timeout: float, limit: int | None) -> dict:
+def measure(
+    population: str, workers: int, out: Path, backend: str, timeout: float, limit: int | None
+) -> dict:
     models = None if population == "catalog" else str(HUB if population == "hub" else population)
     if models and not Path(models).exists():
         raise SystemExit(f"population {models} not found")
-    opts = RunOptions(tier="full", out=out, backend=backend, models=models, workers=workers, limit=limit,
-                      limits=WorkerLimits(timeout=timeout), progress=sys.stderr.isatty())
+    opts = RunOptions(
+        tier="full",
+        out=out,
+        backend=backend,
+        models=models,
+        workers=workers,
+        limit=limit,
+        limits=WorkerLimits(timeout=timeout),
+        progress=sys.stderr.isatty(),
+    )
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     cases = list_cases(load_tier("full"), opts, out)
@@ -44,17 +54,31 @@ def measure(population: str, workers: int, out: Path, backend: str, timeout: flo
     total = time.perf_counter() - t0
     runnable = [c for c in cases if not c.payload.get("not_attempted")]
     return {
-        "population": population, "backend": backend, "workers": workers,
-        "models": sum(len(c.model_ids) for c in cases), "cases": len(cases),
-        "distinct_architectures": len(runnable), "runnable_models": sum(len(c.model_ids) for c in runnable),
-        "list_seconds": round(list_seconds, 1), "run_seconds": round(total - list_seconds, 1),
-        "seconds": round(total, 1), "minutes": round(total / 60, 2), "resumed": summary["resumed"],
-        "counts": summary["counts"], "by_stage": summary["by_stage"],
-        "coverage": {stage: {"models_pass": c["models_pass"], "models_total": c["models_total"],
-                             "models_share": round(c["models_pass"] / c["models_total"], 4) if c["models_total"] else None,
-                             "download_weighted_share": None if c["weighted_share"] is None
-                             else round(c["weighted_share"], 4)}
-                     for stage, c in summary["coverage"].items()},
+        "population": population,
+        "backend": backend,
+        "workers": workers,
+        "models": sum(len(c.model_ids) for c in cases),
+        "cases": len(cases),
+        "distinct_architectures": len(runnable),
+        "runnable_models": sum(len(c.model_ids) for c in runnable),
+        "list_seconds": round(list_seconds, 1),
+        "run_seconds": round(total - list_seconds, 1),
+        "seconds": round(total, 1),
+        "minutes": round(total / 60, 2),
+        "resumed": summary["resumed"],
+        "counts": summary["counts"],
+        "by_stage": summary["by_stage"],
+        "coverage": {
+            stage: {
+                "models_pass": c["models_pass"],
+                "models_total": c["models_total"],
+                "models_share": round(c["models_pass"] / c["models_total"], 4) if c["models_total"] else None,
+                "download_weighted_share": None
+                if c["weighted_share"] is None
+                else round(c["weighted_share"], 4),
+            }
+            for stage, c in summary["coverage"].items()
+        },
         "usable": usable_figures(out),
         "load_average": os.getloadavg(),
         "run_dir": str(out),
@@ -80,8 +104,10 @@ def usable_figures(run_dir: Path) -> dict:
         n, w = int(g["n_models"].iloc[0] or 0), float(g["weight"].iloc[0] or 0.0)
         totals["models"] += n
         totals["weight"] += w
-        ok = all(s in st and (st[s].status == "pass" or (s == "backward" and st[s].status == "skipped"))
-                 for s in ("load", "forward", "backward"))
+        ok = all(
+            s in st and (st[s].status == "pass" or (s == "backward" and st[s].status == "skipped"))
+            for s in ("load", "forward", "backward")
+        )
         if ok:
             passed["models"] += n
             passed["weight"] += w
@@ -92,13 +118,24 @@ def usable_figures(run_dir: Path) -> dict:
         by_blame[blame]["weight"] += w
         by_blame[blame]["cases"] += 1
     excluded = sum(by_blame[b]["weight"] for b in ("upstream", "environment") if b in by_blame)
-    return {"models": totals["models"], "downloads": totals["weight"], "computes_models": passed["models"],
-            "computes_downloads": passed["weight"],
-            "computes_download_share": round(passed["weight"] / totals["weight"], 4) if totals["weight"] else None,
-            "computes_download_share_not_upstream_environment":
-                round(passed["weight"] / (totals["weight"] - excluded), 4) if totals["weight"] - excluded else None,
-            "not_computing_by_blame": {b: {k: (round(v, 1) if k == "weight" else int(v)) for k, v in d.items()}
-                                       for b, d in sorted(by_blame.items())}}
+    return {
+        "models": totals["models"],
+        "downloads": totals["weight"],
+        "computes_models": passed["models"],
+        "computes_downloads": passed["weight"],
+        "computes_download_share": round(passed["weight"] / totals["weight"], 4)
+        if totals["weight"]
+        else None,
+        "computes_download_share_not_upstream_environment": round(
+            passed["weight"] / (totals["weight"] - excluded), 4
+        )
+        if totals["weight"] - excluded
+        else None,
+        "not_computing_by_blame": {
+            b: {k: (round(v, 1) if k == "weight" else int(v)) for k, v in d.items()}
+            for b, d in sorted(by_blame.items())
+        },
+    }
 
 
 def list_only(population: str, workers: int) -> dict:
@@ -113,12 +150,19 @@ def list_only(population: str, workers: int) -> dict:
     t2 = time.perf_counter()
     runnable = [c for c in cases if not c.payload.get("not_attempted")]
     weight = sum(c.weight for c in cases)
-    return {"population": population, "models": len(members), "cases": len(cases),
-            "distinct_architectures": len(runnable), "runnable_models": sum(len(c.model_ids) for c in runnable),
-            "runnable_download_share": round(sum(c.weight for c in runnable) / weight, 4) if weight else None,
-            "not_attempted": {c.case_id.split("/", 1)[1]: len(c.model_ids) for c in cases
-                              if c.payload.get("not_attempted")},
-            "read_seconds": round(t1 - t0, 1), "dedupe_seconds": round(t2 - t1, 1)}
+    return {
+        "population": population,
+        "models": len(members),
+        "cases": len(cases),
+        "distinct_architectures": len(runnable),
+        "runnable_models": sum(len(c.model_ids) for c in runnable),
+        "runnable_download_share": round(sum(c.weight for c in runnable) / weight, 4) if weight else None,
+        "not_attempted": {
+            c.case_id.split("/", 1)[1]: len(c.model_ids) for c in cases if c.payload.get("not_attempted")
+        },
+        "read_seconds": round(t1 - t0, 1),
+        "dedupe_seconds": round(t2 - t1, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,16 +188,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(res))
     else:
-        print(f"full tier over {res['population']}: {res['models']} models -> {res['distinct_architectures']} "
-              f"distinct architectures in {res['minutes']} min (listing {res['list_seconds']}s)")
+        print(
+            f"full tier over {res['population']}: {res['models']} models -> {res['distinct_architectures']} "
+            f"distinct architectures in {res['minutes']} min (listing {res['list_seconds']}s)"
+        )
         for stage, c in res["coverage"].items():
-            print(f"  {stage:9} {c['models_pass']}/{c['models_total']} models pass "
-                  f"({c['models_share']:.1%}); download-weighted {c['download_weighted_share']}")
+            print(
+                f"  {stage:9} {c['models_pass']}/{c['models_total']} models pass "
+                f"({c['models_share']:.1%}); download-weighted {c['download_weighted_share']}"
+            )
         u = res["usable"]
-        print(f"  usable configs: forward+backward pass for {u['computes_models']}/{u['models']} models, "
-              f"{u['computes_download_share']:.1%} of their downloads "
-              f"({u['computes_download_share_not_upstream_environment']:.1%} without upstream/environment); "
-              f"the rest by blame: {u['not_computing_by_blame']}; load average {res['load_average']}")
+        print(
+            f"  usable configs: forward+backward pass for {u['computes_models']}/{u['models']} models, "
+            f"{u['computes_download_share']:.1%} of their downloads "
+            f"({u['computes_download_share_not_upstream_environment']:.1%} without upstream/environment); "
+            f"the rest by blame: {u['not_computing_by_blame']}; load average {res['load_average']}"
+        )
     return 0
 
 

@@ -53,8 +53,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EAGER_STAGES = ("load", "forward", "backward", "op")
-CATEGORIES = ("device_overhead", "startup", "listing", "shrinking", "references", "blame_probes", "compile",
-              "killed_cases", "reporting", "cpu_kernels_and_harness", "idle")
+CATEGORIES = (
+    "device_overhead",
+    "startup",
+    "listing",
+    "shrinking",
+    "references",
+    "blame_probes",
+    "compile",
+    "killed_cases",
+    "reporting",
+    "cpu_kernels_and_harness",
+    "idle",
+)
 TARGET_FULL_MINUTES = 45.0
 TARGET_QUICK_COLD_MINUTES = 2.0
 #: cpu side of the representative tier: its eager stages only (the cpu backend compiles with Inductor).
@@ -91,6 +102,7 @@ class EagerRepresentative:
 
 # ------------------------------------------------------------------------------------ reading
 
+
 def journal(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "journal.jsonl"
     out = []
@@ -117,10 +129,18 @@ def case_seconds(outcome: dict[str, Any]) -> dict[str, float]:
     eager = max(0.0, sum(v for k, v in stages.items() if k in EAGER_STAGES) - shrink - inside_ref)
     total = float(outcome.get("seconds") or 0.0)
     # a worker pre-started beside the listing: only what was left of its start-up after the listing waits
-    startup = max(0.0, float(worker.get("startup_seconds") or 0.0) - float(worker.get("startup_overlapped_seconds") or 0.0))
-    got = {"startup": startup, "shrinking": shrink,
-           "references": ref + stages.get("numerics", 0.0), "blame_probes": blame,
-           "compile": stages.get("compile", 0.0), "eager": eager}
+    startup = max(
+        0.0,
+        float(worker.get("startup_seconds") or 0.0) - float(worker.get("startup_overlapped_seconds") or 0.0),
+    )
+    got = {
+        "startup": startup,
+        "shrinking": shrink,
+        "references": ref + stages.get("numerics", 0.0),
+        "blame_probes": blame,
+        "compile": stages.get("compile", 0.0),
+        "eager": eager,
+    }
     got["harness"] = max(0.0, total - sum(v for k, v in got.items() if k != "startup"))
     return got
 
@@ -141,25 +161,40 @@ def tier_breakdown(run_dir: Path, workers: int) -> dict[str, Any]:
     w = max(1, int(tmeta.get("workers") or workers))
     wall = {k: v / w for k, v in worker_s.items()}
     busy = sum(wall.values())
-    return {"tier": name, "cases": len(records), "workers": w,
-            "wall_seconds": float(t.get("wall_seconds") or tmeta.get("seconds", 0.0)),
-            "worker_seconds": dict(worker_s),
-            "seconds": {"listing": listing, "probe": probe, "reference_pass": float(t.get("reference_seconds", 0.0)),
-                        "tables": float(t.get("tables_seconds", 0.0)) + float(t.get("summary_seconds", 0.0)),
-                        **wall, "idle": max(0.0, exec_wall - busy)}}
+    return {
+        "tier": name,
+        "cases": len(records),
+        "workers": w,
+        "wall_seconds": float(t.get("wall_seconds") or tmeta.get("seconds", 0.0)),
+        "worker_seconds": dict(worker_s),
+        "seconds": {
+            "listing": listing,
+            "probe": probe,
+            "reference_pass": float(t.get("reference_seconds", 0.0)),
+            "tables": float(t.get("tables_seconds", 0.0)) + float(t.get("summary_seconds", 0.0)),
+            **wall,
+            "idle": max(0.0, exec_wall - busy),
+        },
+    }
 
 
 def eager_by_case(run_dir: Path) -> dict[str, float]:
-    return {r["case_id"]: got["eager"] for r in journal(run_dir) if "eager" in (got := case_seconds(r["outcome"]))}
+    return {
+        r["case_id"]: got["eager"] for r in journal(run_dir) if "eager" in (got := case_seconds(r["outcome"]))
+    }
 
 
 def overhead_ratio(neuron: dict[str, float], cpu: dict[str, float]) -> dict[str, Any]:
     """(neuron - cpu) / neuron eager seconds over the cases both sides ran."""
     common = sorted(set(neuron) & set(cpu))
     n, c = sum(neuron[k] for k in common), sum(cpu[k] for k in common)
-    return {"cases": len(common), "neuron_eager_seconds": round(n, 3), "cpu_eager_seconds": round(c, 3),
-            "device_over_cpu": round(n / c, 3) if c else None,
-            "device_overhead_ratio": round(max(0.0, (n - c) / n), 4) if n else None}
+    return {
+        "cases": len(common),
+        "neuron_eager_seconds": round(n, 3),
+        "cpu_eager_seconds": round(c, 3),
+        "device_over_cpu": round(n / c, 3) if c else None,
+        "device_overhead_ratio": round(max(0.0, (n - c) / n), 4) if n else None,
+    }
 
 
 def split(tier: dict[str, Any], ratio: float | None) -> dict[str, float]:
@@ -167,11 +202,19 @@ def split(tier: dict[str, Any], ratio: float | None) -> dict[str, float]:
     s = tier["seconds"]
     eager = s.get("eager", 0.0)
     overhead = eager * (ratio or 0.0)
-    return {"device_overhead": overhead, "startup": s.get("startup", 0.0) + s["probe"], "listing": s["listing"],
-            "shrinking": s.get("shrinking", 0.0), "references": s.get("references", 0.0) + s["reference_pass"],
-            "blame_probes": s.get("blame_probes", 0.0), "compile": s.get("compile", 0.0),
-            "killed_cases": s.get("killed_cases", 0.0), "reporting": s["tables"],
-            "cpu_kernels_and_harness": eager - overhead + s.get("harness", 0.0), "idle": s["idle"]}
+    return {
+        "device_overhead": overhead,
+        "startup": s.get("startup", 0.0) + s["probe"],
+        "listing": s["listing"],
+        "shrinking": s.get("shrinking", 0.0),
+        "references": s.get("references", 0.0) + s["reference_pass"],
+        "blame_probes": s.get("blame_probes", 0.0),
+        "compile": s.get("compile", 0.0),
+        "killed_cases": s.get("killed_cases", 0.0),
+        "reporting": s["tables"],
+        "cpu_kernels_and_harness": eager - overhead + s.get("harness", 0.0),
+        "idle": s["idle"],
+    }
 
 
 def shares(seconds: dict[str, float]) -> dict[str, float]:
@@ -181,9 +224,14 @@ def shares(seconds: dict[str, float]) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------ running
 
+
 def _env(cache: Path | None) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]
+        ).rstrip(os.pathsep),
+    }
     if cache is not None:
         env["NEURON_CACHE_DIR"] = str(cache)
     return env
@@ -215,15 +263,36 @@ def estimate(summary: dict[str, Any], sample: int) -> dict[str, Any]:
     for name, t in summary["tiers"].items():
         secs = t["seconds"]
         once = sum(secs.get(k, 0.0) for k in ONCE_PER_TIER)
-        tiers[name] = {"cases": t["cases"] * sample, "seconds": round(once + sample * (sum(secs.values()) - once), 1)}
+        tiers[name] = {
+            "cases": t["cases"] * sample,
+            "seconds": round(once + sample * (sum(secs.values()) - once), 1),
+        }
     total = sum(t["seconds"] for t in tiers.values()) + sample * summary["report_seconds"]
-    return {"sample": f"1/{sample} of every tier's cases, scaled up", "tiers": tiers, "seconds": round(total, 1),
-            "minutes": round(total / 60, 1), "target_minutes": TARGET_FULL_MINUTES, "met": total / 60 <= TARGET_FULL_MINUTES}
+    return {
+        "sample": f"1/{sample} of every tier's cases, scaled up",
+        "tiers": tiers,
+        "seconds": round(total, 1),
+        "minutes": round(total / 60, 1),
+        "target_minutes": TARGET_FULL_MINUTES,
+        "met": total / 60 <= TARGET_FULL_MINUTES,
+    }
 
 
 def run_nightly(out: Path, quick: bool, workers: int, cache: Path, extra: list[str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "harness", "nightly", "--out", str(out), "--workers", str(workers),
-           "--no-progress", "--json", *(["--quick"] if quick else []), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "nightly",
+        "--out",
+        str(out),
+        "--workers",
+        str(workers),
+        "--no-progress",
+        "--json",
+        *(["--quick"] if quick else []),
+        *extra,
+    ]
     start = time.monotonic()
     proc = subprocess.run(cmd, env=_env(cache), cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -232,7 +301,9 @@ def run_nightly(out: Path, quick: bool, workers: int, cache: Path, extra: list[s
     return {"wall_seconds": wall, "result": json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
-def run_cpu_side(neuron_dir: Path, out: Path, tiers: list[str], fraction: float, workers: int) -> dict[str, Path]:
+def run_cpu_side(
+    neuron_dir: Path, out: Path, tiers: list[str], fraction: float, workers: int
+) -> dict[str, Path]:
     """Every k-th case of each tier's list (the neuron run's own case file) on the cpu backend."""
     done = {}
     step = max(1, round(1 / fraction))
@@ -247,8 +318,24 @@ def run_cpu_side(neuron_dir: Path, out: Path, tiers: list[str], fraction: float,
         inputs = meta.get("inputs") or {}
         sample = data["cases"][::step]
         tier_ref = EAGER_REPRESENTATIVE_REF if name == "representative" else name
-        cmd = [sys.executable, "-m", "harness", "run", "--tier", tier_ref, "--backend", "cpu", "--out", str(run_dir),
-               "--workers", str(workers), "--order", "listed", "--no-progress", "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--tier",
+            tier_ref,
+            "--backend",
+            "cpu",
+            "--out",
+            str(run_dir),
+            "--workers",
+            str(workers),
+            "--order",
+            "listed",
+            "--no-progress",
+            "--json",
+        ]
         for flag, key in (("--limit", "limit"), ("--registry", "registry"), ("--models", "models")):
             if inputs.get(key):
                 cmd += [flag, str(inputs[key])]
@@ -267,15 +354,24 @@ def _seed_cases(run_dir: Path, name: str, tier_ref: str, sample: list, inputs: d
     cases and lists nothing (a plug-in tier's name, an upstream tier's --ops selection differ)."""
     from harness.engine.runner import RunOptions, _cases_key
 
-    key = _cases_key(RunOptions(tier=tier_ref, out=run_dir, registry=inputs.get("registry"),
-                                models=inputs.get("models"), limit=inputs.get("limit")))
+    key = _cases_key(
+        RunOptions(
+            tier=tier_ref,
+            out=run_dir,
+            registry=inputs.get("registry"),
+            models=inputs.get("models"),
+            limit=inputs.get("limit"),
+        )
+    )
     (run_dir / f"cases-{name}.json").write_text(json.dumps({"key": key, "cases": sample}))
 
 
 # ------------------------------------------------------------------------------------ summary
 
-def summarize(night: Path, workers: int, cpu_dirs: dict[str, Path], wall: float | None,
-              quick: bool | None) -> dict[str, Any]:
+
+def summarize(
+    night: Path, workers: int, cpu_dirs: dict[str, Path], wall: float | None, quick: bool | None
+) -> dict[str, Any]:
     nightly = json.loads((night / "nightly.json").read_text()) if (night / "nightly.json").exists() else {}
     timings = nightly.get("timings") or {}
     tiers, total = {}, defaultdict(float)
@@ -287,9 +383,13 @@ def summarize(night: Path, workers: int, cpu_dirs: dict[str, Path], wall: float 
             cpu_side[b["tier"]] = overhead_ratio(eager_by_case(d), eager_by_case(cpu_dirs[b["tier"]]))
             ratio = cpu_side[b["tier"]]["device_overhead_ratio"]
         secs = split(b, ratio)
-        tiers[b["tier"]] = {"wall_seconds": round(b["wall_seconds"], 1), "cases": b["cases"],
-                            "seconds": {k: round(v, 2) for k, v in secs.items()}, "shares": shares(secs),
-                            "device_overhead_measured": ratio is not None}
+        tiers[b["tier"]] = {
+            "wall_seconds": round(b["wall_seconds"], 1),
+            "cases": b["cases"],
+            "seconds": {k: round(v, 2) for k, v in secs.items()},
+            "shares": shares(secs),
+            "device_overhead_measured": ratio is not None,
+        }
         for k, v in secs.items():
             total[k] += v
     report = float(timings.get("report_seconds", 0.0))
@@ -300,14 +400,26 @@ def summarize(night: Path, workers: int, cpu_dirs: dict[str, Path], wall: float 
     wall_total = wall if wall is not None else night_seconds
     total["idle"] += max(0.0, wall_total - sum(total.values()))  # anything unaccounted between the parts
     minutes = wall_total / 60
-    out = {"night": str(night), "quick": quick, "workers": workers, "wall_seconds": round(wall_total, 1),
-           "report_seconds": round(report, 2), "tiers": tiers,
-           "seconds": {k: round(total[k], 2) for k in CATEGORIES}, "shares": shares({k: total[k] for k in CATEGORIES}),
-           "cpu_side": cpu_side}
+    out = {
+        "night": str(night),
+        "quick": quick,
+        "workers": workers,
+        "wall_seconds": round(wall_total, 1),
+        "report_seconds": round(report, 2),
+        "tiers": tiers,
+        "seconds": {k: round(total[k], 2) for k in CATEGORIES},
+        "shares": shares({k: total[k] for k in CATEGORIES}),
+        "cpu_side": cpu_side,
+    }
     if quick is not None:
         target = TARGET_QUICK_COLD_MINUTES if quick else TARGET_FULL_MINUTES
-        out["targets"] = {("quick_nightly_cold_minutes" if quick else "full_nightly_minutes"): {
-            "measured": round(minutes, 2), "target": target, "met": minutes <= target}}
+        out["targets"] = {
+            ("quick_nightly_cold_minutes" if quick else "full_nightly_minutes"): {
+                "measured": round(minutes, 2),
+                "target": target,
+                "met": minutes <= target,
+            }
+        }
     return out
 
 
@@ -315,24 +427,52 @@ def table(summary: dict[str, Any]) -> str:
     cols = ["tier", "wall s", "cases", *CATEGORIES]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     rows = [(n, t["wall_seconds"], t["cases"], t["shares"]) for n, t in summary["tiers"].items()]
-    rows.append(("**night**", summary["wall_seconds"], sum(t["cases"] for t in summary["tiers"].values()),
-                 summary["shares"]))
+    rows.append(
+        (
+            "**night**",
+            summary["wall_seconds"],
+            sum(t["cases"] for t in summary["tiers"].values()),
+            summary["shares"],
+        )
+    )
     for name, wall, cases, sh in rows:
-        lines.append(f"| {name} | {wall:.0f} | {cases} | " + " | ".join(f"{sh.get(k, 0):.1%}" for k in CATEGORIES) + " |")
+        lines.append(
+            f"| {name} | {wall:.0f} | {cases} | "
+            + " | ".join(f"{sh.get(k, 0):.1%}" for k in CATEGORIES)
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--quick", action="store_true", help="the quick nightly (target: <= 2 min from a cold NEFF cache)")
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="the quick nightly (target: <= 2 min from a cold NEFF cache)"
+    )
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--cpu-fraction", type=float, default=0.25,
-                   help="share of each tier's cases also run on cpu to measure device overhead (0: none)")
-    p.add_argument("--from", dest="from_dir", metavar="DIR", help="analyse a finished nightly dir instead of running")
+    p.add_argument(
+        "--cpu-fraction",
+        type=float,
+        default=0.25,
+        help="share of each tier's cases also run on cpu to measure device overhead (0: none)",
+    )
+    p.add_argument(
+        "--from", dest="from_dir", metavar="DIR", help="analyse a finished nightly dir instead of running"
+    )
     p.add_argument("--out", help="work directory, kept (default: a temporary directory, removed)")
-    p.add_argument("--nightly-args", default="", help="extra arguments for harness nightly, e.g. '--no-baseline'")
-    p.add_argument("--sample", type=int, metavar="N", help="full nightly on shard 1/N of every tier, scaled up (`estimate`)")
+    p.add_argument(
+        "--nightly-args", default="", help="extra arguments for harness nightly, e.g. '--no-baseline'"
+    )
+    p.add_argument(
+        "--sample",
+        type=int,
+        metavar="N",
+        help="full nightly on shard 1/N of every tier, scaled up (`estimate`)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.sample and (args.quick or args.sample < 1):
@@ -354,11 +494,16 @@ def main(argv: list[str] | None = None) -> int:
                 extra += ["--config", str(sample_config(base / "nightly-sample.toml", args.sample))]
             wall = run_nightly(night, args.quick, args.workers, cache, extra)["wall_seconds"]
         tiers = [d.name for d in night.iterdir() if (d / "run.json").exists()]
-        cpu_dirs = run_cpu_side(night, base / "cpu", tiers, args.cpu_fraction, args.workers) \
-            if args.cpu_fraction > 0 else {}
+        cpu_dirs = (
+            run_cpu_side(night, base / "cpu", tiers, args.cpu_fraction, args.workers)
+            if args.cpu_fraction > 0
+            else {}
+        )
         summary = summarize(night, args.workers, cpu_dirs, wall, quick)
-        summary["load_average"] = {"before": [round(x, 2) for x in load_before],
-                                   "after": [round(x, 2) for x in os.getloadavg()]}
+        summary["load_average"] = {
+            "before": [round(x, 2) for x in load_before],
+            "after": [round(x, 2) for x in os.getloadavg()],
+        }
         summary["cpu_fraction"] = args.cpu_fraction
         if args.sample:
             summary["estimate"] = estimate(summary, args.sample)
@@ -369,14 +514,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, default=str))
     else:
         print(table(summary))
-        print(f"\nnight: {summary['wall_seconds']:.0f} s with {args.workers} workers; "
-              + ", ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items()))
+        print(
+            f"\nnight: {summary['wall_seconds']:.0f} s with {args.workers} workers; "
+            + ", ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items())
+        )
         for t, c in summary["cpu_side"].items():
             print(f"{t}: neuron eager / cpu eager = {c['device_over_cpu']} over {c['cases']} cases")
         if "estimate" in summary:
             e = summary["estimate"]
-            print(f"whole night estimated from {e['sample']}: {e['minutes']} min (target {e['target_minutes']:.0f}); "
-                  + ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in e["tiers"].items()))
+            print(
+                f"whole night estimated from {e['sample']}: {e['minutes']} min (target {e['target_minutes']:.0f}); "
+                + ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in e["tiers"].items())
+            )
         print(f"load average {summary['load_average']}")
     return 0
 

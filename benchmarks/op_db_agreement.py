@@ -20,10 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from upstream_tier import TARGET_FLOAT32, measure  # noqa: E402
+from upstream_tier import TARGET_FLOAT32, measure
 
 
-def agreement(ops: str | None, workers: int, out: str | None, backend: str = "neuron", progress: bool = True) -> dict:
+def agreement(
+    ops: str | None, workers: int, out: str | None, backend: str = "neuron", progress: bool = True
+) -> dict:
     r = measure(ops, "float32", workers, out, backend, "exact", progress=progress)
     a = r["agreement"].get("float32") or {}
     forward = r["by_stage"].get("forward", {}).get("by_status", {})
@@ -31,12 +33,19 @@ def agreement(ops: str | None, workers: int, out: str | None, backend: str = "ne
         "agreement": a.get("agreement"),
         # the same share without the samples of declared-unsupported features (sparse, nested, ...)
         "agreement_excluding_unsupported": a.get("agreement_excluding_unsupported"),
-        "samples_cpu_ok": a.get("cpu_can_run"), "samples_matched": a.get("agree"),
-        "samples_matched_natively": a.get("agree_native"), "samples_unsupported": a.get("backend_unsupported"),
-        "samples_mismatched": forward.get("fail", 0), "samples_errored": forward.get("error", 0),
+        "samples_cpu_ok": a.get("cpu_can_run"),
+        "samples_matched": a.get("agree"),
+        "samples_matched_natively": a.get("agree_native"),
+        "samples_unsupported": a.get("backend_unsupported"),
+        "samples_mismatched": forward.get("fail", 0),
+        "samples_errored": forward.get("error", 0),
         "samples_crashed": forward.get("crash", 0) + forward.get("timeout", 0),
-        "failures": r["worst_ops"], "precision": "exact", "target": TARGET_FLOAT32, "seconds": r["seconds"],
-        "run_dir": r["run_dir"], "load_average_after": r["load_average_after"],
+        "failures": r["worst_ops"],
+        "precision": "exact",
+        "target": TARGET_FLOAT32,
+        "seconds": r["seconds"],
+        "run_dir": r["run_dir"],
+        "load_average_after": r["load_average_after"],
     }
 
 
@@ -52,13 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, default=str))
         return 0
-    print(f"agreement: {result['agreement']} ({result['samples_matched']}/{result['samples_cpu_ok']} float32 samples "
-          f"CPU can run; target {result['target']}); {result['agreement_excluding_unsupported']} without the "
-          f"{result['samples_unsupported']} samples of declared-unsupported features")
-    print(f"mismatched {result['samples_mismatched']}, errored {result['samples_errored']}, crashed "
-          f"{result['samples_crashed']}; natively {result['samples_matched_natively']}")
+    print(
+        f"agreement: {result['agreement']} ({result['samples_matched']}/{result['samples_cpu_ok']} float32 samples "
+        f"CPU can run; target {result['target']}); {result['agreement_excluding_unsupported']} without the "
+        f"{result['samples_unsupported']} samples of declared-unsupported features"
+    )
+    print(
+        f"mismatched {result['samples_mismatched']}, errored {result['samples_errored']}, crashed "
+        f"{result['samples_crashed']}; natively {result['samples_matched_natively']}"
+    )
     for w in result["failures"][:30]:
-        print(f"  {w['op']}: failing {w['failing']}, fallback {w['fallback']} of {w['results']}  {w['first_problem']}")
+        print(
+            f"  {w['op']}: failing {w['failing']}, fallback {w['fallback']} of {w['results']}  {w['first_problem']}"
+        )
     return 0
 
 

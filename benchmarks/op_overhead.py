@@ -79,8 +79,13 @@ def measure(calls: int, repeats: int) -> dict:
             cpu_t.append(step(model, ids, "cpu")[0])
             dev_t.append(step(dev, ids, "neuron")[0])
         cpu_ms, dev_ms = statistics.median(cpu_t) * 1e3, statistics.median(dev_t) * 1e3
-        out[name] = {"device_ops": ops, "native_ops": fast, "cpu_ms": round(cpu_ms, 2), "neuron_ms": round(dev_ms, 2),
-                     "overhead_us_per_op": round((dev_ms - cpu_ms) * 1e3 / ops, 1)}
+        out[name] = {
+            "device_ops": ops,
+            "native_ops": fast,
+            "cpu_ms": round(cpu_ms, 2),
+            "neuron_ms": round(dev_ms, 2),
+            "overhead_us_per_op": round((dev_ms - cpu_ms) * 1e3 / ops, 1),
+        }
     return out
 
 
@@ -97,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     result = {}
     for mode, flag in (("native", "1"), ("pure_python", "0")):
         env = {**os.environ, "NEURON_NATIVE": flag}
-        proc = subprocess.run([sys.executable, __file__, "--child", "--calls", str(args.calls), "--repeats",
-                               str(args.repeats)], env=env, capture_output=True, text=True, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", "--calls", str(args.calls), "--repeats", str(args.repeats)],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         if proc.returncode != 0:
             print(proc.stderr[-2000:], file=sys.stderr)
             return 1
@@ -112,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {op:<8} cpu {t['cpu']:7.2f} us   neuron {t['neuron']:7.2f} us")
         for name in ("bert_mlm", "llama_clm"):
             d = data[name]
-            print(f"  {name}: {d['device_ops']} device ops ({d['native_ops']} native), cpu {d['cpu_ms']} ms, "
-                  f"neuron {d['neuron_ms']} ms, {d['overhead_us_per_op']} us overhead per op")
+            print(
+                f"  {name}: {d['device_ops']} device ops ({d['native_ops']} native), cpu {d['cpu_ms']} ms, "
+                f"neuron {d['neuron_ms']} ms, {d['overhead_us_per_op']} us overhead per op"
+            )
     return 0
 
 

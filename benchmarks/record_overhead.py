@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness.build import inputs as model_inputs
     from harness.build import models
-    from registry.recorder import record_workload, run_phases
     from harness.recording.workloads import load_specs
+    from registry.recorder import record_workload, run_phases
 
     torch.set_num_threads(1)
     path = args.models or str(resources.files("registry").joinpath("data/sample_models.yaml"))
@@ -118,10 +118,18 @@ def main(argv: list[str] | None = None) -> int:
         rec_total += med["recorded"]
         fake_total += med.get("fake", 0.0)
         empty_total += med["empty_mode"]
-        per_model[spec.model_id] = {k: round(v, 4) for k, v in med.items()} | {"ratio": round(med["recorded"] / med["plain"], 2)}
-    result = {"ratio": round(rec_total / plain_total, 2), "plain_seconds": round(plain_total, 3),
-              "empty_mode_ratio": round(empty_total / plain_total, 2),
-              "recorded_seconds": round(rec_total, 3), "models": per_model, "seq": args.seq, "repeats": args.repeats}
+        per_model[spec.model_id] = {k: round(v, 4) for k, v in med.items()} | {
+            "ratio": round(med["recorded"] / med["plain"], 2)
+        }
+    result = {
+        "ratio": round(rec_total / plain_total, 2),
+        "plain_seconds": round(plain_total, 3),
+        "empty_mode_ratio": round(empty_total / plain_total, 2),
+        "recorded_seconds": round(rec_total, 3),
+        "models": per_model,
+        "seq": args.seq,
+        "repeats": args.repeats,
+    }
     if args.fake:
         result["fake_ratio"] = round(fake_total / plain_total, 2)
     if args.json:

@@ -83,6 +83,7 @@ def _measure(args: argparse.Namespace) -> int:
     import transformers  # noqa: F401 - import cost reported apart from the work
 
     from agents import traits as traits_mod
+
     t_import = time.perf_counter() - t
     t = time.perf_counter()
     frame, real = load_population(args.population, args.n, args.seed)
@@ -92,16 +93,20 @@ def _measure(args: argparse.Namespace) -> int:
     cold_traits, cold_select, cold_cpu, sel = run_once(frame)
     traits_mod.reset_profiles()  # keeps the on-disk profiles, drops every in-memory memo
     warm_traits, warm_select, warm_cpu, sel2 = run_once(frame)
-    assert [r.id for r in sel.representatives] == [r.id for r in sel2.representatives], "selection not deterministic"
+    assert [r.id for r in sel.representatives] == [r.id for r in sel2.representatives], (
+        "selection not deterministic"
+    )
 
     unique_inputs = frame[["model_type", "config", "config_level"]].astype(str).drop_duplicates().shape[0]
     cold = cold_traits + cold_select
     warm = warm_traits + warm_select
     result = {
-        "configs": int(len(frame)),
+        "configs": len(frame),
         "seconds": round(cold, 2),
         "seconds_warm": round(warm, 2),
-        "cpu_seconds_cold": round(cold_cpu, 2),  # process CPU time: the figure a shared, busy machine distorts least
+        "cpu_seconds_cold": round(
+            cold_cpu, 2
+        ),  # process CPU time: the figure a shared, busy machine distorts least
         "cpu_seconds_warm": round(warm_cpu, 2),
         "traits_seconds_cold": round(cold_traits, 2),
         "select_seconds_cold": round(cold_select, 2),
@@ -125,14 +130,20 @@ def _measure(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"{result['configs']:,} configs ({real:,} real + {result['duplicated_rows']:,} resampled with suffixed ids; "
-              f"{result['unique_inputs']:,} distinct inputs)")
+        print(
+            f"{result['configs']:,} configs ({real:,} real + {result['duplicated_rows']:,} resampled with suffixed ids; "
+            f"{result['unique_inputs']:,} distinct inputs)"
+        )
         print(f"{'':8}{'traits s':>10}{'select s':>10}{'total s':>10}{'cpu s':>10}")
         print(f"{'cold':8}{cold_traits:10.2f}{cold_select:10.2f}{cold:10.2f}{cold_cpu:10.2f}")
         print(f"{'warm':8}{warm_traits:10.2f}{warm_select:10.2f}{warm:10.2f}{warm_cpu:10.2f}")
-        print(f"cold/warm {result['cold_over_warm']}x; cold / {TARGET_SECONDS:.0f} s target = {result['cold_over_target']}")
-        print(f"{result['representatives']} representatives cover {result['universe']} values+pairs; "
-              f"download-weighted coverage {result['download_weighted_coverage']:.1%}")
+        print(
+            f"cold/warm {result['cold_over_warm']}x; cold / {TARGET_SECONDS:.0f} s target = {result['cold_over_target']}"
+        )
+        print(
+            f"{result['representatives']} representatives cover {result['universe']} values+pairs; "
+            f"download-weighted coverage {result['download_weighted_coverage']:.1%}"
+        )
     return 0
 
 

@@ -24,11 +24,18 @@ from harness.engine.workers import WorkerLimits
 
 
 def measure(n_models: int, backend: str, workdir: Path, timeout: float) -> dict:
-    base = RunOptions(tier="representative", out=workdir / "w1", backend=backend, limit=n_models, workers=1,
-                      limits=WorkerLimits(timeout=timeout, max_cases=10_000), progress=False)
+    base = RunOptions(
+        tier="representative",
+        out=workdir / "w1",
+        backend=backend,
+        limit=n_models,
+        workers=1,
+        limits=WorkerLimits(timeout=timeout, max_cases=10_000),
+        progress=False,
+    )
     t0 = time.perf_counter()
-    from harness.engine.runner import list_cases
     from contracts.tiers import load_tier
+    from harness.engine.runner import list_cases
 
     (workdir / "w1").mkdir(parents=True)
     cases = list_cases(load_tier("representative"), base, workdir / "w1")  # listed once, saved in w1
@@ -48,9 +55,13 @@ def measure(n_models: int, backend: str, workdir: Path, timeout: float) -> dict:
         summary = run_tier(opts)
         seconds = time.perf_counter() - t
         out[f"seconds_{workers}_worker{'s' if workers > 1 else ''}"] = round(seconds, 2)
-        out[f"models_per_minute_{workers}_worker{'s' if workers > 1 else ''}"] = round(60 * len(cases) / seconds, 2)
+        out[f"models_per_minute_{workers}_worker{'s' if workers > 1 else ''}"] = round(
+            60 * len(cases) / seconds, 2
+        )
         out[f"counts_{workers}"] = summary["counts"]
-    out["speedup_2_workers"] = round(out["models_per_minute_2_workers"] / out["models_per_minute_1_worker"], 3)
+    out["speedup_2_workers"] = round(
+        out["models_per_minute_2_workers"] / out["models_per_minute_1_worker"], 3
+    )
     return out
 
 
@@ -71,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{out['models']} representative models on {out['backend']}:")
         print(f"  1 worker : {out['models_per_minute_1_worker']:.1f} models/min ({out['seconds_1_worker']}s)")
-        print(f"  2 workers: {out['models_per_minute_2_workers']:.1f} models/min ({out['seconds_2_workers']}s)")
+        print(
+            f"  2 workers: {out['models_per_minute_2_workers']:.1f} models/min ({out['seconds_2_workers']}s)"
+        )
         print(f"  speedup_2_workers = {out['speedup_2_workers']:.2f}x (target >= 1.7x)")
     return 0
 

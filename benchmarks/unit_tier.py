@@ -27,16 +27,21 @@ def _chunk(args: tuple) -> list[str]:
 
 
 def _warm(backend: str) -> None:
+    import registry.unit_tier  # noqa: F401
     from contracts.backends import get_backend
 
-    import registry.unit_tier  # noqa: F401
     get_backend(backend)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--registry", help="registry Parquet (default: $HARNESS_REGISTRY or the bundled one)")
-    parser.add_argument("--cases", type=int, default=10_000, help="cases to run (default 10000; fewer if the registry has fewer)")
+    parser.add_argument(
+        "--cases",
+        type=int,
+        default=10_000,
+        help="cases to run (default 10000; fewer if the registry has fewer)",
+    )
     parser.add_argument("--backend", default="neuron")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=250, help="cases per task (default 250)")
@@ -49,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = list_cases(args.registry)[: args.cases]
     list_seconds = time.perf_counter() - t_list
     payloads = [c.payload for c in cases]
-    chunks = [(payloads[i:i + args.chunk], args.backend) for i in range(0, len(payloads), args.chunk)]
+    chunks = [(payloads[i : i + args.chunk], args.backend) for i in range(0, len(payloads), args.chunk)]
     t0 = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(args.workers, initializer=_warm, initargs=(args.backend,)) as pool:
@@ -69,8 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
-        print(f"{result['cases']} cases in {result['seconds']} s = {result['cases_per_second']} cases/s "
-              f"on {args.backend} with {args.workers} workers; {result['statuses']}", file=sys.stdout)
+        print(
+            f"{result['cases']} cases in {result['seconds']} s = {result['cases_per_second']} cases/s "
+            f"on {args.backend} with {args.workers} workers; {result['statuses']}",
+            file=sys.stdout,
+        )
     return 0
 
 

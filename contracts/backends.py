@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
-from typing import Any, Callable, ContextManager, Iterable, Protocol, runtime_checkable
+from typing import Any, ContextManager, Protocol, runtime_checkable
 
 from contracts.plugins import entry_points
 
@@ -150,15 +151,24 @@ class TorchDeviceBackend:
             mod.synchronize()
 
     def describe(self) -> dict[str, Any]:
-        return describe_common(self) | {"lowering_table": None, "fallback_mode": None, "precision": None,
-                                         "memory_capacity_bytes": None}
+        return describe_common(self) | {
+            "lowering_table": None,
+            "fallback_mode": None,
+            "precision": None,
+            "memory_capacity_bytes": None,
+        }
 
 
 def describe_common(adapter: Backend) -> dict[str, Any]:
     """The protocol's own fields of describe()."""
-    return {"backend": adapter.name, "device": adapter.device_type, "available": adapter.is_available(),
-            "simulated": adapter.simulated, "reports_fallbacks": adapter.reports_fallbacks,
-            "compile_backend": adapter.compile_backend}
+    return {
+        "backend": adapter.name,
+        "device": adapter.device_type,
+        "available": adapter.is_available(),
+        "simulated": adapter.simulated,
+        "reports_fallbacks": adapter.reports_fallbacks,
+        "compile_backend": adapter.compile_backend,
+    }
 
 
 # ------------------------------------------------------------------------------------ registry
@@ -228,8 +238,10 @@ def _resolve(spec: str) -> Backend:
         module_name, _, device_type = spec.partition(":")
         if module_name and device_type:
             return _generic(module_name, device_type, spec)
-    raise ValueError(f"unknown backend {spec!r}: use {', '.join(backend_names())} or MODULE:DEVICE "
-                     f"(adapters register in the entry-point group {ENTRY_POINT_GROUP!r})")
+    raise ValueError(
+        f"unknown backend {spec!r}: use {', '.join(backend_names())} or MODULE:DEVICE "
+        f"(adapters register in the entry-point group {ENTRY_POINT_GROUP!r})"
+    )
 
 
 def resolved_backend(spec: str) -> Backend | None:

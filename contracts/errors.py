@@ -89,8 +89,12 @@ def status_of(exc: BaseException) -> Status:
     torch = sys.modules.get("torch")
     torch_oom = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
     text = str(exc).lower()
-    if isinstance(exc, MemoryError) or (torch_oom is not None and isinstance(exc, torch_oom)) \
-            or "OutOfMemory" in type(exc).__name__ or any(w in text for w in _OOM_WORDS):
+    if (
+        isinstance(exc, MemoryError)
+        or (torch_oom is not None and isinstance(exc, torch_oom))
+        or "OutOfMemory" in type(exc).__name__
+        or any(w in text for w in _OOM_WORDS)
+    ):
         return Status.OOM
     if isinstance(exc, TimeoutError):
         return Status.TIMEOUT
@@ -98,7 +102,9 @@ def status_of(exc: BaseException) -> Status:
 
 
 def classify(exc: BaseException) -> ErrorInfo:
-    return ErrorInfo(status_of(exc), type(exc).__name__, normalize(str(exc)) or type(exc).__name__, failing_op(exc))
+    return ErrorInfo(
+        status_of(exc), type(exc).__name__, normalize(str(exc)) or type(exc).__name__, failing_op(exc)
+    )
 
 
 def short_traceback(exc: BaseException, frames: int = 3) -> str:

@@ -20,8 +20,8 @@ from typing import Any
 
 from contracts.status import NEEDS_REASON, Blame, Status, headline_status
 
-
 # ------------------------------------------------------------------------------------- inputs
+
 
 @dataclass
 class ModelSpec:
@@ -39,7 +39,7 @@ class ModelSpec:
     source: str = ""  # catalog | hub | snapshot | file
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
+    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
         """From a dict with (at least) model_id/model_type; unknown keys are ignored."""
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
@@ -59,15 +59,26 @@ class Case:
     weight: float = 0.0
 
     @classmethod
-    def for_spec(cls, spec: ModelSpec, tier: str, case_id: str | None = None, model_ids: list[str] | None = None,
-                 weight: float | None = None, info: dict[str, Any] | None = None) -> "Case":
+    def for_spec(
+        cls,
+        spec: ModelSpec,
+        tier: str,
+        case_id: str | None = None,
+        model_ids: list[str] | None = None,
+        weight: float | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> Case:
         """A model case: the spec rides in the payload (`payload["spec"]`), `info` labels its rows."""
         payload: dict[str, Any] = {"spec": asdict(spec)}
         if info:
             payload["info"] = info
-        return cls(case_id=case_id or spec.model_id, tier=tier, payload=payload,
-                   model_ids=model_ids if model_ids is not None else [spec.model_id],
-                   weight=float(spec.downloads if weight is None else weight))
+        return cls(
+            case_id=case_id or spec.model_id,
+            tier=tier,
+            payload=payload,
+            model_ids=model_ids if model_ids is not None else [spec.model_id],
+            weight=float(spec.downloads if weight is None else weight),
+        )
 
     def spec(self) -> ModelSpec:
         """The ModelSpec of a model case (see `for_spec`)."""
@@ -75,6 +86,7 @@ class Case:
 
 
 # ------------------------------------------------------------------------------------ results
+
 
 @dataclass
 class StageResult:
@@ -86,7 +98,9 @@ class StageResult:
     failing_op: str = ""  # aten op that raised, where known
     seconds: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
-    blame: str = ""  # whose failure a stage that did not pass is: a contracts.status.Blame value ("" = not judged)
+    blame: str = (
+        ""  # whose failure a stage that did not pass is: a contracts.status.Blame value ("" = not judged)
+    )
     blame_evidence: dict[str, Any] = field(default_factory=dict)  # what the blame was decided from
 
     def __post_init__(self) -> None:
@@ -151,12 +165,13 @@ class CaseOutcome:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CaseOutcome":
+    def from_dict(cls, d: dict[str, Any]) -> CaseOutcome:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         return cls(**known)
 
 
 # ------------------------------------------------------------------------------------- tables
+
 
 def _col(doc: str, required: bool = False, default: Any = None) -> Any:
     """A table column: its documentation rides in the field's metadata (reports.schema reads it)."""
@@ -175,17 +190,27 @@ class ResultRow:
     run_id: str = _col("Run this row belongs to (runs.run_id).", True)
     tier: str = _col("unit | representative | full | upstream (or a plug-in tier's name).", True)
     case_id: str = _col("Stable id of the tier case (the comparison key with tier and stage).", True)
-    stage: str = _col("Stage checked: load, forward, backward, compile, numerics, on_device (model tiers) or "
-                      "the unit tier's stage name.", True)
-    status: str = _col("One of contracts.status.Status: pass, fail, error, timeout, oom, crash, skipped, "
-                       "not_attempted.", True)
+    stage: str = _col(
+        "Stage checked: load, forward, backward, compile, numerics, on_device (model tiers) or "
+        "the unit tier's stage name.",
+        True,
+    )
+    status: str = _col(
+        "One of contracts.status.Status: pass, fail, error, timeout, oom, crash, skipped, not_attempted.",
+        True,
+    )
     reason: str | None = _col("Why skipped / not attempted / failed: short and stable.")
     error_class: str | None = _col("Exception type, e.g. RuntimeError; for crash the signal name.")
     message: str | None = _col("Normalized error message (no addresses, no temp paths).")
     failing_op: str | None = _col("ATen op that raised, where known.")
-    model_id: str | None = _col("Model the case was built from (the group's first model); null for unit cases.")
-    model_ids: list[str] = _col("Every model the outcome is attributed to (a deduplicated full-tier case stands "
-                                "for several); empty for unit cases.", default=[])
+    model_id: str | None = _col(
+        "Model the case was built from (the group's first model); null for unit cases."
+    )
+    model_ids: list[str] = _col(
+        "Every model the outcome is attributed to (a deduplicated full-tier case stands "
+        "for several); empty for unit cases.",
+        default=[],
+    )
     n_models: int | None = _col("len(model_ids): sum it for model-level counts.")
     weight: float | None = _col("Summed downloads of model_ids: sum it for download-weighted coverage.")
     seconds: float | None = _col("Wall time of the stage.")
@@ -194,17 +219,22 @@ class ResultRow:
     graphs: int | None = _col("Compiled graphs (compile counts), null when not compiled.")
     recompiles: int | None = _col("Recompilations, null when not compiled.")
     peak_memory_bytes: int | None = _col("Peak device memory of the case, null when unknown.")
-    traits: str | None = _col("JSON object of the model's traits (e.g. {\"modality\": \"text\"}); DuckDB: "
-                              "json_extract_string(traits, '$.modality').")
+    traits: str | None = _col(
+        'JSON object of the model\'s traits (e.g. {"modality": "text"}); DuckDB: '
+        "json_extract_string(traits, '$.modality')."
+    )
     metrics: str | None = _col("JSON object of other stage metrics (e.g. max_abs_error).")
     extra: str | None = _col("JSON object of any other fields the runner recorded for the row.")
-    blame: str | None = _col("Whose failure a failing row is: one of contracts.status.Blame (backend, upstream, "
-                             "environment, harness); null when not judged.")
-    blame_evidence: str | None = _col("JSON object: what the blame was decided from (e.g. the same case on "
-                                      "the CPU).")
+    blame: str | None = _col(
+        "Whose failure a failing row is: one of contracts.status.Blame (backend, upstream, "
+        "environment, harness); null when not judged."
+    )
+    blame_evidence: str | None = _col(
+        "JSON object: what the blame was decided from (e.g. the same case on the CPU)."
+    )
     op: str | None = _col("Upstream tier: the op (OpInfo name) the sample exercises; null elsewhere.")
     dtype: str | None = _col("Upstream tier: the sample's dtype, e.g. float32; null elsewhere.")
-    variant: str | None = _col("Upstream tier: the OpInfo variant (\"\" for the op itself); null elsewhere.")
+    variant: str | None = _col('Upstream tier: the OpInfo variant ("" for the op itself); null elsewhere.')
     sample: int | None = _col("Upstream tier: index of the sample input of the op and dtype; null elsewhere.")
 
 
@@ -222,8 +252,9 @@ class FallbackRow:
     reason: str | None = _col("Why it fell back (no lowering, dtype, dynamic shape, ...).")
     count: int | None = _col("Calls in this group.")
     frame: str | None = _col("Source frame that issued the op (file:line in function), where known.")
-    model_frame: str | None = _col("The first frame in the model's own code (its modeling file) that led to "
-                                   "the op, where known.")
+    model_frame: str | None = _col(
+        "The first frame in the model's own code (its modeling file) that led to the op, where known."
+    )
 
 
 def column_names(record: type) -> list[str]:

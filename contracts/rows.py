@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 from contracts.records import CaseOutcome, ResultRow
 from contracts.status import STATUS_VALUES, Blame, Status
@@ -64,8 +65,9 @@ def opt_float(value: Any) -> float | None:
     return None if value != value else value
 
 
-def result_row(raw: Mapping[str, Any], run_id: str = "", json_cache: dict[int, str | None] | None = None
-               ) -> ResultRow:
+def result_row(
+    raw: Mapping[str, Any], run_id: str = "", json_cache: dict[int, str | None] | None = None
+) -> ResultRow:
     """A row dict (column names; `traits`, `metrics`, `extra`, `blame_evidence` may be dicts; other
     keys go to `extra`; `model_ids` defaults to [model_id]; `graphs`/`recompiles` default to the
     same keys of `metrics`) -> a ResultRow. `json_cache` encodes a dict shared by several rows once."""
@@ -128,20 +130,35 @@ def case_rows(outcome: CaseOutcome, run_id: str, json_cache: dict[int, str | Non
     names = [s["stage"] for s in outcome.stages]
     totals_on = "on_device" if "on_device" in names else (names[-1] if names else None)
     model_id = info.get("model_id") or (outcome.model_ids[0] if outcome.model_ids else None)
-    extra = {k: info[k] for k in ("model_type", "architecture", "parameters", "signature", "family") if info.get(k)}
+    extra = {
+        k: info[k] for k in ("model_type", "architecture", "parameters", "signature", "family") if info.get(k)
+    }
     extra.update({"case_status": outcome.status, "worker": outcome.worker, "case_seconds": outcome.seconds})
     cache = {} if json_cache is None else json_cache
     rows, native = [], {}
     for st in outcome.stages:
         metrics = dict(st.get("metrics") or {})
         raw = {
-            "run_id": run_id, "tier": outcome.tier, "case_id": outcome.case_id, "stage": st["stage"],
-            "status": st["status"], "reason": st.get("reason"), "error_class": st.get("error_class"),
-            "message": st.get("message"), "failing_op": st.get("failing_op"), "seconds": st.get("seconds"),
-            "model_id": model_id, "model_ids": list(outcome.model_ids), "weight": outcome.weight,
-            "peak_memory_bytes": outcome.peak_memory_bytes, "traits": info.get("traits"), "extra": extra,
+            "run_id": run_id,
+            "tier": outcome.tier,
+            "case_id": outcome.case_id,
+            "stage": st["stage"],
+            "status": st["status"],
+            "reason": st.get("reason"),
+            "error_class": st.get("error_class"),
+            "message": st.get("message"),
+            "failing_op": st.get("failing_op"),
+            "seconds": st.get("seconds"),
+            "model_id": model_id,
+            "model_ids": list(outcome.model_ids),
+            "weight": outcome.weight,
+            "peak_memory_bytes": outcome.peak_memory_bytes,
+            "traits": info.get("traits"),
+            "extra": extra,
         }
-        for k in _STAGE_OR_CASE_COLUMNS:  # a stage's own value, else the case's (e.g. an upstream sample's op)
+        for (
+            k
+        ) in _STAGE_OR_CASE_COLUMNS:  # a stage's own value, else the case's (e.g. an upstream sample's op)
             if k in st or k in info:
                 raw[k] = st[k] if k in st else info[k]
         if "fallback_count" in metrics or "fallback_ops" in metrics:
@@ -155,6 +172,8 @@ def case_rows(outcome: CaseOutcome, run_id: str, json_cache: dict[int, str | Non
             native[str(op)] = native.get(str(op), 0) + int(n)
         raw["metrics"] = metrics
         rows.append(result_row(raw, run_id, cache))
-    events = [{"tier": outcome.tier, "case_id": outcome.case_id, "model_id": model_id, **e}
-              for e in outcome.fallback_events]
+    events = [
+        {"tier": outcome.tier, "case_id": outcome.case_id, "model_id": model_id, **e}
+        for e in outcome.fallback_events
+    ]
     return CaseRows(rows, events, native)

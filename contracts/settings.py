@@ -31,9 +31,10 @@ the environment.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,11 +64,15 @@ TIER_LIMITS: dict[str, TierLimits] = {
 }
 
 
-def resolve_limits(tier: Any, timeout: float | None = None, max_cases: int | None = None) -> tuple[float, int]:
+def resolve_limits(
+    tier: Any, timeout: float | None = None, max_cases: int | None = None
+) -> tuple[float, int]:
     """(timeout, max_cases_per_worker) of a run: explicit values, else the tier's declared ones
     (attributes `timeout`, `max_cases_per_worker` of a tier plug-in), else the defaults."""
-    return (float(timeout or getattr(tier, "timeout", None) or DEFAULT_CASE_TIMEOUT),
-            int(max_cases or getattr(tier, "max_cases_per_worker", None) or DEFAULT_MAX_CASES_PER_WORKER))
+    return (
+        float(timeout or getattr(tier, "timeout", None) or DEFAULT_CASE_TIMEOUT),
+        int(max_cases or getattr(tier, "max_cases_per_worker", None) or DEFAULT_MAX_CASES_PER_WORKER),
+    )
 
 
 def _number(env: Mapping[str, str], name: str, default: Any, kind: type = float) -> Any:
@@ -92,7 +97,7 @@ class Settings:
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         return cls(os.environ if env is None else dict(env))  # os.environ itself: read live, no copy
 
     @property
@@ -114,7 +119,12 @@ class Settings:
 
     @property
     def listing_cache(self) -> bool:
-        return (self.env.get("HARNESS_LISTING_CACHE") or "on").strip().lower() not in ("0", "off", "false", "no")
+        return (self.env.get("HARNESS_LISTING_CACHE") or "on").strip().lower() not in (
+            "0",
+            "off",
+            "false",
+            "no",
+        )
 
     @property
     def expectations(self) -> Path | None:
@@ -140,7 +150,7 @@ class Settings:
     def record_fake_min_params(self) -> int:
         return _number(self.env, "HARNESS_RECORD_FAKE_MIN_PARAMS", 20_000_000, int)
 
-    def llm(self) -> "LLMSettings":
+    def llm(self) -> LLMSettings:
         return LLMSettings.from_env(self.env)
 
 
@@ -168,12 +178,16 @@ class LLMSettings:
         return bool(self.model) and bool(self.base_url or self.api_key)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "LLMSettings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LLMSettings:
         env = os.environ if env is None else env
-        return cls(base_url=env.get("OPENAI_BASE_URL") or None, api_key=env.get("OPENAI_API_KEY") or None,
-                   model=env.get("HARNESS_LLM_MODEL") or None, timeout=_number(env, "HARNESS_LLM_TIMEOUT", 30.0),
-                   max_retries=_number(env, "HARNESS_LLM_MAX_RETRIES", 2, int),
-                   max_calls=_number(env, "HARNESS_LLM_MAX_CALLS", 200, int),
-                   max_tokens=_number(env, "HARNESS_LLM_MAX_TOKENS", 200_000, int),
-                   max_failures=_number(env, "HARNESS_LLM_MAX_FAILURES", 3, int),
-                   cache_dir=_path(env, "HARNESS_CACHE_DIR"))
+        return cls(
+            base_url=env.get("OPENAI_BASE_URL") or None,
+            api_key=env.get("OPENAI_API_KEY") or None,
+            model=env.get("HARNESS_LLM_MODEL") or None,
+            timeout=_number(env, "HARNESS_LLM_TIMEOUT", 30.0),
+            max_retries=_number(env, "HARNESS_LLM_MAX_RETRIES", 2, int),
+            max_calls=_number(env, "HARNESS_LLM_MAX_CALLS", 200, int),
+            max_tokens=_number(env, "HARNESS_LLM_MAX_TOKENS", 200_000, int),
+            max_failures=_number(env, "HARNESS_LLM_MAX_FAILURES", 3, int),
+            cache_dir=_path(env, "HARNESS_CACHE_DIR"),
+        )

@@ -8,7 +8,7 @@ passed, what failed, and what was never tried and why.
 from __future__ import annotations
 
 import enum
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class Status(str, enum.Enum):
@@ -21,7 +21,9 @@ class Status(str, enum.Enum):
     OOM = "oom"
     CRASH = "crash"  # the worker process died (signal)
     SKIPPED = "skipped"  # not applicable (reason says why), e.g. no loss for backward
-    NOT_ATTEMPTED = "not_attempted"  # could not be tried: an earlier stage failed, or the backend cannot report it
+    NOT_ATTEMPTED = (
+        "not_attempted"  # could not be tried: an earlier stage failed, or the backend cannot report it
+    )
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.value
@@ -85,7 +87,9 @@ class Verdict(str, enum.Enum):
     # failing in both, but the error class or the failing op is not the baseline's (another bug)
     FAIL = "FAIL"
     XFAIL = "XFAIL"  # known failure: matches an expectation, or failed the same way in the baseline
-    IMPROVED = "IMPROVED"  # passes now but failed / was not attempted in the baseline, or was expected to fail
+    IMPROVED = (
+        "IMPROVED"  # passes now but failed / was not attempted in the baseline, or was expected to fail
+    )
     MISSING = "MISSING"  # in the baseline, absent from the run
     FLAKY = "FLAKY"  # status changed, and the case is on the flaky list
     # same status as the baseline, but the stage gained a CPU-fallback op or its fallback count
@@ -119,7 +123,9 @@ class UpstreamSkip(str, enum.Enum):
 
     PYTORCH_APPLICABILITY = "pytorch-applicability"  # PyTorch's own skips/xfails for this device or dtype
     BACKEND_UNSUPPORTED = "backend-unsupported"  # the backend declares the op or dtype unsupported
-    NO_NATIVE_LOWERING = "no-native-lowering"  # the op has no lowering: it would only measure the CPU fallback
+    NO_NATIVE_LOWERING = (
+        "no-native-lowering"  # the op has no lowering: it would only measure the CPU fallback
+    )
     REFERENCE_ERROR = "reference-error"  # the CPU reference itself raised: nothing to compare against
 
     def __str__(self) -> str:  # pragma: no cover - trivial

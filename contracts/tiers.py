@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from contracts.plugins import entry_points
 from contracts.records import Case, CaseOutcome, ModelCheck, StageResult
@@ -68,8 +69,12 @@ class Tier(Protocol):
 
 
 #: The optional attributes of a tier and their defaults.
-TIER_DEFAULTS: dict[str, Any] = {"chunk_size": 1, "timeout": None, "max_cases_per_worker": None,
-                                 "reference_rerun": True}
+TIER_DEFAULTS: dict[str, Any] = {
+    "chunk_size": 1,
+    "timeout": None,
+    "max_cases_per_worker": None,
+    "reference_rerun": True,
+}
 
 
 def tier_option(tier: Tier, name: str) -> Any:
@@ -89,7 +94,7 @@ def tier_names() -> list[str]:
     return sorted(entry_points(ENTRY_POINT_GROUP))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_tier(ref: str) -> Tier:
     """Resolve a `--tier` value to a tier object: an entry-point name or MODULE:ATTR. Raises
     ValueError naming the accepted forms."""
@@ -97,8 +102,10 @@ def load_tier(ref: str) -> Tier:
     if not sep:
         ep = entry_points(ENTRY_POINT_GROUP).get(ref)
         if ep is None:
-            raise ValueError(f"unknown tier {ref!r}: use {', '.join(tier_names()) or 'a registered tier'} "
-                             f"or MODULE:ATTR (tiers register in the entry-point group {ENTRY_POINT_GROUP!r})")
+            raise ValueError(
+                f"unknown tier {ref!r}: use {', '.join(tier_names()) or 'a registered tier'} "
+                f"or MODULE:ATTR (tiers register in the entry-point group {ENTRY_POINT_GROUP!r})"
+            )
         obj = ep.load()
     else:
         if not module_name or not attr:
@@ -117,22 +124,40 @@ def load_tier(ref: str) -> Tier:
 
 # ------------------------------------------------------------------------------------- outcomes
 
+
 def from_result(case: Case, result: Any, stages: Iterable[str], seconds: float = 0.0) -> CaseOutcome:
     """Normalize what a tier's execute returned (ModelCheck, StageResults, dicts) to a CaseOutcome."""
-    base = dict(case_id=case.case_id, tier=case.tier, model_ids=list(case.model_ids), weight=float(case.weight),
-                seconds=seconds)
+    base = dict(
+        case_id=case.case_id,
+        tier=case.tier,
+        model_ids=list(case.model_ids),
+        weight=float(case.weight),
+        seconds=seconds,
+    )
     if isinstance(result, CaseOutcome):
         return result
     if isinstance(result, dict) and "stages" in result and "case_id" in result:
         return CaseOutcome.from_dict({**base, **result})
     if isinstance(result, ModelCheck):
         ordered = sorted(result.stages.values(), key=lambda r: stage_order(r.stage))
-        info = {"model_id": result.model_id, "model_type": result.model_type,
-                "architecture": result.architecture, "parameters": result.parameters,
-                "graphs": result.graphs, "recompiles": result.recompiles, "backend": result.backend}
-        return CaseOutcome(**base, stages=[r.to_dict() for r in ordered], fallback_count=result.fallback_count,
-                           fallback_ops=list(result.fallback_ops), fallback_events=list(result.fallback_events),
-                           peak_memory_bytes=result.peak_memory_bytes, info=info)
+        info = {
+            "model_id": result.model_id,
+            "model_type": result.model_type,
+            "architecture": result.architecture,
+            "parameters": result.parameters,
+            "graphs": result.graphs,
+            "recompiles": result.recompiles,
+            "backend": result.backend,
+        }
+        return CaseOutcome(
+            **base,
+            stages=[r.to_dict() for r in ordered],
+            fallback_count=result.fallback_count,
+            fallback_ops=list(result.fallback_ops),
+            fallback_events=list(result.fallback_events),
+            peak_memory_bytes=result.peak_memory_bytes,
+            info=info,
+        )
     if isinstance(result, StageResult):
         result = [result]
     if isinstance(result, (list, tuple)):
@@ -140,19 +165,39 @@ def from_result(case: Case, result: Any, stages: Iterable[str], seconds: float =
         for r in result:
             out.append(r.to_dict() if isinstance(r, StageResult) else StageResult(**r).to_dict())
         return CaseOutcome(**base, stages=out)
-    raise TypeError(f"tier returned {type(result).__name__} for case {case.case_id!r}; expected ModelCheck, "
-                    "StageResult list or CaseOutcome")
+    raise TypeError(
+        f"tier returned {type(result).__name__} for case {case.case_id!r}; expected ModelCheck, "
+        "StageResult list or CaseOutcome"
+    )
 
 
-def failure_outcome(case: Case, stages: Iterable[str], status: Status | str, reason: str,
-                    error_class: str = "", message: str = "", seconds: float = 0.0) -> CaseOutcome:
+def failure_outcome(
+    case: Case,
+    stages: Iterable[str],
+    status: Status | str,
+    reason: str,
+    error_class: str = "",
+    message: str = "",
+    seconds: float = 0.0,
+) -> CaseOutcome:
     """A case that did not report (hang, crash, OOM, exception): every stage gets `status`.
 
     Which stage was running when the worker died is not known, so no stage is claimed to pass.
     The case's labels (``payload["info"]``: model type, upstream op and dtype...) stay on the rows.
     """
     status = Status(status).value
-    rows = [StageResult(stage=s, status=status, reason=reason, error_class=error_class, message=message,
-                        seconds=seconds).to_dict() for s in (list(stages) or ["case"])]
-    return CaseOutcome(case_id=case.case_id, tier=case.tier, stages=rows, model_ids=list(case.model_ids),
-                       weight=float(case.weight), seconds=seconds, info=dict(case.payload.get("info") or {}))
+    rows = [
+        StageResult(
+            stage=s, status=status, reason=reason, error_class=error_class, message=message, seconds=seconds
+        ).to_dict()
+        for s in (list(stages) or ["case"])
+    ]
+    return CaseOutcome(
+        case_id=case.case_id,
+        tier=case.tier,
+        stages=rows,
+        model_ids=list(case.model_ids),
+        weight=float(case.weight),
+        seconds=seconds,
+        info=dict(case.payload.get("info") or {}),
+    )

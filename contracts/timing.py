@@ -20,7 +20,7 @@ import contextlib
 import threading
 import time
 from collections import defaultdict
-from typing import Iterator
+from collections.abc import Iterator
 
 _local = threading.local()
 

@@ -100,8 +100,10 @@ def variants(a_enc: list, k_enc: dict, constraints: dict[str, dict]) -> list[tup
         base[path] = {**base[path], "plant": wanted[:numel]}
         rest = wanted[numel:]
         for i in range(0, len(rest), numel):
-            group = rest[i: i + numel]
-            extra.append((f"{path}=" + ",".join(map(str, group)), {**base, path: {**base[path], "plant": group}}))
+            group = rest[i : i + numel]
+            extra.append(
+                (f"{path}=" + ",".join(map(str, group)), {**base, path: {**base[path], "plant": group}})
+            )
     return [(BASE, base)] + extra
 
 

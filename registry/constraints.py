@@ -177,7 +177,12 @@ def _constraint(rule: dict, enc: dict, args: list, kwargs: dict, i: int | None) 
             c["unique"] = True
         return c
     if kind == "range":
-        return {"kind": "range", "low": rule.get("low", 0), "high": rule.get("high", 8), "source": "semantics"}
+        return {
+            "kind": "range",
+            "low": rule.get("low", 0),
+            "high": rule.get("high", 8),
+            "source": "semantics",
+        }
     return {"kind": kind, "source": "semantics"}
 
 
@@ -188,9 +193,18 @@ def _mask_count(spec: dict | None, mask: dict, args: list, kwargs: dict, i: int 
     selected position) or the call is not of that simple form (several advanced indices)."""
     if not spec or i is None:
         return None
-    target, indices, values = _arg(args, kwargs, 0), _arg(args, kwargs, 1), _arg(args, kwargs, spec["values_of"])
-    if not (isinstance(target, dict) and "T" in target and isinstance(values, dict) and "T" in values
-            and isinstance(indices, list)):
+    target, indices, values = (
+        _arg(args, kwargs, 0),
+        _arg(args, kwargs, 1),
+        _arg(args, kwargs, spec["values_of"]),
+    )
+    if not (
+        isinstance(target, dict)
+        and "T" in target
+        and isinstance(values, dict)
+        and "T" in values
+        and isinstance(indices, list)
+    ):
         return None
     if any(isinstance(x, dict) and "T" in x for j, x in enumerate(indices) if j != i):
         return None  # several advanced indices broadcast together: not derived
@@ -225,7 +239,11 @@ def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]
     out: dict[str, dict] = {}
     flat = [(f"a.{i}", a) for i, a in enumerate(args)] + [(f"k.{k}", v) for k, v in (kwargs or {}).items()]
     for base, value in flat:
-        items = [(f"{base}.{j}", v) for j, v in enumerate(value)] if isinstance(value, (list, tuple)) else [(base, value)]
+        items = (
+            [(f"{base}.{j}", v) for j, v in enumerate(value)]
+            if isinstance(value, (list, tuple))
+            else [(base, value)]
+        )
         for path, t in items:
             if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or path in known:
                 continue  # (floats are never observed: see _observe)
@@ -240,12 +258,19 @@ def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]
 
 
 def _observe(t: torch.Tensor) -> dict | None:
-    if t.device.type != "cpu" and (t.dtype == torch.bool or not (t.dtype.is_floating_point or t.dtype.is_complex)):
+    if t.device.type != "cpu" and (
+        t.dtype == torch.bool or not (t.dtype.is_floating_point or t.dtype.is_complex)
+    ):
         t = t.to("cpu")  # one copy per new signature; the reductions then cost the device nothing
     with torch.no_grad():
         if t.dtype == torch.bool:
             count = int(t.sum())  # exact: masked_scatter / boolean index_put need this many Trues
-            return {"kind": "mask", "density": round(count / t.numel(), 3), "count": count, "source": "observed"}
+            return {
+                "kind": "mask",
+                "density": round(count / t.numel(), 3),
+                "count": count,
+                "source": "observed",
+            }
         if not t.dtype.is_floating_point and not t.dtype.is_complex:
             lo, hi = int(t.min()), int(t.max())
             return {"kind": "range", "low": lo, "high": hi + 1, "source": "observed"}

@@ -37,7 +37,15 @@ DTYPE_ABBREVS: dict[torch.dtype, str] = {
     torch.complex64: "c64",
     torch.complex128: "c128",
 }
-for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16", "uint32", "uint64"):
+for _name in (
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "uint16",
+    "uint32",
+    "uint64",
+):
     if hasattr(torch, _name):
         DTYPE_ABBREVS[getattr(torch, _name)] = _name
 ABBREV_DTYPES: dict[str, torch.dtype] = {v: k for k, v in DTYPE_ABBREVS.items()}

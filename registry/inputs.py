@@ -38,8 +38,13 @@ def _values(shape: list[int], dtype: torch.dtype, c: dict | None, gen: torch.Gen
             count = min(numel, int(c["count"] if c.get("count") is not None else round(density * numel)))
             flat = torch.zeros(numel, dtype=torch.bool)
             place = c.get("place")  # a boundary variant: the Trues packed at the first / last positions
-            chosen = (torch.arange(count) if place == "first" else torch.arange(numel - count, numel)
-                      if place == "last" else torch.randperm(numel, generator=gen)[:count])
+            chosen = (
+                torch.arange(count)
+                if place == "first"
+                else torch.arange(numel - count, numel)
+                if place == "last"
+                else torch.randperm(numel, generator=gen)[:count]
+            )
             flat[chosen] = True
             return flat.reshape(n_shape)
         return torch.rand(n_shape, generator=gen) < density
@@ -77,7 +82,7 @@ def _unique_index(shape: list[int], high: int, dim: Any, gen: torch.Generator) -
     if isinstance(dim, int) and -len(shape) <= dim < len(shape):
         d = dim % len(shape)
         if shape[d] <= high:
-            scores = torch.rand([*shape[:d], high, *shape[d + 1:]], generator=gen)
+            scores = torch.rand([*shape[:d], high, *shape[d + 1 :]], generator=gen)
             return scores.argsort(dim=d).narrow(d, 0, shape[d])
     n = 1
     for s in shape:
@@ -156,5 +161,3 @@ def materialize(built: Any, device: torch.device) -> Any:
     if isinstance(built, dict):
         return {k: materialize(v, device) for k, v in built.items()}
     return decode_scalar(built[1], device)
-
-

@@ -24,7 +24,14 @@ from pathlib import Path
 import torch
 
 from registry.constraints import canonical_op, infer_constraints, unreplayable_reason
-from registry.encoding import ABBREV_DTYPES, LAYOUTS, MEMORY_FORMATS, UnreplayableError, find_opaque, signature
+from registry.encoding import (
+    ABBREV_DTYPES,
+    LAYOUTS,
+    MEMORY_FORMATS,
+    UnreplayableError,
+    find_opaque,
+    signature,
+)
 from registry.schema import Entry, Provenance
 from registry.store import Registry
 
@@ -182,8 +189,9 @@ def _check(op: str, args: list, kwargs: dict) -> None:
         raise UnreplayableError(f"argument of type {opaque} cannot be rebuilt")
 
 
-def import_oplog(path: str | Path, model: str | None = None, tier: str = "oplog",
-                 shape_budget: int | None = None) -> ImportResult:
+def import_oplog(
+    path: str | Path, model: str | None = None, tier: str = "oplog", shape_budget: int | None = None
+) -> ImportResult:
     """Every call line: a case, or unreplayable with the reason. The decision is the replay's own
     (registry.replay.plan, with the same shape budget): a line called replayable here is replayed
     at run time, scaled by the factor counted here; lines recorded under autocast whose mixed
@@ -216,12 +224,19 @@ def import_oplog(path: str | Path, model: str | None = None, tier: str = "oplog"
             result.unreplayable.append(Unreplayable(lineno, op, line[:200], str(exc)))
             continue
         count = int(call.group(1))
-        entry = Entry(op, signature(args, kwargs), infer_constraints(op, args, kwargs), [],
-                      [Provenance(model, tier, "oplog", "oplog", 0.0, count)])
+        entry = Entry(
+            op,
+            signature(args, kwargs),
+            infer_constraints(op, args, kwargs),
+            [],
+            [Provenance(model, tier, "oplog", "oplog", 0.0, count)],
+        )
         p = plan(CaseSpec.from_entry(entry), result.shape_budget)
-        reason = p.skip or (p.expected.rejected and
-                            "recorded under autocast: the CPU kernel rejects the mixed 16/32-bit call as recorded "
-                            f"({p.expected.rejected[:160]}), so there is no reference to compare with")
+        reason = p.skip or (
+            p.expected.rejected
+            and "recorded under autocast: the CPU kernel rejects the mixed 16/32-bit call as recorded "
+            f"({p.expected.rejected[:160]}), so there is no reference to compare with"
+        )
         if reason:
             result.unreplayable.append(Unreplayable(lineno, op, line[:200], reason))
             continue
@@ -234,10 +249,15 @@ def import_oplog(path: str | Path, model: str | None = None, tier: str = "oplog"
 
 # -- export ---------------------------------------------------------------------------------------
 
+
 def _fmt(enc) -> str:
     if isinstance(enc, dict):
         if "T" in enc:
-            extra = f", stride=({', '.join(map(str, enc['st']))}{',' if len(enc['st']) == 1 else ''})" if "st" in enc else ""
+            extra = (
+                f", stride=({', '.join(map(str, enc['st']))}{',' if len(enc['st']) == 1 else ''})"
+                if "st" in enc
+                else ""
+            )
             extra += f", storage_offset={enc['off']}" if enc.get("off") else ""
             return f"T([{', '.join(map(str, enc['T']))}], {enc['dt']}{extra})"
         if "dtype" in enc:

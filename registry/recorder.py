@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -261,7 +262,10 @@ class OpRecorder(TorchDispatchMode):
         for s in self._order:
             if s.ignored or not any(s.counts.values()):
                 continue  # not the device's call, or a call that raised (it never completed)
-            prov = [Provenance(model_id, tier, phase, mode, float(weight), n) for phase, n in sorted(s.counts.items())]
+            prov = [
+                Provenance(model_id, tier, phase, mode, float(weight), n)
+                for phase, n in sorted(s.counts.items())
+            ]
             out.append(Entry(s.op, s.signature, dict(s.constraints), s.outputs, prov))
         return out
 
@@ -291,7 +295,13 @@ def _loss_of(output: Any) -> torch.Tensor | None:
 
 
 def _first_float(output: Any) -> torch.Tensor | None:
-    values = output.values() if hasattr(output, "values") else output if isinstance(output, (list, tuple)) else [output]
+    values = (
+        output.values()
+        if hasattr(output, "values")
+        else output
+        if isinstance(output, (list, tuple))
+        else [output]
+    )
     for v in values:
         if isinstance(v, torch.Tensor) and v.is_floating_point() and v.requires_grad:
             return v
@@ -374,7 +384,9 @@ def record_workload(
                 model = build()
                 inputs = make_inputs(model)
                 done = run_phases(rec, model, inputs, phases)
-            return RecordOutcome(model_id, rec.entries(model_id, tier, "fake", weight), "fake", rec.calls, phases=done)
+            return RecordOutcome(
+                model_id, rec.entries(model_id, tier, "fake", weight), "fake", rec.calls, phases=done
+            )
         except Exception as exc:  # noqa: BLE001 - any failure means: try real tensors
             fake_error = _short_error(exc)
     rec = OpRecorder(observe_values=True, native=native, device=device)
@@ -386,6 +398,14 @@ def record_workload(
     except Exception as exc:  # noqa: BLE001 - a broken model is an outcome, not a crash
         # the calls made before the failure are real calls of the model (the last one may be the
         # op the device failed on): kept, and the outcome says it failed
-        return RecordOutcome(model_id, rec.entries(model_id, tier, "real", weight), "failed", rec.calls, fake_error,
-                             _short_error(exc))
-    return RecordOutcome(model_id, rec.entries(model_id, tier, "real", weight), "real", rec.calls, fake_error, phases=done)
+        return RecordOutcome(
+            model_id,
+            rec.entries(model_id, tier, "real", weight),
+            "failed",
+            rec.calls,
+            fake_error,
+            _short_error(exc),
+        )
+    return RecordOutcome(
+        model_id, rec.entries(model_id, tier, "real", weight), "real", rec.calls, fake_error, phases=done
+    )

@@ -23,7 +23,12 @@ from contracts.records import StageResult
 from contracts.status import Status
 from contracts.timing import phase
 from registry import boundaries, scaling
-from registry.constraints import infer_constraints, is_metadata_only, metadata_only_outputs, unreplayable_reason
+from registry.constraints import (
+    infer_constraints,
+    is_metadata_only,
+    metadata_only_outputs,
+    unreplayable_reason,
+)
 from registry.encoding import DTYPE_ABBREVS, UnreplayableError, find_opaque, parse_signature, signature_hash
 from registry.inputs import BuiltTensor, build_args, build_tensor, materialize  # noqa: F401  (re-exported)
 from registry.tolerances import Tolerance, tolerance_for
@@ -39,15 +44,25 @@ class CaseSpec:
     case_id: str = ""
 
     @classmethod
-    def from_entry(cls, entry: Any) -> "CaseSpec":
+    def from_entry(cls, entry: Any) -> CaseSpec:
         return cls(entry.op, entry.signature, dict(entry.constraints), entry.case_id)
 
     @classmethod
-    def from_payload(cls, payload: dict) -> "CaseSpec":
-        return cls(payload["op"], payload["signature"], dict(payload.get("constraints") or {}), payload.get("case_id", ""))
+    def from_payload(cls, payload: dict) -> CaseSpec:
+        return cls(
+            payload["op"],
+            payload["signature"],
+            dict(payload.get("constraints") or {}),
+            payload.get("case_id", ""),
+        )
 
     def to_payload(self) -> dict:
-        return {"op": self.op, "signature": self.signature, "constraints": self.constraints, "case_id": self.case_id}
+        return {
+            "op": self.op,
+            "signature": self.signature,
+            "constraints": self.constraints,
+            "case_id": self.case_id,
+        }
 
 
 def resolve_op(op: str) -> torch._ops.OpOverload:
@@ -63,6 +78,7 @@ def resolve_op(op: str) -> torch._ops.OpOverload:
 
 
 # -- comparison -----------------------------------------------------------------------------------
+
 
 def _flatten(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
@@ -102,7 +118,9 @@ def compare(op: str, expected: list[Any], actual: list[Any], mode: str, upcast: 
         if upcast and e.dtype == torch.float32 and a.dtype in (torch.float16, torch.bfloat16):
             e = e.to(a.dtype)
         if tuple(a.shape) != tuple(e.shape) or a.dtype != e.dtype:
-            return Comparison(False, f"output {i}: {list(a.shape)} {a.dtype}, expected {list(e.shape)} {e.dtype}")
+            return Comparison(
+                False, f"output {i}: {list(a.shape)} {a.dtype}, expected {list(e.shape)} {e.dtype}"
+            )
         if meta_only or i in meta_outputs or e.numel() == 0:
             continue
         a = a.detach().to("cpu")
@@ -111,7 +129,11 @@ def compare(op: str, expected: list[Any], actual: list[Any], mode: str, upcast: 
         if err is not None:
             worst = err if worst is None else max(worst, err)
         if not ok:
-            return Comparison(False, f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} atol_rms={tol.atol_rms:g}", worst)
+            return Comparison(
+                False,
+                f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} atol_rms={tol.atol_rms:g}",
+                worst,
+            )
     return Comparison(True, "", worst)
 
 
@@ -127,7 +149,9 @@ def _close(a: torch.Tensor, e: torch.Tensor, tol: Tolerance) -> tuple[bool, floa
         ok = torch.equal(a, e)
         if ok:
             return True, 0.0
-        diff = (a.to(torch.float64) - e.to(torch.float64)).abs() if e.dtype != torch.bool else (a != e).double()
+        diff = (
+            (a.to(torch.float64) - e.to(torch.float64)).abs() if e.dtype != torch.bool else (a != e).double()
+        )
         return False, float(diff.max())
     if torch.equal(a, e):
         return True, 0.0
@@ -172,9 +196,11 @@ def _reference(func: Any, args: list, kwargs: dict) -> Reference:
         try:
             out = func(*args, **kwargs)
             return Reference(_flatten(out) + _mutated(func, args, kwargs))
-        except Exception as exc:  # noqa: BLE001
-            if not any(isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
-                       for t in _flatten([args, list(kwargs.values())])):
+        except Exception as exc:
+            if not any(
+                isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
+                for t in _flatten([args, list(kwargs.values())])
+            ):
                 raise
             rejected = f"{type(exc).__name__}: {_normalize(exc)}"
         up_args, up_kwargs = _upcast(args), {k: _upcast(v) for k, v in kwargs.items()}
@@ -261,8 +287,14 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
     metrics: dict[str, Any] = {"native": None, "fallback_ops": [], "max_abs_err": None}
 
     def result(status: Status, **kw: Any) -> StageResult:
-        return StageResult(stage="op", status=status, failing_op=kw.pop("failing_op", ""),
-                           seconds=time.perf_counter() - t0, metrics=metrics, **kw)
+        return StageResult(
+            stage="op",
+            status=status,
+            failing_op=kw.pop("failing_op", ""),
+            seconds=time.perf_counter() - t0,
+            metrics=metrics,
+            **kw,
+        )
 
     p = plan(spec, max_numel)
     if p.skip:
@@ -274,8 +306,10 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
     rounded = declared_rounding(adapter, spec.op)
     if rounded:  # the reference computes as the device declares: judged with the dtype's own tolerance
         try:
-            expected = _reference(p.func, *round_declared(p.func, materialize(built[0], _CPU),
-                                                          materialize(built[1], _CPU), rounded))
+            expected = _reference(
+                p.func,
+                *round_declared(p.func, materialize(built[0], _CPU), materialize(built[1], _CPU), rounded),
+            )
         except Exception:  # noqa: BLE001 - the rounded call is invalid: the mode's looser tolerance applies
             rounded = ()
         if rounded and expected.outputs is None:
@@ -346,16 +380,27 @@ def round_declared(func: Any, args: list, kwargs: dict, names: tuple[str, ...]) 
     return args, kwargs
 
 
-def _run_on_device(spec: CaseSpec, func: Any, built: tuple, expected: Reference, adapter: Any, mode: str,
-                   metrics: dict[str, Any]) -> tuple[Status, dict[str, Any]] | None:
+def _run_on_device(
+    spec: CaseSpec,
+    func: Any,
+    built: tuple,
+    expected: Reference,
+    adapter: Any,
+    mode: str,
+    metrics: dict[str, Any],
+) -> tuple[Status, dict[str, Any]] | None:
     """Run one built variant on the device and compare; None when it passes, else (status, fields)."""
     if expected.rejected:
         metrics["reference"] = "f32-upcast"
     try:
         dev_args, dev_kwargs = materialize(built[0], adapter.device), materialize(built[1], adapter.device)
     except Exception as exc:  # noqa: BLE001 - moving inputs is already backend work
-        return Status.ERROR, dict(reason="inputs could not be moved to the device", error_class=type(exc).__name__,
-                                  message=_normalize(exc), failing_op="aten._to_copy.default")
+        return Status.ERROR, dict(
+            reason="inputs could not be moved to the device",
+            error_class=type(exc).__name__,
+            message=_normalize(exc),
+            failing_op="aten._to_copy.default",
+        )
     try:
         with adapter.track_fallbacks() as events, torch.no_grad():
             actual_out = func(*dev_args, **dev_kwargs)
@@ -366,10 +411,16 @@ def _run_on_device(spec: CaseSpec, func: Any, built: tuple, expected: Reference,
         if expected.rejected and _same_error(raised, expected.rejected):
             # the CPU kernel refuses the call as recorded (mixed 16/32-bit, recorded under autocast)
             # exactly so: not the backend's failure, and there is no as-recorded reference
-            return Status.SKIPPED, dict(reason=f"unreplayable: the CPU kernel rejects the call as recorded "
-                                               f"and the backend raises the same ({expected.rejected[:160]})")
-        return Status.ERROR, dict(error_class=type(exc).__name__, message=_normalize(exc), failing_op=spec.op,
-                                  reason="op raised on the backend")
+            return Status.SKIPPED, dict(
+                reason=f"unreplayable: the CPU kernel rejects the call as recorded "
+                f"and the backend raises the same ({expected.rejected[:160]})"
+            )
+        return Status.ERROR, dict(
+            error_class=type(exc).__name__,
+            message=_normalize(exc),
+            failing_op=spec.op,
+            reason="op raised on the backend",
+        )
     ops = fallback_ops(events)
     metrics["fallback_ops"] = sorted(set(metrics.get("fallback_ops") or []) | set(ops))
     if adapter.device_type == "cpu":
@@ -387,6 +438,7 @@ def _run_on_device(spec: CaseSpec, func: Any, built: tuple, expected: Reference,
 
 def _same_error(a: str, b: str) -> bool:
     """The same error class and message once device names are set aside (neuron vs cpu)."""
+
     def norm(text: str) -> str:
         return re.sub(r"\b(cpu|neuron|privateuseone|cuda)\b", "DEV", text.lower())
 

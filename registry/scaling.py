@@ -28,8 +28,14 @@ class TooLargeError(ValueError):
 
 
 #: Ops whose integer arguments are explicit strides/offsets: never scaled (run at full size).
-NOT_SCALABLE = ("aten.as_strided", "aten.as_strided_", "aten.as_strided_scatter", "aten.empty_strided",
-                "aten.new_empty_strided", "aten.set_")
+NOT_SCALABLE = (
+    "aten.as_strided",
+    "aten.as_strided_",
+    "aten.as_strided_scatter",
+    "aten.empty_strided",
+    "aten.new_empty_strided",
+    "aten.set_",
+)
 
 
 def budget() -> int:
@@ -164,4 +170,6 @@ def fit(func: Any, a_enc: list, k_enc: dict, constraints: dict, limit: int | Non
         return best[1], best[2], _scale_constraints(constraints, best[3]), best[3]
     if biggest <= limit * HARD_CAP_FACTOR:
         return a_enc, k_enc, constraints, 1
-    raise TooLargeError(f"largest tensor has {biggest} elements (budget {limit}) and cannot be scaled consistently")
+    raise TooLargeError(
+        f"largest tensor has {biggest} elements (budget {limit}) and cannot be scaled consistently"
+    )

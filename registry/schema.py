@@ -117,7 +117,7 @@ class Entry:
         }
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "Entry":
+    def from_row(cls, row: dict[str, Any]) -> Entry:
         return cls(
             op=row["op"],
             signature=row["signature"],

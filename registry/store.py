@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -46,7 +46,11 @@ def merge_entries(a: Entry, b: Entry) -> Entry:
     prov: dict[tuple, Provenance] = {p.key: p for p in a.provenance}
     for p in b.provenance:
         old = prov.get(p.key)
-        prov[p.key] = p if old is None else replace(old, count=max(old.count, p.count), weight=max(old.weight, p.weight))
+        prov[p.key] = (
+            p
+            if old is None
+            else replace(old, count=max(old.count, p.count), weight=max(old.weight, p.weight))
+        )
     outputs = a.outputs or b.outputs
     return Entry(
         op=a.op,
@@ -82,12 +86,15 @@ class Registry:
             self.add(e)
 
     def add(self, entry: Entry) -> None:
-        entry = replace(entry, constraints=dict(sorted(entry.constraints.items())),
-                        provenance=sorted(entry.provenance, key=lambda p: p.key))
+        entry = replace(
+            entry,
+            constraints=dict(sorted(entry.constraints.items())),
+            provenance=sorted(entry.provenance, key=lambda p: p.key),
+        )
         old = self._entries.get(entry.key)
         self._entries[entry.key] = entry if old is None else merge_entries(old, entry)
 
-    def merge(self, other: "Registry") -> "Registry":
+    def merge(self, other: Registry) -> Registry:
         for e in other:
             self.add(e)
         return self
@@ -109,7 +116,7 @@ class Registry:
         op, _, h = case_id.rpartition("-")
         return self._entries.get((op, h))
 
-    def diff(self, old: "Registry") -> Diff:
+    def diff(self, old: Registry) -> Diff:
         new_ids = {e.case_id for e in self}
         old_ids = {e.case_id for e in old}
         return Diff(
@@ -143,7 +150,7 @@ class Registry:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Registry":
+    def load(cls, path: str | os.PathLike) -> Registry:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"registry file not found: {path}")

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -46,8 +47,15 @@ def cases(registry_path: str | None = None) -> list[Case]:
     out = []
     for entry in Registry.load(registry_path or default_registry_path()):
         spec = CaseSpec.from_entry(entry)
-        out.append(Case(case_id=entry.case_id, tier="unit", payload=spec.to_payload(),
-                        model_ids=entry.models, weight=entry.weight))
+        out.append(
+            Case(
+                case_id=entry.case_id,
+                tier="unit",
+                payload=spec.to_payload(),
+                model_ids=entry.models,
+                weight=entry.weight,
+            )
+        )
     return coverage_order(out)
 
 
@@ -88,10 +96,16 @@ def _run(payload: dict[str, Any], adapter: Backend, mode: str) -> StageResult:
     try:
         return replay(CaseSpec.from_payload(payload), adapter, mode)
     except Exception as exc:  # noqa: BLE001 - last line of defence: one result per payload
-        return StageResult(stage="op", status=Status.ERROR, reason="harness error while replaying",
-                           error_class=type(exc).__name__, message=str(exc).splitlines()[0][:300] if str(exc) else "",
-                           failing_op=str(payload.get("op", "")), seconds=time.perf_counter() - t0,
-                           metrics={"native": None, "fallback_ops": [], "max_abs_err": None})
+        return StageResult(
+            stage="op",
+            status=Status.ERROR,
+            reason="harness error while replaying",
+            error_class=type(exc).__name__,
+            message=str(exc).splitlines()[0][:300] if str(exc) else "",
+            failing_op=str(payload.get("op", "")),
+            seconds=time.perf_counter() - t0,
+            metrics={"native": None, "fallback_ops": [], "max_abs_err": None},
+        )
 
 
 def execute(payload: dict[str, Any], backend: str) -> list[StageResult]:
@@ -104,9 +118,19 @@ def execute_many(payloads: Iterable[dict[str, Any]], backend: str) -> list[list[
         adapter = get_backend(backend)
     except Exception as exc:  # noqa: BLE001 - a backend that cannot load: every case says so
         msg = str(exc).splitlines()[0][:300] if str(exc) else ""
-        return [[StageResult(stage="op", status=Status.NOT_ATTEMPTED, reason=f"backend {backend!r} failed to load",
-                             error_class=type(exc).__name__, message=msg, failing_op=str(p.get("op", "")))]
-                for p in payloads]
+        return [
+            [
+                StageResult(
+                    stage="op",
+                    status=Status.NOT_ATTEMPTED,
+                    reason=f"backend {backend!r} failed to load",
+                    error_class=type(exc).__name__,
+                    message=msg,
+                    failing_op=str(p.get("op", "")),
+                )
+            ]
+            for p in payloads
+        ]
     mode = adapter.precision_mode()
     _one_thread()
     return [[_run(p, adapter, mode)] for p in payloads]
@@ -128,6 +152,10 @@ def scaling_report(stage_lists: Iterable[list[dict[str, Any]]]) -> dict[str, Any
             if st.get("status") == Status.SKIPPED.value and reason.startswith("unreplayable"):
                 key = reason.split(" (", 1)[0][:120]
                 reasons[key] = reasons.get(key, 0) + 1
-    return {"shape_budget": scaling.budget(), "scaled": sum(scaled.values()),
-            "scaled_by_factor": dict(sorted(scaled.items(), key=lambda kv: int(kv[0]))),
-            "unreplayable": sum(reasons.values()), "unreplayable_reasons": reasons}
+    return {
+        "shape_budget": scaling.budget(),
+        "scaled": sum(scaled.values()),
+        "scaled_by_factor": dict(sorted(scaled.items(), key=lambda kv: int(kv[0]))),
+        "unreplayable": sum(reasons.values()),
+        "unreplayable_reasons": reasons,
+    }

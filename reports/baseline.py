@@ -51,15 +51,29 @@ def update(run_dir: str | os.PathLike, dest: str | os.PathLike | None = None) ->
     try:
         run_ids: set[str] = set()
         for name, table in TABLES.items():
-            parts = [pq.read_table(d / f"{name}.parquet") for d in sources if (d / f"{name}.parquet").is_file()]
-            merged = (pa.concat_tables([p.cast(table.arrow_schema) for p in parts]) if parts
-                      else table.arrow_schema.empty_table())
+            parts = [
+                pq.read_table(d / f"{name}.parquet") for d in sources if (d / f"{name}.parquet").is_file()
+            ]
+            merged = (
+                pa.concat_tables([p.cast(table.arrow_schema) for p in parts])
+                if parts
+                else table.arrow_schema.empty_table()
+            )
             pq.write_table(merged, tmp / f"{name}.parquet")
             if name == "runs":
                 run_ids.update(merged.column("run_id").to_pylist())
-        (tmp / MARKER).write_text(json.dumps({
-            "source": str(Path(run_dir).resolve()), "run_ids": sorted(run_ids), "schema_version": SCHEMA_VERSION,
-            "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}, indent=2) + "\n")
+        (tmp / MARKER).write_text(
+            json.dumps(
+                {
+                    "source": str(Path(run_dir).resolve()),
+                    "run_ids": sorted(run_ids),
+                    "schema_version": SCHEMA_VERSION,
+                    "updated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         old = None
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")

@@ -13,14 +13,20 @@ from pathlib import Path
 from typing import Any
 
 
-def build_report(rundir: str | Path, baseline: str | Path | None = None, use_baseline: bool = True,
-                 history: int = 10, out: str | Path | None = None, gate: str = "backend") -> dict[str, Any]:
+def build_report(
+    rundir: str | Path,
+    baseline: str | Path | None = None,
+    use_baseline: bool = True,
+    history: int = 10,
+    out: str | Path | None = None,
+    gate: str = "backend",
+) -> dict[str, Any]:
     """Write the HTML report and JUnit files; return what was written (the --json object)."""
     from reports import baseline as baselines
     from reports.compare import compare_runs
+    from reports.coverage import summarize
     from reports.gate import counts as blame_counts
     from reports.gate import gated
-    from reports.coverage import summarize
     from reports.html import write_report
     from reports.junit import write_junit
     from reports.tables import read_results, read_table
@@ -36,20 +42,41 @@ def build_report(rundir: str | Path, baseline: str | Path | None = None, use_bas
     results = read_results(rundir)
     cov = summarize(results, read_table(rundir, "per_op"), read_table(rundir, "fallbacks"))
     groups = _failure_groups(rundir, results)
-    html = write_report(rundir, comparison, note, history=history, out=out, coverage=cov, failure_groups=groups,
-                        results=results)
+    html = write_report(
+        rundir,
+        comparison,
+        note,
+        history=history,
+        out=out,
+        coverage=cov,
+        failure_groups=groups,
+        results=results,
+    )
     junit = write_junit(results, rundir)
     return {
-        "report_html": str(html), "junit": {t: str(p) for t, p in junit.items()}, "run_ids": cov.run_ids,
+        "report_html": str(html),
+        "junit": {t: str(p) for t, p in junit.items()},
+        "run_ids": cov.run_ids,
         "baseline": comparison.baseline if comparison else None,
         "new_failures": comparison.counts["FAIL"] if comparison else None,
-        "gate": gate, "gated_failures": len(gated(comparison, gate)) if comparison else None,
+        "gate": gate,
+        "gated_failures": len(gated(comparison, gate)) if comparison else None,
         "new_failures_by_blame": blame_counts(comparison) if comparison else None,
         "backend_failures": cov.backend_failures_total,
         "failure_groups": groups.get("file"),
-        "levels": [{"tier": lv.tier, "level": lv.level, "models": lv.models, "models_reached": lv.models_reached,
-                    "cases": lv.cases, "cases_reached": lv.cases_reached, "weight": lv.weight,
-                    "weight_reached": lv.weight_reached} for lv in cov.levels],
+        "levels": [
+            {
+                "tier": lv.tier,
+                "level": lv.level,
+                "models": lv.models,
+                "models_reached": lv.models_reached,
+                "cases": lv.cases,
+                "cases_reached": lv.cases_reached,
+                "weight": lv.weight,
+                "weight_reached": lv.weight_reached,
+            }
+            for lv in cov.levels
+        ],
     }
 
 
@@ -60,5 +87,10 @@ def _failure_groups(rundir: Path, results) -> dict[str, Any]:
     try:
         return write_failure_groups(rundir, results)
     except Exception as exc:  # noqa: BLE001 - the report is still written, with the reason shown
-        return {"file": None, "groups": [], "failures": 0, "llm": False,
-                "note": f"failure groups not computed: {type(exc).__name__}: {exc}"[:300]}
+        return {
+            "file": None,
+            "groups": [],
+            "failures": 0,
+            "llm": False,
+            "note": f"failure groups not computed: {type(exc).__name__}: {exc}"[:300],
+        }

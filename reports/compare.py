@@ -39,9 +39,9 @@ import pandas as pd
 import yaml
 
 from contracts.status import Verdict
+from reports import hidden_regressions
 from reports.expectations import Rule, for_backend, load_expectations, load_flaky
 from reports.verdicts import verdict_of
-from reports import hidden_regressions
 
 KEY = ["tier", "case_id", "stage"]
 
@@ -53,6 +53,7 @@ def metric_rules() -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------- records
+
 
 @dataclass
 class CaseVerdict:
@@ -113,23 +114,33 @@ class Comparison:
             return [{**asdict(v), "verdict": v.verdict.value} for v in self.of(verdict)]
 
         return {
-            "run": self.run, "baseline": self.baseline, "counts": self.counts, "exit_code": self.exit_code,
-            "new_failures": rows(Verdict.FAIL), "fallback_regressions": rows(Verdict.FALLBACK_REGRESSION),
+            "run": self.run,
+            "baseline": self.baseline,
+            "counts": self.counts,
+            "exit_code": self.exit_code,
+            "new_failures": rows(Verdict.FAIL),
+            "fallback_regressions": rows(Verdict.FALLBACK_REGRESSION),
             "improved": rows(Verdict.IMPROVED),
-            "missing": rows(Verdict.MISSING), "flaky": rows(Verdict.FLAKY), "xfail": rows(Verdict.XFAIL),
-            "metrics": {"worse": [asdict(m) for m in self.metrics if m.direction == "worse"],
-                        "better": [asdict(m) for m in self.metrics if m.direction == "better"]},
-            "update_command": self.update_command, **_gate_summary(self),
+            "missing": rows(Verdict.MISSING),
+            "flaky": rows(Verdict.FLAKY),
+            "xfail": rows(Verdict.XFAIL),
+            "metrics": {
+                "worse": [asdict(m) for m in self.metrics if m.direction == "worse"],
+                "better": [asdict(m) for m in self.metrics if m.direction == "better"],
+            },
+            "update_command": self.update_command,
+            **_gate_summary(self),
         }
 
 
-def _gate_summary(comparison: "Comparison") -> dict[str, Any]:
+def _gate_summary(comparison: Comparison) -> dict[str, Any]:
     from reports.gate import summary
 
     return summary(comparison, comparison.gate)
 
 
 # ---------------------------------------------------------------------------------------- compare
+
 
 def _metric_deltas(merged: pd.DataFrame, time_rel: float | None) -> list[MetricDelta]:
     out = []
@@ -145,9 +156,12 @@ def _metric_deltas(merged: pd.DataFrame, time_rel: float | None) -> list[MetricD
         if min_rel is not None:
             mask &= (b == 0) | (delta.abs() >= float(min_rel) * b.abs())
         hit = merged.loc[mask, KEY]
-        for (tier, case_id, stage), cv, bv, dv in zip(hit.itertuples(index=False, name=None), c[mask].tolist(),
-                                                      b[mask].tolist(), delta[mask].tolist()):
-            out.append(MetricDelta(tier, case_id, stage, metric, bv, cv, dv, "better" if sign * dv > 0 else "worse"))
+        for (tier, case_id, stage), cv, bv, dv in zip(
+            hit.itertuples(index=False, name=None), c[mask].tolist(), b[mask].tolist(), delta[mask].tolist()
+        ):
+            out.append(
+                MetricDelta(tier, case_id, stage, metric, bv, cv, dv, "better" if sign * dv > 0 else "worse")
+            )
     return out
 
 
@@ -171,10 +185,18 @@ def _ids(value: Any) -> list[str]:
     return [] if value is None or isinstance(value, float) else [str(m) for m in value]
 
 
-def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str = "run",
-                   baseline_name: str = "baseline", expectations: list[Rule] | None = None,
-                   flaky: list[Rule] | None = None, time_threshold: float | None = None,
-                   gate: str = "backend", backend: str | None = None) -> Comparison:
+def compare_frames(
+    run: pd.DataFrame,
+    baseline: pd.DataFrame,
+    *,
+    run_name: str = "run",
+    baseline_name: str = "baseline",
+    expectations: list[Rule] | None = None,
+    flaky: list[Rule] | None = None,
+    time_threshold: float | None = None,
+    gate: str = "backend",
+    backend: str | None = None,
+) -> Comparison:
     """Compare two results tables (reports.schema.RESULTS) of runs on `backend`; pure computation.
 
     Rules naming another backend do not apply (backend None: only rules for every backend).
@@ -191,7 +213,9 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
         df = df if "blame" in df else df.assign(blame=None)
         return df[cols].drop_duplicates(KEY, keep="last").astype({k: object for k in KEY})
 
-    merged = pd.merge(side(run), side(baseline), on=KEY, how="outer", suffixes=("_run", "_base"), indicator=True)
+    merged = pd.merge(
+        side(run), side(baseline), on=KEY, how="outer", suffixes=("_run", "_base"), indicator=True
+    )
     merged = merged.sort_values(KEY, ignore_index=True)
     where = merged["_merge"].astype(str).tolist()
     status = [None if w == "right_only" else s for w, s in zip(where, merged["status_run"].tolist())]
@@ -201,7 +225,9 @@ def compare_frames(run: pd.DataFrame, baseline: pd.DataFrame, *, run_name: str =
     blames = _row_blames(merged)
     by_pair: dict[tuple[Any, Any], tuple[Verdict, str]] = {}
     verdicts = []
-    for i, key in enumerate(zip(merged["tier"].tolist(), merged["case_id"].tolist(), merged["stage"].tolist())):
+    for i, key in enumerate(
+        zip(merged["tier"].tolist(), merged["case_id"].tolist(), merged["stage"].tolist())
+    ):
         st, bs = status[i], base[i]
         ids: list[str] | None = None
         if i in ruled:
@@ -224,8 +250,10 @@ def _row_blames(merged: pd.DataFrame) -> list[str | None]:
     """Each merged row's blame: the run's, else (a MISSING row) the baseline's."""
     run, base = merged["blame_run"].tolist(), merged["blame_base"].tolist()
     clean = [None if (b is None or b != b or b == "") else str(b) for b in run]
-    return [r if r is not None else (None if (b is None or b != b or b == "") else str(b))
-            for r, b in zip(clean, base)]
+    return [
+        r if r is not None else (None if (b is None or b != b or b == "") else str(b))
+        for r, b in zip(clean, base)
+    ]
 
 
 def run_backend(run_dir: str | Path) -> str | None:
@@ -240,5 +268,10 @@ def compare_runs(run_dir: str | Path, baseline_dir: str | Path, **kwargs: Any) -
     from reports.tables import read_results
 
     kwargs.setdefault("backend", run_backend(run_dir))
-    return compare_frames(read_results(run_dir), read_results(baseline_dir), run_name=str(run_dir),
-                          baseline_name=str(baseline_dir), **kwargs)
+    return compare_frames(
+        read_results(run_dir),
+        read_results(baseline_dir),
+        run_name=str(run_dir),
+        baseline_name=str(baseline_dir),
+        **kwargs,
+    )

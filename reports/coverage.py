@@ -20,9 +20,10 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -56,8 +57,16 @@ class Level:
 @functools.cache
 def levels() -> tuple[Level, ...]:
     data = yaml.safe_load(resources.files("reports").joinpath("data/levels.yaml").read_text())
-    return tuple(Level(d["name"], d["title"], tuple(d["stages"]), frozenset(d.get("skipped_ok", ())),
-                       d.get("from_fallbacks", "")) for d in data["levels"])
+    return tuple(
+        Level(
+            d["name"],
+            d["title"],
+            tuple(d["stages"]),
+            frozenset(d.get("skipped_ok", ())),
+            d.get("from_fallbacks", ""),
+        )
+        for d in data["levels"]
+    )
 
 
 @dataclass
@@ -102,7 +111,11 @@ class LevelCoverage:
     weight_not_reached_by_blame: dict[str, float] = field(default_factory=dict)
 
     def fmt_models(self) -> str:
-        return fmt_rate(self.models_reached, self.models) if self.models else fmt_rate(self.cases_reached, self.cases)
+        return (
+            fmt_rate(self.models_reached, self.models)
+            if self.models
+            else fmt_rate(self.cases_reached, self.cases)
+        )
 
     def fmt_weight(self) -> str:
         return fmt_rate(self.weight_reached, self.weight, weighted=True)
@@ -145,7 +158,9 @@ class Coverage:
     top_fallback_ops: list[dict[str, Any]]
     backend_failures: list[dict[str, Any]] = field(default_factory=list)  # what the report leads with
     backend_failures_total: int = 0
-    failures_by_blame: list[dict[str, Any]] = field(default_factory=list)  # (tier, stage, blame): cases, models
+    failures_by_blame: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # (tier, stage, blame): cases, models
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,10 +168,12 @@ class Coverage:
 
 # ---------------------------------------------------------------------------------------- stages
 
+
 def _case_frame(results: pd.DataFrame) -> pd.DataFrame:
     """One row per (tier, case): n_models and weight (the same on every stage row of a case)."""
     cases = results.groupby(["tier", "case_id"], sort=False).agg(
-        n_models=("n_models", "first"), weight=("weight", "first"), traits=("traits", "first"))
+        n_models=("n_models", "first"), weight=("weight", "first"), traits=("traits", "first")
+    )
     cases["n_models"] = cases["n_models"].fillna(0).astype(int)
     cases["weight"] = cases["weight"].fillna(0.0).astype(float)
     return cases
@@ -177,26 +194,40 @@ def _by_blame(g: pd.DataFrame, column: str | None = None) -> dict[str, Any]:
 
 def stage_coverage(results: pd.DataFrame) -> list[StageCoverage]:
     out = []
-    df = results.assign(n_models=results["n_models"].fillna(0).astype(int),
-                        weight=results["weight"].fillna(0.0).astype(float), _blame=blame_column(results))
+    df = results.assign(
+        n_models=results["n_models"].fillna(0).astype(int),
+        weight=results["weight"].fillna(0.0).astype(float),
+        _blame=blame_column(results),
+    )
     for (tier, stage), g in df.groupby(["tier", "stage"], sort=True):
         counts = g["status"].value_counts()
         models = g.groupby("status")["n_models"].sum()
-        reasons = {s: Counter(g.loc[g["status"] == s, "reason"].fillna("(no reason)"))
-                   for s in ("skipped", "not_attempted")}
-        out.append(StageCoverage(
-            tier=str(tier), stage=str(stage), cases=len(g), models=int(g["n_models"].sum()),
-            weight=float(g["weight"].sum()),
-            by_status={s: int(counts.get(s, 0)) for s in STATUS_VALUES},
-            models_by_status={s: int(models.get(s, 0)) for s in STATUS_VALUES},
-            skipped_reasons=dict(reasons["skipped"].most_common()),
-            not_attempted_reasons=dict(reasons["not_attempted"].most_common()),
-            by_blame=_by_blame(g), models_by_blame=_by_blame(g, "n_models"), weight_by_blame=_by_blame(g, "weight")))
+        reasons = {
+            s: Counter(g.loc[g["status"] == s, "reason"].fillna("(no reason)"))
+            for s in ("skipped", "not_attempted")
+        }
+        out.append(
+            StageCoverage(
+                tier=str(tier),
+                stage=str(stage),
+                cases=len(g),
+                models=int(g["n_models"].sum()),
+                weight=float(g["weight"].sum()),
+                by_status={s: int(counts.get(s, 0)) for s in STATUS_VALUES},
+                models_by_status={s: int(models.get(s, 0)) for s in STATUS_VALUES},
+                skipped_reasons=dict(reasons["skipped"].most_common()),
+                not_attempted_reasons=dict(reasons["not_attempted"].most_common()),
+                by_blame=_by_blame(g),
+                models_by_blame=_by_blame(g, "n_models"),
+                weight_by_blame=_by_blame(g, "weight"),
+            )
+        )
     order = {s: i for i, s in enumerate(MODEL_STAGES)}
     return sorted(out, key=lambda s: (s.tier, order.get(s.stage, 99), s.stage))
 
 
 # ---------------------------------------------------------------------------------------- levels
+
 
 def _from_fallbacks(counts: list[float], ops: set[str]) -> tuple[str, str, str]:
     """A stage the tier did not record, judged from the case's fallback counts (a fallback is the
@@ -209,8 +240,12 @@ def _from_fallbacks(counts: list[float], ops: set[str]) -> tuple[str, str, str]:
     return "pass", "", ""
 
 
-def _level_status(stages: dict[str, tuple[str, str, str]], level: Level, fallbacks: tuple[list[float], set[str]],
-                  tier_stages: set[str]) -> tuple[str, str, str, str]:
+def _level_status(
+    stages: dict[str, tuple[str, str, str]],
+    level: Level,
+    fallbacks: tuple[list[float], set[str]],
+    tier_stages: set[str],
+) -> tuple[str, str, str, str]:
     """(status, stage, reason, blame) of one case at one level: 'pass' or the first stage that stopped it."""
     for stage in level.stages:
         if stage == level.from_fallbacks and stage not in tier_stages:
@@ -233,14 +268,22 @@ def case_levels(results: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     df = results.merge(model_cases, on=["tier", "case_id"])
     # why a stage stopped, in a form that groups: the exception type for unfinished stages, else the reason
-    unfinished = df["status"].isin(list(UNFINISHED_VALUES)) & df["error_class"].notna() \
-        & (df["error_class"] != "")
+    unfinished = (
+        df["status"].isin(list(UNFINISHED_VALUES)) & df["error_class"].notna() & (df["error_class"] != "")
+    )
     reason = df["reason"].where(~unfinished, df["error_class"]).fillna(df["error_class"]).fillna("")
     reason = reason.str.slice(0, 160)
     fallbacks: dict[tuple[str, str], tuple[list[float], set[str]]] = defaultdict(lambda: ([], set()))
-    cols = (df["tier"].tolist(), df["case_id"].tolist(), df["stage"].tolist(), df["status"].tolist(),
-            reason.tolist(), df["fallback_count"].astype("float64").tolist(),
-            df["fallback_ops"].tolist(), blame_column(df).tolist())  # bulk: iterating Arrow Series is ~10x slower
+    cols = (
+        df["tier"].tolist(),
+        df["case_id"].tolist(),
+        df["stage"].tolist(),
+        df["status"].tolist(),
+        reason.tolist(),
+        df["fallback_count"].astype("float64").tolist(),
+        df["fallback_ops"].tolist(),
+        blame_column(df).tolist(),
+    )  # bulk: iterating Arrow Series is ~10x slower
     per_case: dict[tuple[str, str], dict[str, tuple[str, str, str]]] = defaultdict(dict)
     for tier, case, stage, status, why, n_fallbacks, ops, blame in zip(*cols):
         per_case[(tier, case)][stage] = (status, why, blame)
@@ -269,22 +312,48 @@ def level_coverage(per_case: pd.DataFrame, top_blockers: int = 5) -> list[LevelC
         for lv in levels():
             ok = g[lv.name] == "pass"
             bad = g[~ok]
-            blockers = (bad.groupby([f"{lv.name}_stage", lv.name, f"{lv.name}_reason", f"{lv.name}_blame"])
-                        .agg(cases=("case_id", "size"), models=("n_models", "sum"))
-                        .sort_values(["models", "cases"], ascending=False).head(top_blockers).reset_index())
-            blamed = bad.groupby(f"{lv.name}_blame").agg(cases=("case_id", "size"), models=("n_models", "sum"),
-                                                         weight=("weight", "sum"))
-            out.append(LevelCoverage(
-                tier=str(tier), level=lv.name, title=lv.title, cases=len(g), models=int(g["n_models"].sum()),
-                weight=float(g["weight"].sum()), cases_reached=int(ok.sum()),
-                models_reached=int(g.loc[ok, "n_models"].sum()), weight_reached=float(g.loc[ok, "weight"].sum()),
-                not_reached={s: int(bad.loc[bad[lv.name] == s, "n_models"].sum())
-                             for s in STATUS_VALUES if s != "pass" and (bad[lv.name] == s).any()},
-                blockers=[{"stage": r[0], "status": r[1], "reason": r[2], "blame": r[3], "cases": int(r[4]),
-                           "models": int(r[5])} for r in blockers.itertuples(index=False)],
-                not_reached_by_blame={b: int(blamed["models"].get(b, 0)) for b in BLAME_KEYS},
-                cases_not_reached_by_blame={b: int(blamed["cases"].get(b, 0)) for b in BLAME_KEYS},
-                weight_not_reached_by_blame={b: float(blamed["weight"].get(b, 0.0)) for b in BLAME_KEYS}))
+            blockers = (
+                bad.groupby([f"{lv.name}_stage", lv.name, f"{lv.name}_reason", f"{lv.name}_blame"])
+                .agg(cases=("case_id", "size"), models=("n_models", "sum"))
+                .sort_values(["models", "cases"], ascending=False)
+                .head(top_blockers)
+                .reset_index()
+            )
+            blamed = bad.groupby(f"{lv.name}_blame").agg(
+                cases=("case_id", "size"), models=("n_models", "sum"), weight=("weight", "sum")
+            )
+            out.append(
+                LevelCoverage(
+                    tier=str(tier),
+                    level=lv.name,
+                    title=lv.title,
+                    cases=len(g),
+                    models=int(g["n_models"].sum()),
+                    weight=float(g["weight"].sum()),
+                    cases_reached=int(ok.sum()),
+                    models_reached=int(g.loc[ok, "n_models"].sum()),
+                    weight_reached=float(g.loc[ok, "weight"].sum()),
+                    not_reached={
+                        s: int(bad.loc[bad[lv.name] == s, "n_models"].sum())
+                        for s in STATUS_VALUES
+                        if s != "pass" and (bad[lv.name] == s).any()
+                    },
+                    blockers=[
+                        {
+                            "stage": r[0],
+                            "status": r[1],
+                            "reason": r[2],
+                            "blame": r[3],
+                            "cases": int(r[4]),
+                            "models": int(r[5]),
+                        }
+                        for r in blockers.itertuples(index=False)
+                    ],
+                    not_reached_by_blame={b: int(blamed["models"].get(b, 0)) for b in BLAME_KEYS},
+                    cases_not_reached_by_blame={b: int(blamed["cases"].get(b, 0)) for b in BLAME_KEYS},
+                    weight_not_reached_by_blame={b: float(blamed["weight"].get(b, 0.0)) for b in BLAME_KEYS},
+                )
+            )
     return out
 
 
@@ -296,7 +365,7 @@ def _trait_items(traits_json: Any) -> list[tuple[str, str]]:
     except ValueError:
         return []
     items = []
-    for key, value in (traits.items() if isinstance(traits, dict) else ()):
+    for key, value in traits.items() if isinstance(traits, dict) else ():
         values = value if isinstance(value, list) else [value]
         for v in values:
             if isinstance(v, dict):
@@ -312,9 +381,13 @@ def trait_coverage(per_case: pd.DataFrame) -> list[TraitCoverage]:
     names = [lv.name for lv in levels()]
     parsed: dict[Any, list[tuple[str, str]]] = {}  # the same traits string recurs: parse it once
     reached = list(zip(*(per_case[n].eq("pass").tolist() for n in names)))
-    for tier, traits, n_models, weight, ok in zip(per_case["tier"].tolist(), per_case["traits"].tolist(),
-                                                  per_case["n_models"].tolist(), per_case["weight"].tolist(),
-                                                  reached):
+    for tier, traits, n_models, weight, ok in zip(
+        per_case["tier"].tolist(),
+        per_case["traits"].tolist(),
+        per_case["n_models"].tolist(),
+        per_case["weight"].tolist(),
+        reached,
+    ):
         if traits not in parsed:
             parsed[traits] = _trait_items(traits)
         for trait, value in parsed[traits]:
@@ -324,11 +397,22 @@ def trait_coverage(per_case: pd.DataFrame) -> list[TraitCoverage]:
             for n, hit in zip(names, ok):
                 if hit:
                     a[n] += n_models
-    return [TraitCoverage(tier=k[0], trait=k[1], value=k[2], models=v["models"], weight=v["weight"],
-                          reached={n: v[n] for n in names}) for k, v in sorted(acc.items())]
+    return [
+        TraitCoverage(
+            tier=k[0],
+            trait=k[1],
+            value=k[2],
+            models=v["models"],
+            weight=v["weight"],
+            reached={n: v[n] for n in names},
+        )
+        for k, v in sorted(acc.items())
+    ]
 
 
-def top_fallback_ops(per_op: pd.DataFrame, limit: int = 20, fallbacks: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+def top_fallback_ops(
+    per_op: pd.DataFrame, limit: int = 20, fallbacks: pd.DataFrame | None = None
+) -> list[dict[str, Any]]:
     """Ops ranked by the models they block, then by the download share they block; with the
     fallback events (fallbacks.parquet), each op also names the model lines that call it
     (`model_lines`: model frame -> cases, most cases first)."""
@@ -336,9 +420,19 @@ def top_fallback_ops(per_op: pd.DataFrame, limit: int = 20, fallbacks: pd.DataFr
         return []
     df = per_op[per_op["cases_blocked"].fillna(0) > 0].copy()
     df["_share"] = df["download_share_blocked"].fillna(0.0)
-    df = df.sort_values(["models_blocked", "_share", "cases_blocked", "op"], ascending=[False, False, False, True])
-    cols = ["tier", "op", "models_blocked", "models_total", "download_share_blocked", "cases_blocked",
-            "fallback_calls", "native_calls"]
+    df = df.sort_values(
+        ["models_blocked", "_share", "cases_blocked", "op"], ascending=[False, False, False, True]
+    )
+    cols = [
+        "tier",
+        "op",
+        "models_blocked",
+        "models_total",
+        "download_share_blocked",
+        "cases_blocked",
+        "fallback_calls",
+        "native_calls",
+    ]
     lines = model_lines(fallbacks)
     out = []
     for rec in df[cols].head(limit).to_dict("records"):
@@ -348,8 +442,17 @@ def top_fallback_ops(per_op: pd.DataFrame, limit: int = 20, fallbacks: pd.DataFr
     return out
 
 
-_FAILURE_COLUMNS = ("tier", "case_id", "stage", "status", "reason", "error_class", "failing_op", "n_models",
-                    "blame_evidence")
+_FAILURE_COLUMNS = (
+    "tier",
+    "case_id",
+    "stage",
+    "status",
+    "reason",
+    "error_class",
+    "failing_op",
+    "n_models",
+    "blame_evidence",
+)
 
 
 def backend_failures(results: pd.DataFrame, limit: int = 200) -> tuple[list[dict[str, Any]], int]:
@@ -360,8 +463,10 @@ def backend_failures(results: pd.DataFrame, limit: int = 200) -> tuple[list[dict
     bad = bad.assign(n_models=bad["n_models"].fillna(0).astype(int))
     bad = bad.sort_values(["n_models", "tier", "case_id"], ascending=[False, True, True])
     cols = [c for c in _FAILURE_COLUMNS if c in bad]
-    rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
-            for r in bad[cols].head(limit).to_dict("records")]
+    rows = [
+        {k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+        for r in bad[cols].head(limit).to_dict("records")
+    ]
     return rows, len(bad)
 
 
@@ -373,8 +478,10 @@ def failures_by_blame(results: pd.DataFrame) -> list[dict[str, Any]]:
     df = df[df["_blame"] != ""]
     g = df.groupby(["tier", "stage", "_blame"]).agg(cases=("case_id", "size"), models=("n_models", "sum"))
     order = {b: i for i, b in enumerate(BLAME_KEYS)}
-    out = [{"tier": t, "stage": s, "blame": b, "cases": int(r.cases), "models": int(r.models)}
-           for (t, s, b), r in g.iterrows()]
+    out = [
+        {"tier": t, "stage": s, "blame": b, "cases": int(r.cases), "models": int(r.models)}
+        for (t, s, b), r in g.iterrows()
+    ]
     return sorted(out, key=lambda r: (r["tier"], stage_rank(r["stage"]), order.get(r["blame"], 99)))
 
 
@@ -390,8 +497,11 @@ def tier_summary(results: pd.DataFrame, tier: str, case_ids: Iterable[str] | Non
     df = results[results["tier"] == tier]
     if case_ids is not None:
         df = df[df["case_id"].isin(set(case_ids))]
-    df = df.assign(_blame=blame_column(df), n_models=df["n_models"].fillna(0).astype(int),
-                   weight=df["weight"].fillna(0.0).astype(float))
+    df = df.assign(
+        _blame=blame_column(df),
+        n_models=df["n_models"].fillna(0).astype(int),
+        weight=df["weight"].fillna(0.0).astype(float),
+    )
     statuses: dict[str, list[str]] = defaultdict(list)
     for case, status in zip(df["case_id"].tolist(), df["status"].tolist()):  # rows are in stage order
         statuses[case].append(status)
@@ -404,16 +514,31 @@ def tier_summary(results: pd.DataFrame, tier: str, case_ids: Iterable[str] | Non
         by_stage[str(stage)] = {str(k): int(v) for k, v in sorted(g["status"].value_counts().items())}
         passed, bad = g[g["status"] == "pass"], g[g["status"] != "pass"]
         by_stage_blame[str(stage)] = {str(k): int(v) for k, v in sorted(bad["_blame"].value_counts().items())}
-        c = {"models_pass": int(passed["n_models"].sum()), "weight_pass": float(passed["weight"].sum()),
-             "models_by_blame": {str(k): int(v) for k, v in bad.groupby("_blame")["n_models"].sum().items()},
-             "weight_by_blame": {str(k): float(v) for k, v in bad.groupby("_blame")["weight"].sum().items()}}
-        coverage[str(stage)] = {"models_pass": c["models_pass"], "models_total": models,
-                                "weight_pass": c["weight_pass"], "weight_total": weight,
-                                "weighted_share": (c["weight_pass"] / weight) if weight else None,
-                                **blame_shares(c, models, weight)}
+        c = {
+            "models_pass": int(passed["n_models"].sum()),
+            "weight_pass": float(passed["weight"].sum()),
+            "models_by_blame": {str(k): int(v) for k, v in bad.groupby("_blame")["n_models"].sum().items()},
+            "weight_by_blame": {str(k): float(v) for k, v in bad.groupby("_blame")["weight"].sum().items()},
+        }
+        coverage[str(stage)] = {
+            "models_pass": c["models_pass"],
+            "models_total": models,
+            "weight_pass": c["weight_pass"],
+            "weight_total": weight,
+            "weighted_share": (c["weight_pass"] / weight) if weight else None,
+            **blame_shares(c, models, weight),
+        }
     counts = Counter(headline_status(s) for s in statuses.values())
-    return {"tier": tier, "cases": len(statuses), "counts": dict(sorted(counts.items())), "by_stage": by_stage,
-            "by_stage_blame": by_stage_blame, "models": models, "weight": weight, "coverage": coverage}
+    return {
+        "tier": tier,
+        "cases": len(statuses),
+        "counts": dict(sorted(counts.items())),
+        "by_stage": by_stage,
+        "by_stage_blame": by_stage_blame,
+        "models": models,
+        "weight": weight,
+        "coverage": coverage,
+    }
 
 
 def blame_shares(c: dict[str, Any], models: float, weight: float) -> dict[str, Any]:
@@ -422,23 +547,33 @@ def blame_shares(c: dict[str, Any], models: float, weight: float) -> dict[str, A
     excluded_models = sum(c["models_by_blame"].get(b, 0) for b in EXCLUDED_BLAMES)
     excluded_weight = sum(c["weight_by_blame"].get(b, 0.0) for b in EXCLUDED_BLAMES)
     attributable_models, attributable_weight = models - excluded_models, weight - excluded_weight
-    return {"models_by_blame": dict(sorted(c["models_by_blame"].items())),
-            "weight_by_blame": dict(sorted(c["weight_by_blame"].items())),
-            "models_attributable": int(attributable_models), "weight_attributable": attributable_weight,
-            "attributable_share": (c["models_pass"] / attributable_models) if attributable_models else None,
-            "attributable_weighted_share": (c["weight_pass"] / attributable_weight) if attributable_weight else None}
+    return {
+        "models_by_blame": dict(sorted(c["models_by_blame"].items())),
+        "weight_by_blame": dict(sorted(c["weight_by_blame"].items())),
+        "models_attributable": int(attributable_models),
+        "weight_attributable": attributable_weight,
+        "attributable_share": (c["models_pass"] / attributable_models) if attributable_models else None,
+        "attributable_weighted_share": (c["weight_pass"] / attributable_weight)
+        if attributable_weight
+        else None,
+    }
 
 
-def model_lines(fallbacks: pd.DataFrame | None, per_op: int = 3) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def model_lines(
+    fallbacks: pd.DataFrame | None, per_op: int = 3
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """(tier, op) -> [{"model_frame", "cases"}]: the model code lines where the op fell back."""
     if fallbacks is None or fallbacks.empty or "model_frame" not in fallbacks.columns:
         return {}
     df = fallbacks.dropna(subset=["model_frame"])
     if df.empty:
         return {}
-    counts = (df.groupby(["tier", "op", "model_frame"], dropna=True)["case_id"].nunique()
-              .reset_index(name="cases").sort_values(["tier", "op", "cases", "model_frame"],
-                                                     ascending=[True, True, False, True]))
+    counts = (
+        df.groupby(["tier", "op", "model_frame"], dropna=True)["case_id"]
+        .nunique()
+        .reset_index(name="cases")
+        .sort_values(["tier", "op", "cases", "model_frame"], ascending=[True, True, False, True])
+    )
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for tier, op, frame, cases in counts.itertuples(index=False):
         bucket = out.setdefault((tier, op), [])
@@ -447,20 +582,28 @@ def model_lines(fallbacks: pd.DataFrame | None, per_op: int = 3) -> dict[tuple[s
     return out
 
 
-def summarize(results: pd.DataFrame, per_op: pd.DataFrame | None = None,
-              fallbacks: pd.DataFrame | None = None) -> Coverage:
+def summarize(
+    results: pd.DataFrame, per_op: pd.DataFrame | None = None, fallbacks: pd.DataFrame | None = None
+) -> Coverage:
     per_case = case_levels(results)
     failures, total = backend_failures(results)
-    return Coverage(run_ids=sorted(results["run_id"].dropna().unique().tolist()),
-                    stages=stage_coverage(results), levels=level_coverage(per_case),
-                    traits=trait_coverage(per_case),
-                    top_fallback_ops=top_fallback_ops(per_op if per_op is not None else pd.DataFrame(),
-                                                      fallbacks=fallbacks),
-                    backend_failures=failures, backend_failures_total=total,
-                    failures_by_blame=failures_by_blame(results))
+    return Coverage(
+        run_ids=sorted(results["run_id"].dropna().unique().tolist()),
+        stages=stage_coverage(results),
+        levels=level_coverage(per_case),
+        traits=trait_coverage(per_case),
+        top_fallback_ops=top_fallback_ops(
+            per_op if per_op is not None else pd.DataFrame(), fallbacks=fallbacks
+        ),
+        backend_failures=failures,
+        backend_failures_total=total,
+        failures_by_blame=failures_by_blame(results),
+    )
 
 
 def summarize_run(run_dir) -> Coverage:
     from reports.tables import read_table  # the only I/O, kept at the edge
 
-    return summarize(read_table(run_dir, "results"), read_table(run_dir, "per_op"), read_table(run_dir, "fallbacks"))
+    return summarize(
+        read_table(run_dir, "results"), read_table(run_dir, "per_op"), read_table(run_dir, "fallbacks")
+    )

@@ -18,10 +18,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -71,9 +72,12 @@ class Rule:
         return self.backend == "*" or (backend is not None and fnmatch.fnmatchcase(backend, self.backend))
 
     def matches(self, tier: str, case_id: str, stage: str, model_ids: Iterable[str] = ()) -> bool:
-        return (fnmatch.fnmatchcase(tier, self.tier) and fnmatch.fnmatchcase(case_id, self.case_id)
-                and fnmatch.fnmatchcase(stage, self.stage)
-                and (self.model_id == "*" or any(fnmatch.fnmatchcase(m, self.model_id) for m in model_ids)))
+        return (
+            fnmatch.fnmatchcase(tier, self.tier)
+            and fnmatch.fnmatchcase(case_id, self.case_id)
+            and fnmatch.fnmatchcase(stage, self.stage)
+            and (self.model_id == "*" or any(fnmatch.fnmatchcase(m, self.model_id) for m in model_ids))
+        )
 
     def expects(self, status: str) -> bool:
         """Does this rule expect a stage to end in `status` (one of its statuses, or any failing)?"""
@@ -109,8 +113,13 @@ def _load_rules(path: str | os.PathLike, key: str) -> list[Rule]:
         bad = [s for s in status if s not in STATUS_VALUES]
         if bad:
             raise ValueError(f"{path}: {key}[{i}] has unknown status {bad}")
-        rules.append(Rule(reason=str(entry["reason"]), status=status,
-                          **{k: str(entry[k]) for k in _MATCH_KEYS if k in entry}))
+        rules.append(
+            Rule(
+                reason=str(entry["reason"]),
+                status=status,
+                **{k: str(entry[k]) for k in _MATCH_KEYS if k in entry},
+            )
+        )
     return rules
 
 
@@ -141,7 +150,11 @@ class Index:
 
     def matching(self, tier: str, case_id: str, stage: str, model_ids: Iterable[str] = ()) -> list[Rule]:
         model_ids = list(model_ids)
-        return [r for r in (*self.exact.get(case_id, ()), *self.globbed) if r.matches(tier, case_id, stage, model_ids)]
+        return [
+            r
+            for r in (*self.exact.get(case_id, ()), *self.globbed)
+            if r.matches(tier, case_id, stage, model_ids)
+        ]
 
 
 def save(rules: Iterable[Rule], path: str | os.PathLike) -> Path:
@@ -149,7 +162,9 @@ def save(rules: Iterable[Rule], path: str | os.PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"version": FILE_VERSION, "expectations": [r.to_dict() for r in rules]}
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(HEADER + yaml.safe_dump(body, sort_keys=False, width=120, allow_unicode=True), encoding="utf-8")
+    tmp.write_text(
+        HEADER + yaml.safe_dump(body, sort_keys=False, width=120, allow_unicode=True), encoding="utf-8"
+    )
     os.replace(tmp, path)
     return path
 
@@ -171,8 +186,9 @@ def _reason(row: dict[str, Any]) -> str:
     return text[:300]
 
 
-def update_from_run(rundir: str | os.PathLike, backend: str, path: str | os.PathLike | None = None,
-                    tier: str = "unit") -> dict[str, Any]:
+def update_from_run(
+    rundir: str | os.PathLike, backend: str, path: str | os.PathLike | None = None, tier: str = "unit"
+) -> dict[str, Any]:
     """Rewrite `backend`'s per-case rules of `tier` from a run: its failing cases become the expected
     failures (status seen, error as the reason). Every other rule is kept as it is."""
     path = Path(path) if path else default_path()
@@ -182,17 +198,29 @@ def update_from_run(rundir: str | os.PathLike, backend: str, path: str | os.Path
     new = {}
     for row in _tier_rows(rundir, tier):
         if str(row["status"]) in FAILING_VALUES:
-            new[(row["case_id"], row["stage"])] = Rule(reason=_reason(row), backend=backend, tier=tier,
-                                                       case_id=str(row["case_id"]), stage=str(row["stage"]),
-                                                       status=(str(row["status"]),))
+            new[(row["case_id"], row["stage"])] = Rule(
+                reason=_reason(row),
+                backend=backend,
+                tier=tier,
+                case_id=str(row["case_id"]),
+                stage=str(row["stage"]),
+                status=(str(row["status"]),),
+            )
     save(kept + [new[k] for k in sorted(new)], path)
     before, after = {r.case_id for r in own}, {k[0] for k in new}
-    return {"path": str(path), "backend": backend, "tier": tier, "expected_failures": len(new),
-            "added": sorted(after - before), "removed": sorted(before - after)}
+    return {
+        "path": str(path),
+        "backend": backend,
+        "tier": tier,
+        "expected_failures": len(new),
+        "added": sorted(after - before),
+        "removed": sorted(before - after),
+    }
 
 
-def check_run(rundir: str | os.PathLike, backend: str, path: str | os.PathLike | None = None,
-              tier: str = "unit") -> dict[str, Any]:
+def check_run(
+    rundir: str | os.PathLike, backend: str, path: str | os.PathLike | None = None, tier: str = "unit"
+) -> dict[str, Any]:
     """Judge every `tier` row of a run against the expectations alone (no baseline), in the
     comparison vocabulary (contracts.status.Verdict): PASS, FAIL (not expected), XFAIL, IMPROVED."""
     from reports.verdicts import verdict_of
@@ -208,5 +236,8 @@ def check_run(rundir: str | os.PathLike, backend: str, path: str | os.PathLike |
             new_failures.append(key[1])
         elif verdict.value == "IMPROVED":
             improved.append(key[1])
-    return {"labels": dict(sorted(labels.items())), "new_failures": sorted(new_failures),
-            "improved": sorted(improved)}
+    return {
+        "labels": dict(sorted(labels.items())),
+        "new_failures": sorted(new_failures),
+        "improved": sorted(improved),
+    }

@@ -38,7 +38,9 @@ def gated(comparison: Any, gate: str = "backend") -> list[Any]:
         return found
     # a fallback regression is the device's by definition (a lowering it lost), whatever the row's
     # blame says about the stage's own failure
-    return [v for v in found if v.verdict is Verdict.FALLBACK_REGRESSION or _blame(v) in ("", Blame.BACKEND.value)]
+    return [
+        v for v in found if v.verdict is Verdict.FALLBACK_REGRESSION or _blame(v) in ("", Blame.BACKEND.value)
+    ]
 
 
 def by_blame(comparison: Any) -> dict[str, list[Any]]:
@@ -61,12 +63,28 @@ def counts(comparison: Any) -> dict[str, int]:
 
 def summary(comparison: Any, gate: str) -> dict[str, Any]:
     """The gate's part of `harness compare --json`."""
+
     def rows(vs: list[Any]) -> list[dict[str, Any]]:
-        return [{"tier": v.tier, "case_id": v.case_id, "stage": v.stage, "status": v.status,
-                 "baseline_status": v.baseline_status, "blame": _blame(v) or None, "detail": v.detail,
-                 "model_ids": list(v.model_ids)} for v in vs]
+        return [
+            {
+                "tier": v.tier,
+                "case_id": v.case_id,
+                "stage": v.stage,
+                "status": v.status,
+                "baseline_status": v.baseline_status,
+                "blame": _blame(v) or None,
+                "detail": v.detail,
+                "model_ids": list(v.model_ids),
+            }
+            for v in vs
+        ]
 
     groups = by_blame(comparison)
-    return {"gate": gate, "gated": rows(gated(comparison, gate)), "new_failures_by_blame": counts(comparison),
-            "harness_debt": rows(groups[Blame.HARNESS.value]),
-            "upstream": rows(groups[Blame.UPSTREAM.value]), "environment": rows(groups[Blame.ENVIRONMENT.value])}
+    return {
+        "gate": gate,
+        "gated": rows(gated(comparison, gate)),
+        "new_failures_by_blame": counts(comparison),
+        "harness_debt": rows(groups[Blame.HARNESS.value]),
+        "upstream": rows(groups[Blame.UPSTREAM.value]),
+        "environment": rows(groups[Blame.ENVIRONMENT.value]),
+    }

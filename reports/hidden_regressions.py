@@ -57,22 +57,27 @@ def _signature(status: str, error_class: str, failing_op: str) -> str:
 
 
 def changed_failure(row: dict[str, Any]) -> str:
-    """"" when the failure is the baseline's, else "changed failure: <baseline> -> <now>"."""
+    """ "" when the failure is the baseline's, else "changed failure: <baseline> -> <now>"."""
     cls_run, cls_base = _text(row.get("error_class_run")), _text(row.get("error_class_base"))
     op_run, op_base = _text(row.get("failing_op_run")), _text(row.get("failing_op_base"))
     if cls_run == cls_base and (not op_run or not op_base or op_run == op_base):
         return ""
-    return (f"changed failure: {_signature(row['status_base'], cls_base, op_base)} -> "
-            f"{_signature(row['status_run'], cls_run, op_run)}")
+    return (
+        f"changed failure: {_signature(row['status_base'], cls_base, op_base)} -> "
+        f"{_signature(row['status_run'], cls_run, op_run)}"
+    )
 
 
 def fallback_regression(row: dict[str, Any]) -> str:
-    """"" when the stage has no fallback op and no fallback call more than in the baseline."""
+    """ "" when the stage has no fallback op and no fallback call more than in the baseline."""
     new_ops = sorted(_ops(row.get("fallback_ops_run")) - _ops(row.get("fallback_ops_base")))
     count_run, count_base = _count(row.get("fallback_count_run")), _count(row.get("fallback_count_base"))
     parts = []
     if new_ops:
-        parts.append(f"new fallback ops: {', '.join(new_ops[:5])}" + (f" (+{len(new_ops) - 5})" if len(new_ops) > 5 else ""))
+        parts.append(
+            f"new fallback ops: {', '.join(new_ops[:5])}"
+            + (f" (+{len(new_ops) - 5})" if len(new_ops) > 5 else "")
+        )
     if count_run is not None and count_base is not None and count_run > count_base:
         parts.append(f"fallback count {count_base} -> {count_run}")
     return "; ".join(parts)
@@ -85,10 +90,15 @@ def _candidates(merged: pd.DataFrame) -> tuple[list[int], list[int]]:
     failing = both & st_run.isin(FAILING_VALUES) & st_base.isin(FAILING_VALUES)
     changed: list[int] = []
     if "error_class_run" in merged:
-        cls = merged["error_class_run"].fillna("").astype(str) != merged["error_class_base"].fillna("").astype(str)
+        cls = merged["error_class_run"].fillna("").astype(str) != merged["error_class_base"].fillna(
+            ""
+        ).astype(str)
         ops = pd.Series(False, index=merged.index)
         if "failing_op_run" in merged:
-            op_r, op_b = merged["failing_op_run"].fillna("").astype(str), merged["failing_op_base"].fillna("").astype(str)
+            op_r, op_b = (
+                merged["failing_op_run"].fillna("").astype(str),
+                merged["failing_op_base"].fillna("").astype(str),
+            )
             ops = (op_r != "") & (op_b != "") & (op_r != op_b)
         changed = merged.index[failing & (cls | ops)].tolist()
     fallbacks: list[int] = []
@@ -101,7 +111,9 @@ def _candidates(merged: pd.DataFrame) -> tuple[list[int], list[int]]:
             more = c_run.notna() & c_base.notna() & (c_run > c_base)
         has_ops = pd.Series(False, index=merged.index)
         if "fallback_ops_run" in merged:
-            has_ops = merged["fallback_ops_run"].map(lambda v: v is not None and not isinstance(v, float) and len(v) > 0)
+            has_ops = merged["fallback_ops_run"].map(
+                lambda v: v is not None and not isinstance(v, float) and len(v) > 0
+            )
         fallbacks = merged.index[same & (more | has_ops)].tolist()
     return changed, fallbacks
 

@@ -44,7 +44,9 @@ def _point(run_dir: Path) -> RunPoint | None:
     for d in dirs:
         try:
             if (d / "runs.parquet").is_file():
-                runs = pq.read_table(d / "runs.parquet", columns=["run_id", "started_at", "finished_at"]).to_pylist()
+                runs = pq.read_table(
+                    d / "runs.parquet", columns=["run_id", "started_at", "finished_at"]
+                ).to_pylist()
                 for r in runs:
                     run_ids.add(r["run_id"])
                     t = r["started_at"] or r["finished_at"]
@@ -61,8 +63,11 @@ def _point(run_dir: Path) -> RunPoint | None:
             acc[1] += r["run_id_count"]
     if not run_ids:
         return None
-    when = min(times) if times else dt.datetime.fromtimestamp(os.path.getmtime(dirs[0] / "results.parquet"),
-                                                              tz=dt.timezone.utc)
+    when = (
+        min(times)
+        if times
+        else dt.datetime.fromtimestamp(os.path.getmtime(dirs[0] / "results.parquet"), tz=dt.UTC)
+    )
     return RunPoint(tuple(sorted(run_ids)), when, str(run_dir), {k: (v[0], v[1]) for k, v in rates.items()})
 
 
@@ -74,8 +79,11 @@ def load_history(run_dir: str | os.PathLike, limit: int = 10) -> list[RunPoint]:
         return []
     points = {current.run_ids: current}
     parent = run_dir.parent
-    siblings = sorted((p for p in parent.iterdir() if p.is_dir() and p != run_dir and not p.name.startswith(".")),
-                      key=lambda p: p.stat().st_mtime, reverse=True)[: limit * 4]
+    siblings = sorted(
+        (p for p in parent.iterdir() if p.is_dir() and p != run_dir and not p.name.startswith(".")),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )[: limit * 4]
     for sib in siblings:
         pt = _point(sib)
         if pt is not None and pt.when <= current.when and pt.run_ids not in points:

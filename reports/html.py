@@ -25,9 +25,9 @@ from markupsafe import Markup
 
 from contracts.status import STATUS_VALUES, Verdict
 from reports import plots, upstream
-from reports.gate import regressions
 from reports.compare import Comparison
 from reports.coverage import BLAME_KEYS, Coverage, fmt_rate, levels, summarize
+from reports.gate import regressions
 from reports.history import load_history
 from reports.tables import read_table
 
@@ -35,9 +35,15 @@ MAX_ROWS = 200  # long lists (new failures, traits) are cut with a note saying h
 
 
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FunctionLoader(
-        lambda name: resources.files("reports").joinpath(f"data/{name}").read_text()),
-        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(
+            lambda name: resources.files("reports").joinpath(f"data/{name}").read_text()
+        ),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["rate"] = fmt_rate
     env.filters["pct"] = lambda v: "n/a" if v is None else f"{100.0 * v:.1f}%"
     return env
@@ -50,8 +56,11 @@ def _runs(run_dir: Path) -> list[dict[str, Any]]:
         rec["tiers"] = ", ".join(rec.get("tiers") if rec.get("tiers") is not None else [])
         for key in ("started_at", "finished_at"):
             value = rec.get(key)
-            rec[key] = value.strftime("%Y-%m-%d %H:%M:%S UTC") if isinstance(value, dt.datetime) and \
-                not pd.isna(value) else None
+            rec[key] = (
+                value.strftime("%Y-%m-%d %H:%M:%S UTC")
+                if isinstance(value, dt.datetime) and not pd.isna(value)
+                else None
+            )
         rec = {k: ("" if v is None or (isinstance(v, float) and v != v) else v) for k, v in rec.items()}
         out.append(rec)
     return out
@@ -61,16 +70,24 @@ def _tier_totals(cov: Coverage) -> list[dict[str, Any]]:
     totals: dict[str, dict[str, Any]] = {}
     for s in cov.stages:  # every stage of a tier sees the same cases: take the largest
         t = totals.setdefault(s.tier, {"tier": s.tier, "cases": 0, "models": 0, "weight": 0.0, "stages": 0})
-        t["cases"], t["models"], t["weight"] = max(t["cases"], s.cases), max(t["models"], s.models), max(
-            t["weight"], s.weight)
+        t["cases"], t["models"], t["weight"] = (
+            max(t["cases"], s.cases),
+            max(t["models"], s.models),
+            max(t["weight"], s.weight),
+        )
         t["stages"] += 1
     return list(totals.values())
 
 
-def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
-                  history: int = 10, coverage: Coverage | None = None,
-                  failure_groups: dict[str, Any] | None = None, results: pd.DataFrame | None = None
-                  ) -> dict[str, Any]:
+def build_context(
+    run_dir: str | os.PathLike,
+    comparison: Comparison | None = None,
+    baseline_note: str = "",
+    history: int = 10,
+    coverage: Coverage | None = None,
+    failure_groups: dict[str, Any] | None = None,
+    results: pd.DataFrame | None = None,
+) -> dict[str, Any]:
     """failure_groups: reports.failure_groups.write_failure_groups's result (None: section left out);
     results: the run's results table when the caller has read it already."""
     run_dir = Path(run_dir)
@@ -80,28 +97,46 @@ def build_context(run_dir: str | os.PathLike, comparison: Comparison | None = No
     points = load_history(run_dir, limit=history)
     traits = sorted(cov.traits, key=lambda t: (t.tier, t.trait, -t.models, t.value))
     up = upstream.summarize(results)
-    svgs = {"history": plots.history_svg(points), "levels": plots.levels_svg(cov.levels),
-            "fallbacks": plots.fallback_svg(cov.top_fallback_ops),
-            "upstream_heatmap": plots.heatmap_svg(up.heatmap) if up else None}
-    new_failures = sorted(regressions(comparison), key=lambda v: (v.blame or "") not in ("", "backend")) \
-        if comparison else []  # every regression verdict (new/changed failures, fallback regressions); the backend's first
+    svgs = {
+        "history": plots.history_svg(points),
+        "levels": plots.levels_svg(cov.levels),
+        "fallbacks": plots.fallback_svg(cov.top_fallback_ops),
+        "upstream_heatmap": plots.heatmap_svg(up.heatmap) if up else None,
+    }
+    new_failures = (
+        sorted(regressions(comparison), key=lambda v: (v.blame or "") not in ("", "backend"))
+        if comparison
+        else []
+    )  # every regression verdict (new/changed failures, fallback regressions); the backend's first
     blame_rows: dict[tuple[str, str], dict[str, int]] = {}
     for r in cov.failures_by_blame:
         blame_rows.setdefault((r["tier"], r["stage"]), {})[r["blame"]] = r["cases"]
     return {
         "title": f"Coverage report: {', '.join(cov.run_ids) or run_dir.name}",
-        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "runs": _runs(run_dir), "totals": _tier_totals(cov), "coverage": cov, "statuses": list(STATUS_VALUES),
-        "history": points, "traits": traits[:MAX_ROWS], "traits_left_off": max(0, len(traits) - MAX_ROWS),
+        "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "runs": _runs(run_dir),
+        "totals": _tier_totals(cov),
+        "coverage": cov,
+        "statuses": list(STATUS_VALUES),
+        "history": points,
+        "traits": traits[:MAX_ROWS],
+        "traits_left_off": max(0, len(traits) - MAX_ROWS),
         "svg": {k: Markup(v) if v else None for k, v in svgs.items()},
-        "comparison": comparison, "baseline_note": baseline_note,
-        "new_failures": new_failures[:MAX_ROWS], "new_failures_left_off": max(0, len(new_failures) - MAX_ROWS),
+        "comparison": comparison,
+        "baseline_note": baseline_note,
+        "new_failures": new_failures[:MAX_ROWS],
+        "new_failures_left_off": max(0, len(new_failures) - MAX_ROWS),
         "improved": comparison.of(Verdict.IMPROVED)[:MAX_ROWS] if comparison else [],
-        "levels": levels(), "upstream": up, "skip_reasons": upstream.SKIP_REASONS,
-        "blame_keys": list(BLAME_KEYS), "blame_rows": blame_rows,
-        "gating_blames": ("", "backend") if (comparison is None or comparison.gate == "backend")
+        "levels": levels(),
+        "upstream": up,
+        "skip_reasons": upstream.SKIP_REASONS,
+        "blame_keys": list(BLAME_KEYS),
+        "blame_rows": blame_rows,
+        "gating_blames": ("", "backend")
+        if (comparison is None or comparison.gate == "backend")
         else tuple(BLAME_KEYS) + ("",),
-        "failure_groups": failure_groups, "failure_group_rows": (failure_groups or {}).get("groups", [])[:MAX_ROWS],
+        "failure_groups": failure_groups,
+        "failure_group_rows": (failure_groups or {}).get("groups", [])[:MAX_ROWS],
         "failure_groups_left_off": max(0, len((failure_groups or {}).get("groups", [])) - MAX_ROWS),
     }
 
@@ -110,12 +145,21 @@ def render(context: dict[str, Any]) -> str:
     return _env().get_template("report.html.jinja").render(**context)
 
 
-def write_report(run_dir: str | os.PathLike, comparison: Comparison | None = None, baseline_note: str = "",
-                 history: int = 10, out: str | os.PathLike | None = None, coverage: Coverage | None = None,
-                 failure_groups: dict[str, Any] | None = None, results: pd.DataFrame | None = None) -> Path:
+def write_report(
+    run_dir: str | os.PathLike,
+    comparison: Comparison | None = None,
+    baseline_note: str = "",
+    history: int = 10,
+    out: str | os.PathLike | None = None,
+    coverage: Coverage | None = None,
+    failure_groups: dict[str, Any] | None = None,
+    results: pd.DataFrame | None = None,
+) -> Path:
     """Render run_dir's report to out (default RUNDIR/report.html), atomically."""
     path = Path(out) if out else Path(run_dir) / "report.html"
-    html = render(build_context(run_dir, comparison, baseline_note, history, coverage, failure_groups, results))
+    html = render(
+        build_context(run_dir, comparison, baseline_note, history, coverage, failure_groups, results)
+    )
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, path)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 from xml.sax.saxutils import escape, quoteattr
 
 import pandas as pd
@@ -43,10 +43,14 @@ def _blame_props(blame: str) -> str:
 def _suite(tier: str, stage: str, g: pd.DataFrame) -> tuple[dict[str, float], list[str]]:
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
     lines = []
-    blames = (g["blame"] if "blame" in g else pd.Series([None] * len(g), index=g.index)).fillna("").astype(str)
+    blames = (
+        (g["blame"] if "blame" in g else pd.Series([None] * len(g), index=g.index)).fillna("").astype(str)
+    )
     g = g.assign(_blame=blames, _rank=blames.map(lambda b: _BLAME_ORDER.get(b, 1)))
     g = g.sort_values(["_rank", "case_id"])  # backend-blamed failures lead, the harness' own debt after
-    cols = [g[c].tolist() for c in ("case_id", "status", "seconds", "reason", "error_class", "message", "_blame")]
+    cols = [
+        g[c].tolist() for c in ("case_id", "status", "seconds", "reason", "error_class", "message", "_blame")
+    ]
     cls = _attr(f"{tier}.{stage}")
     for case_id, status, seconds, reason, error_class, message, blame in zip(*cols):
         seconds = float(seconds) if seconds is not None and seconds == seconds else 0.0
@@ -65,17 +69,19 @@ def _suite(tier: str, stage: str, g: pd.DataFrame) -> tuple[dict[str, float], li
             body = f'<failure message={_attr(why or "fail")} type="fail">{text}</failure>'
         elif status in _ERRORS:
             counts["errors"] += 1
-            body = f'<error message={_attr(why or status)} type={_attr(status)}>{text}</error>'
+            body = f"<error message={_attr(why or status)} type={_attr(status)}>{text}</error>"
         else:  # skipped, not_attempted
             counts["skipped"] += 1
-            body = f'<skipped message={_attr(f"{status}: {why}")} />'
+            body = f"<skipped message={_attr(f'{status}: {why}')} />"
         lines.append(f"{head}>{_blame_props(blame)}{body}</testcase>")
     return counts, lines
 
 
 def _counts(c: dict[str, float]) -> str:
-    return (f'tests="{c["tests"]}" failures="{c["failures"]}" errors="{c["errors"]}" skipped="{c["skipped"]}" '
-            f'time="{c["time"]:.3f}"')
+    return (
+        f'tests="{c["tests"]}" failures="{c["failures"]}" errors="{c["errors"]}" skipped="{c["skipped"]}" '
+        f'time="{c["time"]:.3f}"'
+    )
 
 
 def tier_xml(results: pd.DataFrame, tier: str) -> Iterator[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import matplotlib
 from matplotlib.figure import Figure
@@ -14,8 +14,13 @@ from reports.coverage import LevelCoverage
 from reports.history import RunPoint
 
 # Style applied per figure (rc_context), not globally: importing this module changes nothing.
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "harness-report", "font.size": 9,
-       "axes.spines.top": False, "axes.spines.right": False}
+_RC = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "harness-report",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
 _STAGE_ORDER = ("load", "forward", "backward", "compile", "numerics", "on_device")
 
 
@@ -24,6 +29,7 @@ def _styled(fn: Callable[..., str | None]) -> Callable[..., str | None]:
     def wrapper(*args, **kwargs):
         with matplotlib.rc_context(_RC):
             return fn(*args, **kwargs)
+
     return wrapper
 
 
@@ -45,8 +51,10 @@ def history_svg(points: list[RunPoint]) -> str | None:
     axes = fig.subplots(1, len(tiers), squeeze=False, sharey=True)
     labels = [p.label for p in points]
     for ax, tier in zip(axes[0], tiers):
-        stages = sorted({s for p in points for (t, s) in p.rates if t == tier},
-                        key=lambda s: (_STAGE_ORDER.index(s) if s in _STAGE_ORDER else 99, s))
+        stages = sorted(
+            {s for p in points for (t, s) in p.rates if t == tier},
+            key=lambda s: (_STAGE_ORDER.index(s) if s in _STAGE_ORDER else 99, s),
+        )
         for stage in stages:
             ys = []
             for p in points:

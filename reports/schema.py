@@ -63,13 +63,19 @@ class Table:
     @property
     def arrow_schema(self) -> pa.Schema:
         fields = [pa.field(c.name, c.type, nullable=not c.required) for c in self.columns]
-        return pa.schema(fields, metadata={META_SCHEMA_VERSION: str(SCHEMA_VERSION).encode(),
-                                           META_TABLE: self.name.encode()})
+        return pa.schema(
+            fields,
+            metadata={META_SCHEMA_VERSION: str(SCHEMA_VERSION).encode(), META_TABLE: self.name.encode()},
+        )
 
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
-    "str": pa.string(), "str | None": pa.string(), "int | None": pa.int64(), "float | None": pa.float64(),
-    "list[str]": _LIST_STR, "bool | None": pa.bool_(),
+    "str": pa.string(),
+    "str | None": pa.string(),
+    "int | None": pa.int64(),
+    "float | None": pa.float64(),
+    "list[str]": _LIST_STR,
+    "bool | None": pa.bool_(),
 }
 
 
@@ -83,51 +89,103 @@ def table_of(name: str, doc: str, record: type) -> Table:
     return Table(name, doc, tuple(columns))
 
 
-RUNS = Table("runs", "One row per run: what ran, where, with which versions.", (
-    Column("run_id", pa.string(), "Unique id of the run (also the key in the other tables).", True),
-    Column("schema_version", pa.int64(), "Version of this table schema (reports.schema.SCHEMA_VERSION).", True),
-    Column("started_at", _TS, "When the run started (UTC)."),
-    Column("finished_at", _TS, "When the tables were written (UTC)."),
-    Column("duration_seconds", pa.float64(), "Wall time of the run."),
-    Column("git_commit", pa.string(), "Commit of the harness checkout, null outside git."),
-    Column("harness_version", pa.string(), "Version of the harness package."),
-    Column("torch_version", pa.string(), "torch.__version__."),
-    Column("transformers_version", pa.string(), "transformers.__version__."),
-    Column("backend", pa.string(), "Backend name as given (neuron, cpu, cuda, MODULE:DEVICE)."),
-    Column("lowering_table_version", pa.string(), "Version of the backend's lowering table, null if it has none."),
-    Column("tiers", _LIST_STR, "Tiers the run covers (unit, representative, full)."),
-    Column("shard", pa.string(), "Shard I/N of a CI matrix run, null when unsharded."),
-    Column("host", pa.string(), "Machine the run ran on."),
-    Column("extra", pa.string(), "JSON object of any other run metadata the runner recorded."),
-))
+RUNS = Table(
+    "runs",
+    "One row per run: what ran, where, with which versions.",
+    (
+        Column("run_id", pa.string(), "Unique id of the run (also the key in the other tables).", True),
+        Column(
+            "schema_version",
+            pa.int64(),
+            "Version of this table schema (reports.schema.SCHEMA_VERSION).",
+            True,
+        ),
+        Column("started_at", _TS, "When the run started (UTC)."),
+        Column("finished_at", _TS, "When the tables were written (UTC)."),
+        Column("duration_seconds", pa.float64(), "Wall time of the run."),
+        Column("git_commit", pa.string(), "Commit of the harness checkout, null outside git."),
+        Column("harness_version", pa.string(), "Version of the harness package."),
+        Column("torch_version", pa.string(), "torch.__version__."),
+        Column("transformers_version", pa.string(), "transformers.__version__."),
+        Column("backend", pa.string(), "Backend name as given (neuron, cpu, cuda, MODULE:DEVICE)."),
+        Column(
+            "lowering_table_version",
+            pa.string(),
+            "Version of the backend's lowering table, null if it has none.",
+        ),
+        Column("tiers", _LIST_STR, "Tiers the run covers (unit, representative, full)."),
+        Column("shard", pa.string(), "Shard I/N of a CI matrix run, null when unsharded."),
+        Column("host", pa.string(), "Machine the run ran on."),
+        Column("extra", pa.string(), "JSON object of any other run metadata the runner recorded."),
+    ),
+)
 
-RESULTS = table_of("results", "One row per case and stage: the outcome with its reason and metrics.", ResultRow)
-FALLBACKS = table_of("fallbacks", "One row per CPU fallback event group: which op fell back, where and why.",
-                     FallbackRow)
+RESULTS = table_of(
+    "results", "One row per case and stage: the outcome with its reason and metrics.", ResultRow
+)
+FALLBACKS = table_of(
+    "fallbacks", "One row per CPU fallback event group: which op fell back, where and why.", FallbackRow
+)
 
-PER_OP = Table("per_op", "One row per (tier, op): how often it ran natively or fell back, and what it blocks.", (
-    Column("run_id", pa.string(), "Run this row belongs to.", True),
-    Column("tier", pa.string(), "Tier the figures are for (denominators differ per tier).", True),
-    Column("op", pa.string(), "Op overload.", True),
-    Column("native_calls", pa.int64(), "Calls executed on the device, null when the runner did not count them."),
-    Column("fallback_calls", pa.int64(), "Calls that fell back to the CPU."),
-    Column("cases_blocked", pa.int64(), "Cases in which the op fell back (they do not run fully on device)."),
-    Column("models_blocked", pa.int64(), "Models (summing n_models of those cases) the op blocks."),
-    Column("download_share_blocked", pa.float64(), "Summed downloads of those models / summed downloads "
-           "of all models of the tier (null when the tier has no weight)."),
-    Column("models_total", pa.int64(), "Denominator: models of the tier."),
-    Column("weight_total", pa.float64(), "Denominator: summed downloads of the tier's models."),
-    Column("dtype", pa.string(), "Upstream tier: the dtype of an OpInfo row (op is then the OpInfo name, not an "
-           "op overload); null on op-overload rows."),
-    Column("variant", pa.string(), "Upstream tier: the OpInfo variant of an OpInfo row (\"\" for the op itself)."),
-    Column("cases_native", pa.int64(), "Upstream OpInfo rows: samples that passed on the device with no fallback."),
-    Column("cases_fallback", pa.int64(), "Upstream OpInfo rows: samples that matched only through a CPU fallback "
-           "(no-native-lowering)."),
-    Column("cases_failed", pa.int64(), "Upstream OpInfo rows: samples with a failing stage (fail, error, timeout, "
-           "oom, crash)."),
-    Column("cases_skipped", pa.int64(), "Upstream OpInfo rows: samples skipped for another reason (PyTorch's "
-           "applicability, backend-unsupported, reference-error)."),
-))
+PER_OP = Table(
+    "per_op",
+    "One row per (tier, op): how often it ran natively or fell back, and what it blocks.",
+    (
+        Column("run_id", pa.string(), "Run this row belongs to.", True),
+        Column("tier", pa.string(), "Tier the figures are for (denominators differ per tier).", True),
+        Column("op", pa.string(), "Op overload.", True),
+        Column(
+            "native_calls",
+            pa.int64(),
+            "Calls executed on the device, null when the runner did not count them.",
+        ),
+        Column("fallback_calls", pa.int64(), "Calls that fell back to the CPU."),
+        Column(
+            "cases_blocked", pa.int64(), "Cases in which the op fell back (they do not run fully on device)."
+        ),
+        Column("models_blocked", pa.int64(), "Models (summing n_models of those cases) the op blocks."),
+        Column(
+            "download_share_blocked",
+            pa.float64(),
+            "Summed downloads of those models / summed downloads "
+            "of all models of the tier (null when the tier has no weight).",
+        ),
+        Column("models_total", pa.int64(), "Denominator: models of the tier."),
+        Column("weight_total", pa.float64(), "Denominator: summed downloads of the tier's models."),
+        Column(
+            "dtype",
+            pa.string(),
+            "Upstream tier: the dtype of an OpInfo row (op is then the OpInfo name, not an "
+            "op overload); null on op-overload rows.",
+        ),
+        Column(
+            "variant",
+            pa.string(),
+            'Upstream tier: the OpInfo variant of an OpInfo row ("" for the op itself).',
+        ),
+        Column(
+            "cases_native",
+            pa.int64(),
+            "Upstream OpInfo rows: samples that passed on the device with no fallback.",
+        ),
+        Column(
+            "cases_fallback",
+            pa.int64(),
+            "Upstream OpInfo rows: samples that matched only through a CPU fallback (no-native-lowering).",
+        ),
+        Column(
+            "cases_failed",
+            pa.int64(),
+            "Upstream OpInfo rows: samples with a failing stage (fail, error, timeout, oom, crash).",
+        ),
+        Column(
+            "cases_skipped",
+            pa.int64(),
+            "Upstream OpInfo rows: samples skipped for another reason (PyTorch's "
+            "applicability, backend-unsupported, reference-error).",
+        ),
+    ),
+)
 
 TABLES: dict[str, Table] = {t.name: t for t in (RUNS, RESULTS, FALLBACKS, PER_OP)}
 

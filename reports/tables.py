@@ -25,20 +25,30 @@ import os
 import socket
 import subprocess
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
-from dataclasses import replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from contracts.status import FAILING_VALUES, Status
 from contracts.records import ResultRow
 from contracts.rows import opt_float, opt_int, result_row, to_json
-from reports.schema import (FALLBACKS, META_SCHEMA_VERSION, PER_OP, RESULTS, RUNS, SCHEMA_VERSION, TABLES,
-                            Table, column_names)
+from contracts.status import FAILING_VALUES, Status
+from reports.schema import (
+    FALLBACKS,
+    META_SCHEMA_VERSION,
+    PER_OP,
+    RESULTS,
+    RUNS,
+    SCHEMA_VERSION,
+    TABLES,
+    Table,
+    column_names,
+)
 
 _RESULT_COLUMNS = tuple(column_names(RESULTS))
 
@@ -49,9 +59,14 @@ class SchemaVersionError(ValueError):
 
 # ---------------------------------------------------------------------------------------- writing
 
-def write_run_tables(run_dir: str | os.PathLike, run_meta: dict[str, Any], rows: Iterable[ResultRow | Mapping[str, Any]],
-                     fallback_events: list[dict[str, Any]] | None = None,
-                     native_op_calls: Mapping[tuple[str, str], int] | None = None) -> dict[str, Path]:
+
+def write_run_tables(
+    run_dir: str | os.PathLike,
+    run_meta: dict[str, Any],
+    rows: Iterable[ResultRow | Mapping[str, Any]],
+    fallback_events: list[dict[str, Any]] | None = None,
+    native_op_calls: Mapping[tuple[str, str], int] | None = None,
+) -> dict[str, Path]:
     """Write runs, results, fallbacks and per_op Parquet files into run_dir; return their paths.
 
     `rows` are ResultRows (contracts.rows.case_rows makes them from a CaseOutcome) or row dicts
@@ -60,7 +75,9 @@ def write_run_tables(run_dir: str | os.PathLike, run_meta: dict[str, Any], rows:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     rows = list(rows)
-    run_id = str(run_meta.get("run_id") or next((_get(r, "run_id") for r in rows if _get(r, "run_id")), run_dir.name))
+    run_id = str(
+        run_meta.get("run_id") or next((_get(r, "run_id") for r in rows if _get(r, "run_id")), run_dir.name)
+    )
     json_cache: dict[int, str | None] = {}  # the stage rows of a case share one traits dict: encode it once
     events = list(fallback_events or [])
     native: dict[tuple[str, str], int] = defaultdict(int, native_op_calls or {})
@@ -114,10 +131,19 @@ def _fallback_row(ev: dict[str, Any], run_id: str, results: list[dict[str, Any]]
         hit = next((r for r in results if model_id == r["model_id"] or model_id in r["model_ids"]), None)
         if hit:
             tier, case_id = hit["tier"], hit["case_id"]
-    return {"run_id": run_id, "tier": tier, "case_id": case_id, "model_id": model_id, "op": str(ev["op"]),
-            "input_shapes": _text(ev.get("input_shapes")), "input_dtypes": _text(ev.get("input_dtypes")),
-            "reason": _text(ev.get("reason")), "count": opt_int(ev.get("count", 1)),
-            "frame": _text(ev.get("frame")), "model_frame": _text(ev.get("model_frame"))}
+    return {
+        "run_id": run_id,
+        "tier": tier,
+        "case_id": case_id,
+        "model_id": model_id,
+        "op": str(ev["op"]),
+        "input_shapes": _text(ev.get("input_shapes")),
+        "input_dtypes": _text(ev.get("input_dtypes")),
+        "reason": _text(ev.get("reason")),
+        "count": opt_int(ev.get("count", 1)),
+        "frame": _text(ev.get("frame")),
+        "model_frame": _text(ev.get("model_frame")),
+    }
 
 
 def _dedupe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -131,8 +157,12 @@ def _dedupe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _per_op_rows(run_id: str, results: list[dict[str, Any]], falls: list[dict[str, Any]],
-                 native: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+def _per_op_rows(
+    run_id: str,
+    results: list[dict[str, Any]],
+    falls: list[dict[str, Any]],
+    native: dict[tuple[str, str], int],
+) -> list[dict[str, Any]]:
     cases: dict[tuple[str, str], dict[str, Any]] = {}
     blocked: dict[tuple[str, str], set[str]] = defaultdict(set)  # (tier, op) -> case ids
     fell: dict[tuple[str, str], int] = defaultdict(int)
@@ -157,11 +187,20 @@ def _per_op_rows(run_id: str, results: list[dict[str, Any]], falls: list[dict[st
         models = sum(cases[(tier, c)]["n_models"] for c in ids if (tier, c) in cases)
         weight = sum(cases[(tier, c)]["weight"] or 0.0 for c in ids if (tier, c) in cases)
         n_total, w_total = totals[tier]
-        out.append({"run_id": run_id, "tier": tier, "op": op,
-                    "native_calls": native.get((tier, op), 0) if tier in native_tiers else None,
-                    "fallback_calls": fell.get((tier, op), 0), "cases_blocked": len(ids),
-                    "models_blocked": models, "models_total": int(n_total), "weight_total": float(w_total),
-                    "download_share_blocked": weight / w_total if w_total else None})
+        out.append(
+            {
+                "run_id": run_id,
+                "tier": tier,
+                "op": op,
+                "native_calls": native.get((tier, op), 0) if tier in native_tiers else None,
+                "fallback_calls": fell.get((tier, op), 0),
+                "cases_blocked": len(ids),
+                "models_blocked": models,
+                "models_total": int(n_total),
+                "weight_total": float(w_total),
+                "download_share_blocked": weight / w_total if w_total else None,
+            }
+        )
     return out + _opinfo_rows(run_id, results)
 
 
@@ -175,31 +214,56 @@ def _opinfo_rows(run_id: str, results: list[dict[str, Any]]) -> list[dict[str, A
         if r.get("op") is None or r.get("dtype") is None:
             continue
         status = r["status"]
-        v = ("failed" if status in FAILING_VALUES else "native" if status == Status.PASS.value
-             else "fallback" if r.get("reason") == "no-native-lowering" else "skipped")
+        v = (
+            "failed"
+            if status in FAILING_VALUES
+            else "native"
+            if status == Status.PASS.value
+            else "fallback"
+            if r.get("reason") == "no-native-lowering"
+            else "skipped"
+        )
         key = (r["tier"], str(r["op"]), str(r.get("variant") or ""), str(r["dtype"]), r["case_id"])
         if rank[v] > rank.get(verdict.get(key, "skipped"), 0) or key not in verdict:
             verdict[key] = v
     counts: dict[tuple[str, str, str, str], dict[str, int]] = {}
     for (tier, op, variant, dtype, _), v in verdict.items():
-        c = counts.setdefault((tier, op, variant, dtype), {"native": 0, "fallback": 0, "failed": 0, "skipped": 0})
+        c = counts.setdefault(
+            (tier, op, variant, dtype), {"native": 0, "fallback": 0, "failed": 0, "skipped": 0}
+        )
         c[v] += 1
-    return [{"run_id": run_id, "tier": tier, "op": op, "variant": variant, "dtype": dtype,
-             "cases_native": c["native"], "cases_fallback": c["fallback"], "cases_failed": c["failed"],
-             "cases_skipped": c["skipped"], "native_calls": None, "fallback_calls": None, "cases_blocked": None,
-             "models_blocked": None, "models_total": None, "weight_total": None, "download_share_blocked": None}
-            for (tier, op, variant, dtype), c in sorted(counts.items())]
+    return [
+        {
+            "run_id": run_id,
+            "tier": tier,
+            "op": op,
+            "variant": variant,
+            "dtype": dtype,
+            "cases_native": c["native"],
+            "cases_fallback": c["fallback"],
+            "cases_failed": c["failed"],
+            "cases_skipped": c["skipped"],
+            "native_calls": None,
+            "fallback_calls": None,
+            "cases_blocked": None,
+            "models_blocked": None,
+            "models_total": None,
+            "weight_total": None,
+            "download_share_blocked": None,
+        }
+        for (tier, op, variant, dtype), c in sorted(counts.items())
+    ]
 
 
 def _timestamp(value: Any) -> dt.datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, (int, float)):
-        return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc)
+        return dt.datetime.fromtimestamp(value, tz=dt.UTC)
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value)
     if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     raise ValueError(f"not a timestamp: {value!r}")
 
 
@@ -214,15 +278,20 @@ def git_commit(path: str | os.PathLike | None = None) -> str | None:
     """The commit of the checkout the harness runs from (no network; None outside git)."""
     where = Path(path) if path else Path(__file__).resolve().parent.parent
     try:
-        out = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=False)
+        out = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def _run_row(meta: dict[str, Any], run_id: str, results: list[dict[str, Any]]) -> dict[str, Any]:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     started, finished = _timestamp(meta.get("started_at")), _timestamp(meta.get("finished_at")) or now
     duration = meta.get("duration_seconds")
     if duration is None and started is not None:
@@ -233,26 +302,35 @@ def _run_row(meta: dict[str, Any], run_id: str, results: list[dict[str, Any]]) -
     known = set(column_names(RUNS)) | {"commit", "tier"}
     extra = {k: v for k, v in meta.items() if k not in known}
     return {
-        "run_id": run_id, "schema_version": SCHEMA_VERSION, "started_at": started, "finished_at": finished,
+        "run_id": run_id,
+        "schema_version": SCHEMA_VERSION,
+        "started_at": started,
+        "finished_at": finished,
         "duration_seconds": opt_float(duration),
         "git_commit": meta.get("git_commit") or meta.get("commit") or git_commit(),
         "harness_version": meta.get("harness_version") or _version("neuron-coverage-harness"),
         "torch_version": meta.get("torch_version") or _version("torch"),
         "transformers_version": meta.get("transformers_version") or _version("transformers"),
-        "backend": meta.get("backend"), "lowering_table_version": _text(meta.get("lowering_table_version")),
-        "tiers": [str(t) for t in tiers], "shard": _text(meta.get("shard")),
-        "host": meta.get("host") or socket.gethostname(), "extra": to_json(extra),
+        "backend": meta.get("backend"),
+        "lowering_table_version": _text(meta.get("lowering_table_version")),
+        "tiers": [str(t) for t in tiers],
+        "shard": _text(meta.get("shard")),
+        "host": meta.get("host") or socket.gethostname(),
+        "extra": to_json(extra),
     }
 
 
 # ---------------------------------------------------------------------------------------- reading
+
 
 def table_dirs(run_dir: str | os.PathLike) -> list[Path]:
     """Directories holding the tables of run_dir: itself, or (a nightly dir) its subdirectories."""
     run_dir = Path(run_dir)
     if (run_dir / "results.parquet").is_file():
         return [run_dir]
-    subs = sorted(p for p in run_dir.iterdir() if (p / "results.parquet").is_file()) if run_dir.is_dir() else []
+    subs = (
+        sorted(p for p in run_dir.iterdir() if (p / "results.parquet").is_file()) if run_dir.is_dir() else []
+    )
     if not subs:
         raise FileNotFoundError(f"{run_dir}: no results.parquet here or in its subdirectories")
     return subs
@@ -262,8 +340,10 @@ def _check_version(path: Path) -> None:
     meta = pq.read_schema(path).metadata or {}
     version = int(meta.get(META_SCHEMA_VERSION, b"0"))
     if version > SCHEMA_VERSION:
-        raise SchemaVersionError(f"{path}: schema version {version} is newer than this harness reads "
-                                 f"({SCHEMA_VERSION}); upgrade the harness")
+        raise SchemaVersionError(
+            f"{path}: schema version {version} is newer than this harness reads "
+            f"({SCHEMA_VERSION}); upgrade the harness"
+        )
 
 
 def read_table(run_dir: str | os.PathLike, name: str) -> pd.DataFrame:

@@ -32,8 +32,11 @@ _BACKEND_REASONS = ("backend-unsupported", "no-native-lowering")
 _NOT_COMPARABLE = ("pytorch-applicability", "reference-error")
 #: dtype classes the agreement figures are split by (reports/data/dtype_classes.yaml)
 DTYPE_CLASSES: dict[str, tuple[str, ...]] = {
-    label: tuple(dtypes) for label, dtypes in
-    yaml.safe_load((Path(__file__).parent / "data" / "dtype_classes.yaml").read_text(encoding="utf-8")).items()}
+    label: tuple(dtypes)
+    for label, dtypes in yaml.safe_load(
+        (Path(__file__).parent / "data" / "dtype_classes.yaml").read_text(encoding="utf-8")
+    ).items()
+}
 
 
 @dataclass
@@ -63,10 +66,12 @@ def _breakdown(g: pd.DataFrame) -> dict[str, Any]:
     if other:
         by_reason["other"] = other
     return {
-        "results": len(g), "pass": int((status == Status.PASS.value).sum()),
+        "results": len(g),
+        "pass": int((status == Status.PASS.value).sum()),
         "failing": int(status.isin(FAILING).sum()),
         "by_status": {s.value: int((status == s.value).sum()) for s in Status},
-        "skipped": int(skipped.sum()), "skipped_by_reason": by_reason,
+        "skipped": int(skipped.sum()),
+        "skipped_by_reason": by_reason,
         "skipped_by_backend": sum(by_reason[r] for r in _BACKEND_REASONS),
         "not_attempted": int((status == Status.NOT_ATTEMPTED.value).sum()),
     }
@@ -84,12 +89,19 @@ def _agreement(fwd: pd.DataFrame, dtypes: tuple[str, ...] | None, label: str) ->
     fallback = int(((status == Status.SKIPPED.value) & (reason == "no-native-lowering")).sum())
     unsupported = int(((status == Status.SKIPPED.value) & (reason == "backend-unsupported")).sum())
     cpu_ok = int(comparable.sum())
-    return {"dtypes": label, "samples": len(g), "cpu_can_run": cpu_ok, "agree": native + fallback,
-            "agree_native": native, "agree_via_fallback": fallback, "backend_unsupported": unsupported,
-            "failing": int(status.isin(FAILING).sum()),
-            "agreement": _rate(native + fallback, cpu_ok),
-            "agreement_excluding_unsupported": _rate(native + fallback, cpu_ok - unsupported),
-            "native_share": _rate(native, cpu_ok)}
+    return {
+        "dtypes": label,
+        "samples": len(g),
+        "cpu_can_run": cpu_ok,
+        "agree": native + fallback,
+        "agree_native": native,
+        "agree_via_fallback": fallback,
+        "backend_unsupported": unsupported,
+        "failing": int(status.isin(FAILING).sum()),
+        "agreement": _rate(native + fallback, cpu_ok),
+        "agreement_excluding_unsupported": _rate(native + fallback, cpu_ok - unsupported),
+        "native_share": _rate(native, cpu_ok),
+    }
 
 
 def _op_label(op: Any, variant: Any) -> str:
@@ -101,11 +113,17 @@ def worst_ops(up: pd.DataFrame, limit: int = 25) -> list[dict[str, Any]]:
     and dtypes; a sample counts once per stage)."""
     if up.empty:
         return []
-    g = up.assign(label=[_op_label(o, v) for o, v in zip(up["op"], up["variant"])],
-                  failing=up["status"].isin(FAILING),
-                  fallback=(up["status"] == Status.SKIPPED.value) & (up["reason"] == "no-native-lowering"))
-    agg = g.groupby("label", sort=False).agg(failing=("failing", "sum"), fallback=("fallback", "sum"),
-                                             results=("status", "size"), n_dtypes=("dtype", "nunique"))
+    g = up.assign(
+        label=[_op_label(o, v) for o, v in zip(up["op"], up["variant"])],
+        failing=up["status"].isin(FAILING),
+        fallback=(up["status"] == Status.SKIPPED.value) & (up["reason"] == "no-native-lowering"),
+    )
+    agg = g.groupby("label", sort=False).agg(
+        failing=("failing", "sum"),
+        fallback=("fallback", "sum"),
+        results=("status", "size"),
+        n_dtypes=("dtype", "nunique"),
+    )
     agg = agg[(agg["failing"] > 0) | (agg["fallback"] > 0)]
     agg = agg.sort_values(["failing", "fallback", "results"], ascending=False).head(limit)
     first = {}
@@ -113,9 +131,17 @@ def worst_ops(up: pd.DataFrame, limit: int = 25) -> list[dict[str, Any]]:
     for label, msg, reason, cls in zip(bad["label"], bad["message"], bad["reason"], bad["error_class"]):
         if label not in first:
             first[label] = " ".join(str(x) for x in (cls, reason or msg) if isinstance(x, str) and x)[:200]
-    return [{"op": label, "failing": int(r.failing), "fallback": int(r.fallback), "results": int(r.results),
-             "dtypes": int(r.n_dtypes), "first_problem": first.get(label, "")}
-            for label, r in agg.iterrows()]
+    return [
+        {
+            "op": label,
+            "failing": int(r.failing),
+            "fallback": int(r.fallback),
+            "results": int(r.results),
+            "dtypes": int(r.n_dtypes),
+            "first_problem": first.get(label, ""),
+        }
+        for label, r in agg.iterrows()
+    ]
 
 
 def heatmap(fwd: pd.DataFrame) -> dict[str, Any]:
@@ -131,8 +157,12 @@ def heatmap(fwd: pd.DataFrame) -> dict[str, Any]:
     pivot_p = g.groupby(["family", "dtype"])["native"].sum()
     rate, n = [], []
     for fam in families:
-        rate.append([(float(pivot_p[(fam, d)]) / float(pivot_n[(fam, d)])) if (fam, d) in pivot_n else None
-                     for d in dtypes])
+        rate.append(
+            [
+                (float(pivot_p[(fam, d)]) / float(pivot_n[(fam, d)])) if (fam, d) in pivot_n else None
+                for d in dtypes
+            ]
+        )
         n.append([int(pivot_n.get((fam, d), 0)) for d in dtypes])
     return {"dtypes": dtypes, "families": families, "rate": rate, "n": n}
 
@@ -150,9 +180,16 @@ def summarize(results: pd.DataFrame) -> UpstreamSummary | None:
         return None
     fwd = up[up["stage"] == "forward"]
     agreement = [_agreement(fwd, None, "all")]
-    agreement += [_agreement(fwd, dts, label) for label, dts in DTYPE_CLASSES.items() if fwd["dtype"].isin(dts).any()]
+    agreement += [
+        _agreement(fwd, dts, label) for label, dts in DTYPE_CLASSES.items() if fwd["dtype"].isin(dts).any()
+    ]
     per_dtype = [_agreement(fwd, (d,), d) for d in sorted(fwd["dtype"].dropna().unique())]
     return UpstreamSummary(
-        cases=int(up["case_id"].nunique()), breakdown=_breakdown(up),
+        cases=int(up["case_id"].nunique()),
+        breakdown=_breakdown(up),
         by_stage={str(s): _breakdown(g) for s, g in up.groupby("stage", sort=True)},
-        agreement=agreement, worst_ops=worst_ops(up), heatmap=heatmap(fwd), per_dtype=per_dtype)
+        agreement=agreement,
+        worst_ops=worst_ops(up),
+        heatmap=heatmap(fwd),
+        per_dtype=per_dtype,
+    )

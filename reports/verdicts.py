@@ -7,7 +7,8 @@ against the expectations alone (no baseline).
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from contracts.status import FAILING_VALUES, Verdict
 
@@ -24,7 +25,9 @@ class Rule(Protocol):
     def expects(self, status: str) -> bool: ...
 
 
-def verdict_of(status: str | None, base: str | None, known: Sequence[Rule], flaky: Rule | None) -> tuple[Verdict, str]:
+def verdict_of(
+    status: str | None, base: str | None, known: Sequence[Rule], flaky: Rule | None
+) -> tuple[Verdict, str]:
     """The verdict of one (tier, case, stage): its status now and in the baseline (None: absent),
     the expectations that match it and the flaky rule that matches it, if any."""
     if status is None:
@@ -33,7 +36,10 @@ def verdict_of(status: str | None, base: str | None, known: Sequence[Rule], flak
         return Verdict.FLAKY, f"{base} -> {status}; flaky: {flaky.reason}"
     if status == "pass":
         if known:
-            return Verdict.IMPROVED, f"passes; was expected to fail ({known[0].reason}): remove the expectation"
+            return (
+                Verdict.IMPROVED,
+                f"passes; was expected to fail ({known[0].reason}): remove the expectation",
+            )
         if base is not None and base != "pass":
             return Verdict.IMPROVED, f"{base} -> pass"
         return Verdict.PASS, ""

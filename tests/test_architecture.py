@@ -43,7 +43,11 @@ HARNESS_ALLOWED: dict[str, set[str]] = {
     "build": set(),  # spec -> tiny model and its inputs
     "stages": {"build"},  # the stages of one model check
     "blame": {"build", "stages"},  # whose failure: rules and the probes that re-run stages
-    "tiers": {"build", "stages", "blame"},  # the built-in tiers (found by entry point, never imported by the engine)
+    "tiers": {
+        "build",
+        "stages",
+        "blame",
+    },  # the built-in tiers (found by entry point, never imported by the engine)
     "engine": {"blame"},  # runner, workers, executors, journal, nightly: tiers only through contracts.tiers
     "recording": {"build", "engine"},  # the record tier that regenerates the registry
     "cli": {"build", "stages", "blame", "tiers", "engine", "recording"},
@@ -152,7 +156,9 @@ def test_the_walk_sees_deferred_imports_and_submodules(graph):
     # harness.engine.runner imports the executors inside run_tier; registry.unit_tier imports contracts at the top
     assert "harness.engine.executors" in graph["harness.engine.runner"]
     assert "contracts.backends" in graph["registry.unit_tier"]
-    assert "harness.engine.executors.local" in graph["harness.engine.executors"]  # `from harness.engine.executors.local import ...`
+    assert (
+        "harness.engine.executors.local" in graph["harness.engine.executors"]
+    )  # `from harness.engine.executors.local import ...`
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -182,8 +188,13 @@ def test_contracts_import_no_torch_at_module_level():
     """`reports` and CI scripts import contracts cheaply: torch only inside functions."""
     for path in (ROOT / "contracts").rglob("*.py"):
         for node in ast.parse(path.read_text()).body:
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not any(n == "torch" or n.startswith("torch.") for n in names), f"{path.name}: {names}"
 
 
@@ -208,7 +219,9 @@ def test_harness_subpackages_import_only_the_steps_they_build_on(graph):
             sb = _subpackage(b)
             if sb is None or sb == sa:
                 continue
-            if sb not in HARNESS_ALLOWED[sa] or (sa == "engine" and sb == "blame" and b not in ENGINE_BLAME_MODULES):
+            if sb not in HARNESS_ALLOWED[sa] or (
+                sa == "engine" and sb == "blame" and b not in ENGINE_BLAME_MODULES
+            ):
                 bad.append(f"{a} -> {b}")
     assert bad == [], "harness imports against the pipeline (docs/architecture.md):\n" + "\n".join(bad)
 
@@ -226,8 +239,10 @@ def test_module_sizes_are_reported():
     assert sizes
     long = sorted(((n, f) for f, n in sizes.items() if n > SIZE_SIGNAL), reverse=True)
     if long:
-        warnings.warn("modules over %d lines: %s" % (SIZE_SIGNAL, ", ".join(f"{f} ({n})" for n, f in long)),
-                      stacklevel=1)
+        warnings.warn(
+            "modules over %d lines: %s" % (SIZE_SIGNAL, ", ".join(f"{f} ({n})" for n, f in long)),
+            stacklevel=1,
+        )
 
 
 def _readme_layers() -> dict[str, int]:
@@ -250,4 +265,6 @@ def test_the_readme_layout_table_and_docs_architecture_state_the_enforced_layers
     assert ALLOWED["harness"] == set(PACKAGES) - {"harness"}  # the top orchestrates all of them
     diagram = (ROOT / "docs" / "architecture.md").read_text().split("```text", 1)[1].split("```", 1)[0]
     rows = [re.split(r" {4,}", line)[0].split() for line in diagram.splitlines() if line[:1].isalpha()]
-    assert [set(r) for r in rows] == [{p for p in PACKAGES if layers[p] == n} for n in sorted(set(layers.values()))]
+    assert [set(r) for r in rows] == [
+        {p for p in PACKAGES if layers[p] == n} for n in sorted(set(layers.values()))
+    ]

@@ -12,8 +12,10 @@ import pytest
 from benchmarks import bug_detection as bd
 
 ROOT = Path(__file__).resolve().parent.parent
-PLANS = [{"tier": "unit", "limit": 3, "chunk": 64, "timeout": 120.0},
-         {"tier": "full", "limit": 2, "chunk": 1, "timeout": 120.0}]
+PLANS = [
+    {"tier": "unit", "limit": 3, "chunk": 64, "timeout": 120.0},
+    {"tier": "full", "limit": 2, "chunk": 1, "timeout": 120.0},
+]
 
 
 def _journal(run_dir: Path, tier: str, rows: dict[str, list[tuple]], at: float) -> None:
@@ -23,16 +25,31 @@ def _journal(run_dir: Path, tier: str, rows: dict[str, list[tuple]], at: float) 
     d.mkdir(parents=True, exist_ok=True)
     with open(d / "journal.jsonl", "w") as fh:
         for n, (case, stages) in enumerate(rows.items()):
-            outcome = {"case_id": case, "tier": tier, "seconds": 1.0, "stages": [
-                {"stage": s[0], "status": s[1], "reason": "" if s[1] == "pass" else "mismatch",
-                 **({} if s[1] == "pass" else {"blame": "backend"}), **(s[2] if len(s) > 2 else {})}
-                for s in stages]}
-            fh.write(json.dumps({"tier": tier, "case_id": case, "journaled_at": at + n, "outcome": outcome}) + "\n")
+            outcome = {
+                "case_id": case,
+                "tier": tier,
+                "seconds": 1.0,
+                "stages": [
+                    {
+                        "stage": s[0],
+                        "status": s[1],
+                        "reason": "" if s[1] == "pass" else "mismatch",
+                        **({} if s[1] == "pass" else {"blame": "backend"}),
+                        **(s[2] if len(s) > 2 else {}),
+                    }
+                    for s in stages
+                ],
+            }
+            fh.write(
+                json.dumps({"tier": tier, "case_id": case, "journaled_at": at + n, "outcome": outcome}) + "\n"
+            )
 
 
 def _timing(run_dir: Path, spans: dict[str, tuple[float, float]]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "timing.json").write_text(json.dumps({t: {"start": a, "end": b, "rc": 0} for t, (a, b) in spans.items()}))
+    (run_dir / "timing.json").write_text(
+        json.dumps({t: {"start": a, "end": b, "rc": 0} for t, (a, b) in spans.items()})
+    )
 
 
 def test_a_row_that_passes_clean_and_not_faulted_is_a_detection(tmp_path):
@@ -73,10 +90,22 @@ def test_fail_fast_times_leave_out_the_gap_before_a_resumed_segment_and_unrun_ti
     rows[2] = rows[2].replace('"journaled_at": 110', '"journaled_at": 205')
     (bad / "unit" / "journal.jsonl").write_text("\n".join(rows) + "\n")
     stop = [{"case_id": "c", "stage": "op", "status": "fail", "reason": "", "failing_op": None}]
-    (bad / "timing.json").write_text(json.dumps({"unit": {
-        "start": 100, "end": 230, "segments": [[100, 110], [200, 230]], "rc": 0, "stopped": stop}}))
-    record = bd.analyse({"name": "f", "kind": "nan", "op": "aten.mm.default"}, bad, clean, PLANS,
-                        {"unit": {("a", "op")}})
+    (bad / "timing.json").write_text(
+        json.dumps(
+            {
+                "unit": {
+                    "start": 100,
+                    "end": 230,
+                    "segments": [[100, 110], [200, 230]],
+                    "rc": 0,
+                    "stopped": stop,
+                }
+            }
+        )
+    )
+    record = bd.analyse(
+        {"name": "f", "kind": "nan", "op": "aten.mm.default"}, bad, clean, PLANS, {"unit": {("a", "op")}}
+    )
     assert record["first_tier"] == "unit" and record["tiers"]["unit"]["first"]["case_id"] == "c"
     assert record["first_detection_seconds"] == 15.0  # 10 s of the first segment + 5 s of the second
     assert record["tiers_run"] == ["unit"] and "full" not in record["tiers"] and record["seconds"] == 40.0
@@ -88,11 +117,24 @@ def test_fail_fast_times_leave_out_the_gap_before_a_resumed_segment_and_unrun_ti
 def test_detections_are_what_compare_gates_on_a_fallback_regression_yes_a_harness_failure_no(tmp_path):
     clean, bad = tmp_path / "clean", tmp_path / "bad"
     none = {"metrics": {"fallback_ops": []}}
-    _journal(clean, "unit", {"a": [("op", "pass", none)], "b": [("op", "pass", none)], "c": [("op", "pass", none)]}, 0)
+    _journal(
+        clean,
+        "unit",
+        {"a": [("op", "pass", none)], "b": [("op", "pass", none)], "c": [("op", "pass", none)]},
+        0,
+    )
     # a: still passes, but the op fell back (a lost lowering); b: a new failure the harness caused
     # (compare lists it as harness debt, does not gate); c: unchanged
-    _journal(bad, "unit", {"a": [("op", "pass", {"metrics": {"fallback_ops": ["aten.gelu.default"]}})],
-                           "b": [("op", "error", {"blame": "harness"})], "c": [("op", "pass", none)]}, 100)
+    _journal(
+        bad,
+        "unit",
+        {
+            "a": [("op", "pass", {"metrics": {"fallback_ops": ["aten.gelu.default"]}})],
+            "b": [("op", "error", {"blame": "harness"})],
+            "c": [("op", "pass", none)],
+        },
+        100,
+    )
     (found,) = bd.detections(clean / "unit", bad / "unit", set())
     assert (found["case_id"], found["verdict"]) == ("a", "FALLBACK_REGRESSION")
     assert "aten.gelu.default" in found["detail"]
@@ -111,17 +153,42 @@ def test_only_compile_only_faults_are_not_op_level():
 def test_small_real_run_catches_a_fault_on_the_first_unit_cases(tmp_path):
     """The first unit cases of the bundled registry replay aten._grouped_mm: a fault on it is caught."""
     suite = tmp_path / "suite.yaml"
-    suite.write_text(json.dumps({"faults": [
-        {"name": "grouped-mm-nan", "op": "aten._grouped_mm.default", "kind": "nan"},
-        {"name": "cumsum-nan", "op": "aten.cumsum.default", "kind": "nan"}]}))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bug_detection.py"), "--suite", str(suite),
-                           "--tiers", "unit", "--limit", "unit=20", "--out", str(tmp_path / "w"), "--json"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+    suite.write_text(
+        json.dumps(
+            {
+                "faults": [
+                    {"name": "grouped-mm-nan", "op": "aten._grouped_mm.default", "kind": "nan"},
+                    {"name": "cumsum-nan", "op": "aten.cumsum.default", "kind": "nan"},
+                ]
+            }
+        )
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bug_detection.py"),
+            "--suite",
+            str(suite),
+            "--tiers",
+            "unit",
+            "--limit",
+            "unit=20",
+            "--out",
+            str(tmp_path / "w"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     by_name = {r["name"]: r for r in out["faults"]}
     assert by_name["grouped-mm-nan"]["caught_by"] == ["unit"] and by_name["grouped-mm-nan"]["fired"]
-    assert out["fail_fast"] and by_name["grouped-mm-nan"]["tiers"]["unit"]["stopped"]  # harness run --exitfirst
+    assert (
+        out["fail_fast"] and by_name["grouped-mm-nan"]["tiers"]["unit"]["stopped"]
+    )  # harness run --exitfirst
     assert by_name["grouped-mm-nan"]["ordered"]["first_tier"] == "unit"
     assert out["ordering"]["not_run_ordered"] == ["cumsum-nan"] and by_name["cumsum-nan"]["ordered"] is None
     assert by_name["cumsum-nan"]["caught_by"] == [] and out["missed"] == ["cumsum-nan"]
@@ -146,7 +213,12 @@ def test_the_ordering_figure_is_the_median_first_detection_over_faults_both_orde
 
 def test_the_after_startup_figure_takes_out_each_runs_own_worker_startup_only():
     def rec(name, seconds, startup):
-        return {"name": name, "first_detection_seconds": seconds, "startup_seconds": startup, "caught_by": ["unit"]}
+        return {
+            "name": name,
+            "first_detection_seconds": seconds,
+            "startup_seconds": startup,
+            "caught_by": ["unit"],
+        }
 
     listed = [rec("a", 50.0, 20.0), rec("b", 80.0, 20.0), rec("c", 40.0, None)]
     ordered = [rec("a", 30.0, 25.0), rec("b", 26.0, 20.0), rec("c", 30.0, 20.0)]

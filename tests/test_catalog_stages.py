@@ -8,9 +8,13 @@ def _row(**stages):
 
 
 def test_the_figure_excludes_upstream_and_environment_and_counts_not_applicable_apart():
-    rows = [_row(backward=("pass", None)), _row(backward=("skipped", None)),
-            _row(backward=("not_attempted", "harness")), _row(backward=("not_attempted", "upstream")),
-            _row(backward=("error", "environment"))]
+    rows = [
+        _row(backward=("pass", None)),
+        _row(backward=("skipped", None)),
+        _row(backward=("not_attempted", "harness")),
+        _row(backward=("not_attempted", "upstream")),
+        _row(backward=("error", "environment")),
+    ]
     fig = cs.attributable(rows)["backward"]
     assert fig["denominator"] == 3 and fig["passed"] == 1 and fig["not_applicable"] == 1
     assert fig["share"] == round(1 / 3, 4) and fig["share_applicable"] == round(2 / 3, 4)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 from backend.cache.config import CacheConfig
 from backend.cache.counters import Counters, PersistentCounters

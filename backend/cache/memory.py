@@ -37,7 +37,9 @@ class MemoryLRU(Generic[V]):
                 self._bytes -= old[1]
             self._items[key] = (value, size)
             self._bytes += size
-            while len(self._items) > 1 and (len(self._items) > self.max_entries or self._bytes > self.max_bytes):
+            while len(self._items) > 1 and (
+                len(self._items) > self.max_entries or self._bytes > self.max_bytes
+            ):
                 _, (_, dropped) = self._items.popitem(last=False)
                 self._bytes -= dropped
                 self.evictions += 1

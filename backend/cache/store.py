@@ -14,8 +14,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Protocol, runtime_checkable
+from typing import ContextManager, Protocol, runtime_checkable
 
 import filelock
 

@@ -13,8 +13,9 @@ import signal as _signal
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -22,6 +23,7 @@ from backend.errors import NeuronFaultError
 from backend.faults import planting
 from backend.faults.planting import _context, _hits, _logged
 from backend.faults.spec import LOG_ENV_VAR, VALUE_KINDS, Fault
+
 
 def _arg(info: Any, args: list, kwargs: dict, name: str) -> Any:
     i = info.arg_index.get(name)
@@ -39,8 +41,13 @@ def _matches(f: Fault, info: Any, args: list, kwargs: dict, compiled: bool) -> b
         return False
     if f.dtypes:
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-        tensors += [t for a in (*args, *kwargs.values()) if isinstance(a, (list, tuple))
-                    for t in a if isinstance(t, torch.Tensor)]
+        tensors += [
+            t
+            for a in (*args, *kwargs.values())
+            if isinstance(a, (list, tuple))
+            for t in a
+            if isinstance(t, torch.Tensor)
+        ]
         if not any(t.dtype in f.dtypes for t in tensors):
             return False
     for c in f.when:
@@ -90,7 +97,11 @@ def _outputs(f: Fault, result: Any) -> list[torch.Tensor]:
     if isinstance(result, (list, tuple)):
         if f.output is None:
             return [r for r in result if isinstance(r, torch.Tensor)]
-        return [result[f.output]] if f.output < len(result) and isinstance(result[f.output], torch.Tensor) else []
+        return (
+            [result[f.output]]
+            if f.output < len(result) and isinstance(result[f.output], torch.Tensor)
+            else []
+        )
     return []
 
 
@@ -102,8 +113,19 @@ def _fired(f: Fault, op: str, compiled: bool) -> None:
     _logged.add(key)
     path = os.environ.get(LOG_ENV_VAR)
     if path:
-        line = json.dumps({"fault": f.name, "op": op, "kind": f.kind, "compiled": compiled, "pid": os.getpid(),
-                           "time": time.time()}) + "\n"
+        line = (
+            json.dumps(
+                {
+                    "fault": f.name,
+                    "op": op,
+                    "kind": f.kind,
+                    "compiled": compiled,
+                    "pid": os.getpid(),
+                    "time": time.time(),
+                }
+            )
+            + "\n"
+        )
         with contextlib.suppress(OSError):
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
@@ -128,15 +150,24 @@ def _host(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_cpu else storage.cpu_view(t)
 
 
-def intercept(info: Any, call: Callable[..., Any], args: list, kwargs: dict, native: bool,
-              host: Callable[[torch.Tensor], torch.Tensor] = _same) -> Callable[..., Any]:
+def intercept(
+    info: Any,
+    call: Callable[..., Any],
+    args: list,
+    kwargs: dict,
+    native: bool,
+    host: Callable[[torch.Tensor], torch.Tensor] = _same,
+) -> Callable[..., Any]:
     """The eager device's hook for a faulted op: record a lost lowering now, and return the
     computation with the fault's effect (``call`` itself when no fault's predicates match).
     ``host`` gives the CPU tensor a value fault writes to (the tensor itself on the eager path)."""
     compiled = _context.compiled > 0
     inside = _context.inside
-    matched = [f for f in planting._by_op.get(info.name, ())
-               if f.name not in inside and _matches(f, info, args, kwargs, compiled)]
+    matched = [
+        f
+        for f in planting._by_op.get(info.name, ())
+        if f.name not in inside and _matches(f, info, args, kwargs, compiled)
+    ]
     if not matched:
         return call
     from backend import fallback
@@ -214,7 +245,8 @@ def is_composite(name: str) -> bool:
         full, has = _schema_name(name), torch._C._dispatch_has_kernel_for_dispatch_key
         try:
             hit = has(full, "CompositeExplicitAutograd") and not any(
-                has(full, k) for k in ("CPU", "PrivateUse1", "CompositeExplicitAutogradNonFunctional"))
+                has(full, k) for k in ("CPU", "PrivateUse1", "CompositeExplicitAutogradNonFunctional")
+            )
         except RuntimeError:  # a TorchScript-only overload (sort.int): not a dispatcher op at all
             hit = False
         _composite_cache[name] = hit
@@ -235,8 +267,11 @@ def _register_composites(names: frozenset[str]) -> None:
         for name in sorted(wanted):
             _, packet, overload = name.split(".")
             try:
-                lib.impl(_schema_name(name).removeprefix("aten::"),
-                         composite_kernel(getattr(getattr(torch.ops.aten, packet), overload)), "PrivateUse1")
+                lib.impl(
+                    _schema_name(name).removeprefix("aten::"),
+                    composite_kernel(getattr(getattr(torch.ops.aten, packet), overload)),
+                    "PrivateUse1",
+                )
                 done.add(name)
             except RuntimeError:  # an overload the dispatcher cannot take a kernel for: never a device op
                 _composite_cache[name] = False
@@ -261,8 +296,10 @@ def composite_kernel(op: Any) -> Callable[..., Any]:
     is_composite): the decomposition runs on the device as before, with the op's faults
     around it, and the ops it decomposes into do not apply those faults again."""
     schema = op._schema
-    info = _OpArgs(f"aten.{schema.name.removeprefix('aten::')}.{schema.overload_name or 'default'}",
-                   {a.name: i for i, a in enumerate(schema.arguments)})
+    info = _OpArgs(
+        f"aten.{schema.name.removeprefix('aten::')}.{schema.overload_name or 'default'}",
+        {a.name: i for i, a in enumerate(schema.arguments)},
+    )
 
     def decomposed(*args: Any, **kwargs: Any) -> Any:
         return op.redispatch(_COMPOSITE, *args, **kwargs)

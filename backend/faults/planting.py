@@ -12,8 +12,9 @@ import os
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -122,6 +123,7 @@ def load_from_env() -> None:
 
 
 # ------------------------------------------------------------------------- the compiled path
+
 
 class _FaultFreeTable:
     """The lowering table as the compiler sees it while faults are planted: faulted ops are not

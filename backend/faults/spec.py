@@ -27,8 +27,25 @@ SCOPES = ("both", "eager", "compiled")
 #: a crash dies of one of these (not SIGKILL: the runner reads an unsent SIGKILL as the OOM killer)
 SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE")
 CONDITIONS = ("eq", "min", "max", "multiple_of", "not_multiple_of")
-_KEYS = {"name", "op", "kind", "scope", "dtypes", "when", "output", "input", "index", "rel", "pattern",
-         "kwargs", "message", "seconds", "signal", "category", "description"}
+_KEYS = {
+    "name",
+    "op",
+    "kind",
+    "scope",
+    "dtypes",
+    "when",
+    "output",
+    "input",
+    "index",
+    "rel",
+    "pattern",
+    "kwargs",
+    "message",
+    "seconds",
+    "signal",
+    "category",
+    "description",
+}
 #: PyTorch routes these ops of an out-of-tree device to other overloads: a fault on the first
 #: also arms the second (eager sees convolution_overrideable, a compiled graph sees convolution).
 _ROUTED = {
@@ -36,9 +53,19 @@ _ROUTED = {
     "aten.convolution_backward.default": "aten.convolution_backward_overrideable.default",
 }
 #: explicit device kernels that never reach the op path (allocation, transfers, metadata views)
-_NOT_FAULTABLE = ("aten.empty.", "aten.empty_strided.", "aten._copy_from.", "aten._copy_from_and_resize.",
-                  "aten.clone.", "aten.view.", "aten.as_strided.", "aten._reshape_alias.", "aten.resize_.",
-                  "aten.set_.", "aten._fused_sdp_choice.")
+_NOT_FAULTABLE = (
+    "aten.empty.",
+    "aten.empty_strided.",
+    "aten._copy_from.",
+    "aten._copy_from_and_resize.",
+    "aten.clone.",
+    "aten.view.",
+    "aten.as_strided.",
+    "aten._reshape_alias.",
+    "aten.resize_.",
+    "aten.set_.",
+    "aten._fused_sdp_choice.",
+)
 
 
 @dataclass(frozen=True)
@@ -99,23 +126,33 @@ class Fault:
         if self.dtypes:
             d["dtypes"] = sorted(str(t).removeprefix("torch.") for t in self.dtypes)
         if self.when:
-            d["when"] = [{"arg": c.arg, **({"dim": c.dim} if c.dim is not None else {}),
-                          (c.test if c.dim is not None or c.test != "eq" else "rank"): c.value} for c in self.when]
+            d["when"] = [
+                {
+                    "arg": c.arg,
+                    **({"dim": c.dim} if c.dim is not None else {}),
+                    (c.test if c.dim is not None or c.test != "eq" else "rank"): c.value,
+                }
+                for c in self.when
+            ]
         for key in ("output", "input"):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)
         if self.index is not None:
             d["index"] = {"dim": self.index[0], "at": self.index[1]}
-        extra = {"perturb": {"rel": self.rel, "pattern": self.pattern}, "substitute": {"kwargs": self.kwargs},
-                 "raise": {"message": self.message} if self.message else {},
-                 "hang": {"seconds": self.seconds} if self.seconds is not None else {},
-                 "crash": {"signal": self.signal}}.get(self.kind, {})
+        extra = {
+            "perturb": {"rel": self.rel, "pattern": self.pattern},
+            "substitute": {"kwargs": self.kwargs},
+            "raise": {"message": self.message} if self.message else {},
+            "hang": {"seconds": self.seconds} if self.seconds is not None else {},
+            "crash": {"signal": self.signal},
+        }.get(self.kind, {})
         d.update(extra)
         d.update({k: getattr(self, k) for k in ("category", "description") if getattr(self, k)})
         return d
 
 
 # ------------------------------------------------------------------------------------ parsing
+
 
 def _dtype_names() -> dict[str, torch.dtype]:
     from backend.lowering import _DTYPES
@@ -137,19 +174,29 @@ def _resolve_op(src: str, entry: str, op: Any) -> tuple[frozenset[str], list[Any
         try:
             overloads.append(getattr(packet, n))
         except AttributeError:
-            raise FaultFileError(src, entry, f"op {parts[1]} has no overload {n!r} "
-                                 f"(it has: {', '.join(packet.overloads())})") from None
+            raise FaultFileError(
+                src, entry, f"op {parts[1]} has no overload {n!r} (it has: {', '.join(packet.overloads())})"
+            ) from None
     if any(_is_view(o) for o in overloads):
         overloads = [o for o in overloads if not _is_view(o)] if len(parts) == 2 else []
         if not overloads:
-            raise FaultFileError(src, entry, f"{op} is a view (metadata only on the device); fault the op "
-                                 "that computes the data")
-    overloads += [o for o in (_out_variant(packet, op) for op in overloads) if o is not None and o not in overloads]
+            raise FaultFileError(
+                src,
+                entry,
+                f"{op} is a view (metadata only on the device); fault the op that computes the data",
+            )
+    overloads += [
+        o for o in (_out_variant(packet, op) for op in overloads) if o is not None and o not in overloads
+    ]
     full = [f"aten.{parts[1]}.{o._overloadname}" for o in overloads]
     blocked = [n for n in full if n.startswith(_NOT_FAULTABLE)]
     if blocked:
-        raise FaultFileError(src, entry, f"{blocked[0]} is an explicit device kernel (allocation, transfer or "
-                             "metadata view) that never reaches the op path; fault the op that computes the data")
+        raise FaultFileError(
+            src,
+            entry,
+            f"{blocked[0]} is an explicit device kernel (allocation, transfer or "
+            "metadata view) that never reaches the op path; fault the op that computes the data",
+        )
     full += [_ROUTED[n] for n in full if n in _ROUTED]
     return frozenset(full), overloads
 
@@ -191,20 +238,29 @@ def _int(src: str, entry: str, key: str, value: Any) -> int:
 
 def _conditions(src: str, entry: str, raw: Any, args: set[str]) -> tuple[Condition, ...]:
     if not isinstance(raw, list):
-        raise FaultFileError(src, entry, "when must be a list of {arg, dim, min|max|eq|multiple_of} or {arg, rank}")
+        raise FaultFileError(
+            src, entry, "when must be a list of {arg, dim, min|max|eq|multiple_of} or {arg, rank}"
+        )
     out = []
     for i, c in enumerate(raw):
         where = f"when[{i}]"
         if not isinstance(c, dict) or "arg" not in c:
             raise FaultFileError(src, entry, f"{where}: expected a mapping with 'arg', got {c!r}")
         if c["arg"] not in args:
-            raise FaultFileError(src, entry, f"{where}: the op has no argument {c['arg']!r} (it has: "
-                                 f"{', '.join(sorted(args))})")
+            raise FaultFileError(
+                src,
+                entry,
+                f"{where}: the op has no argument {c['arg']!r} (it has: {', '.join(sorted(args))})",
+            )
         tests = [k for k in c if k in CONDITIONS or k == "rank"]
         unknown = set(c) - {"arg", "dim", "rank", *CONDITIONS}
         if unknown or len(tests) != 1:
-            raise FaultFileError(src, entry, f"{where}: give exactly one of rank, {', '.join(CONDITIONS)} "
-                                 f"(and 'dim' with the latter); got keys {sorted(c)}")
+            raise FaultFileError(
+                src,
+                entry,
+                f"{where}: give exactly one of rank, {', '.join(CONDITIONS)} "
+                f"(and 'dim' with the latter); got keys {sorted(c)}",
+            )
         test = tests[0]
         value = _int(src, entry, f"{where}.{test}", c[test])
         if test in ("multiple_of", "not_multiple_of") and value <= 0:
@@ -225,7 +281,9 @@ def parse_fault(raw: Any, source: str = "<faults>", position: int = 0) -> Fault:
     src = source
     entry = f"#{position}"
     if not isinstance(raw, dict):
-        raise FaultFileError(src, entry, f"expected a mapping with name, op and kind, got {type(raw).__name__}")
+        raise FaultFileError(
+            src, entry, f"expected a mapping with name, op and kind, got {type(raw).__name__}"
+        )
     if isinstance(raw.get("name"), str) and raw["name"].strip():
         entry = raw["name"]
     else:
@@ -247,28 +305,41 @@ def parse_fault(raw: Any, source: str = "<faults>", position: int = 0) -> Fault:
         names = raw["dtypes"]
         known = _dtype_names()
         if not isinstance(names, list) or not names or any(n not in known for n in names):
-            raise FaultFileError(src, entry, f"dtypes must be a non-empty list of dtype names "
-                                 f"(e.g. float32, bfloat16), got {names!r}")
+            raise FaultFileError(
+                src,
+                entry,
+                f"dtypes must be a non-empty list of dtype names (e.g. float32, bfloat16), got {names!r}",
+            )
         kw["dtypes"] = frozenset(known[n] for n in names)
     if "when" in raw:
         kw["when"] = _conditions(src, entry, raw["when"], args)
     value_keys = [k for k in ("output", "input", "index") if k in raw]
     if value_keys and kind not in VALUE_KINDS:
-        raise FaultFileError(src, entry, f"{value_keys[0]!r} only applies to the kinds {', '.join(VALUE_KINDS)}")
+        raise FaultFileError(
+            src, entry, f"{value_keys[0]!r} only applies to the kinds {', '.join(VALUE_KINDS)}"
+        )
     if "output" in raw and "input" in raw:
         raise FaultFileError(src, entry, "give 'output' or 'input', not both")
     if "output" in raw:
         kw["output"] = _int(src, entry, "output", raw["output"])
         if kw["output"] < 0 or all(kw["output"] >= len(o._schema.returns) for o in ops):
-            raise FaultFileError(src, entry, f"output {raw['output']} does not exist (the op returns "
-                                 f"{max(len(o._schema.returns) for o in ops)})")
+            raise FaultFileError(
+                src,
+                entry,
+                f"output {raw['output']} does not exist (the op returns "
+                f"{max(len(o._schema.returns) for o in ops)})",
+            )
     if "input" in raw:
         name = raw["input"]
         if name not in args:
-            raise FaultFileError(src, entry, f"input {name!r} is not an argument of the op (it has: "
-                                 f"{', '.join(sorted(args))})")
-        if any(a.name == name and a.alias_info is not None and a.alias_info.is_write
-               for o in ops for a in o._schema.arguments):
+            raise FaultFileError(
+                src, entry, f"input {name!r} is not an argument of the op (it has: {', '.join(sorted(args))})"
+            )
+        if any(
+            a.name == name and a.alias_info is not None and a.alias_info.is_write
+            for o in ops
+            for a in o._schema.arguments
+        ):
             raise FaultFileError(src, entry, f"input {name!r} is written by the op; fault its output instead")
         kw["input"] = name
     if "index" in raw:
@@ -291,11 +362,14 @@ def parse_fault(raw: Any, source: str = "<faults>", position: int = 0) -> Fault:
     if kind == "substitute":
         subs = raw.get("kwargs")
         if not isinstance(subs, dict) or not subs:
-            raise FaultFileError(src, entry, "substitute needs 'kwargs': argument name -> the value used instead")
+            raise FaultFileError(
+                src, entry, "substitute needs 'kwargs': argument name -> the value used instead"
+            )
         bad = [k for k in subs if k not in args]
         if bad:
-            raise FaultFileError(src, entry, f"kwargs: the op has no argument {bad[0]!r} (it has: "
-                                 f"{', '.join(sorted(args))})")
+            raise FaultFileError(
+                src, entry, f"kwargs: the op has no argument {bad[0]!r} (it has: {', '.join(sorted(args))})"
+            )
         kw["kwargs"] = dict(subs)
     elif "kwargs" in raw:
         raise FaultFileError(src, entry, "'kwargs' only applies to kind substitute")
@@ -306,10 +380,14 @@ def parse_fault(raw: Any, source: str = "<faults>", position: int = 0) -> Fault:
     if "seconds" in raw:
         if kind != "hang":
             raise FaultFileError(src, entry, "'seconds' only applies to kind hang")
-        kw["seconds"] = None if raw["seconds"] is None else _number(src, entry, "seconds", raw["seconds"], True)
+        kw["seconds"] = (
+            None if raw["seconds"] is None else _number(src, entry, "seconds", raw["seconds"], True)
+        )
     if "signal" in raw:
         if kind != "crash" or raw["signal"] not in SIGNALS:
-            raise FaultFileError(src, entry, f"'signal' applies to kind crash and is one of {', '.join(SIGNALS)}")
+            raise FaultFileError(
+                src, entry, f"'signal' applies to kind crash and is one of {', '.join(SIGNALS)}"
+            )
         kw["signal"] = raw["signal"]
     for key in ("category", "description"):
         if key in raw:
@@ -324,7 +402,9 @@ def parse_faults(data: Any, source: str = "<faults>") -> list[Fault]:
     if isinstance(data, dict):
         unknown = sorted(set(data) - {"version", "faults", "description"})
         if unknown:
-            raise FaultFileError(source, unknown[0], "unknown top-level key (known: version, faults, description)")
+            raise FaultFileError(
+                source, unknown[0], "unknown top-level key (known: version, faults, description)"
+            )
         entries = data.get("faults")
     else:
         entries = data
@@ -351,7 +431,9 @@ def read_faults(path: str | os.PathLike) -> list[Fault]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise FaultFileError(str(p), f"line {mark.line + 1}" if mark else "<file>", f"not valid YAML: {exc}") from exc
+        raise FaultFileError(
+            str(p), f"line {mark.line + 1}" if mark else "<file>", f"not valid YAML: {exc}"
+        ) from exc
     return parse_faults(data, str(p))
 
 

@@ -37,12 +37,14 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
 
 ENV_VAR = "NEURON_NATIVE"
-_UNITY = "neuron_native.cpp"  # includes the other csrc/ files (one translation unit: torch headers parse once)
+_UNITY = (
+    "neuron_native.cpp"  # includes the other csrc/ files (one translation unit: torch headers parse once)
+)
 #: -ftree-vectorize: GCC 12 does not vectorize loops at -O2 (clang does); the bf16 rounding pass
 #: over a 4,096-float tensor takes 0.9 us vectorized against 3.1 us scalar, once per rounded input
 _CFLAGS = ("-O2", "-ftree-vectorize", "-fvisibility=hidden")
@@ -52,7 +54,13 @@ _LOCK_WAIT_SECONDS = 1800.0  # waiting for another process's build; then run on 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _module: ModuleType | None = None
-_status: dict = {"enabled": None, "loaded": False, "reason": "not loaded yet", "build_seconds": None, "path": None}
+_status: dict = {
+    "enabled": None,
+    "loaded": False,
+    "reason": "not loaded yet",
+    "build_seconds": None,
+    "path": None,
+}
 
 
 class Unavailable(Exception):
@@ -136,8 +144,13 @@ def toolchain() -> dict:
         real = os.path.realpath(path)
         st = os.stat(real)
         parts.append(f"{tool}:{real}:{st.st_size}:{st.st_mtime_ns}")
-    return {"cxx_requested": cxx, **found, "python_h": str(python_h) if python_h.is_file() else None,
-            "python_h_expected": str(python_h), "fingerprint": "|".join(parts)}
+    return {
+        "cxx_requested": cxx,
+        **found,
+        "python_h": str(python_h) if python_h.is_file() else None,
+        "python_h_expected": str(python_h),
+        "fingerprint": "|".join(parts),
+    }
 
 
 @contextlib.contextmanager
@@ -156,7 +169,9 @@ def _build_lock(directory: Path, wait_seconds: float = _LOCK_WAIT_SECONDS) -> It
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise Unavailable(f"waited {wait_seconds:.0f} s for another process's build in {directory}")
+                    raise Unavailable(
+                        f"waited {wait_seconds:.0f} s for another process's build in {directory}"
+                    )
                 time.sleep(0.2)
         try:
             yield
@@ -200,9 +215,14 @@ def _compile(name: str, directory: Path, tools: dict) -> ModuleType:
             build_directory=str(directory),
             verbose=False,
         )
-    except Exception as exc:  # noqa: BLE001 - compiler errors, ninja errors, a link failure
+    except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
-        record = {"toolchain": tools["fingerprint"], "cxx": tools["cxx"], "ninja": tools["ninja"], "error": text[-4000:]}
+        record = {
+            "toolchain": tools["fingerprint"],
+            "cxx": tools["cxx"],
+            "ninja": tools["ninja"],
+            "error": text[-4000:],
+        }
         (directory / "FAILED").write_text(json.dumps(record, indent=1))
         first = text.strip().splitlines()
         raise Unavailable(f"build failed: {first[0][:300] if first else type(exc).__name__}") from exc
@@ -234,7 +254,9 @@ def _obtain() -> ModuleType:
     if tools["ninja"] is None:
         raise Unavailable("ninja not found (the `ninja` package is a dependency: pip install ninja)")
     if tools["python_h"] is None:
-        raise Unavailable(f"no Python headers: {tools['python_h_expected']} is missing (e.g. apt-get install python3-dev)")
+        raise Unavailable(
+            f"no Python headers: {tools['python_h_expected']} is missing (e.g. apt-get install python3-dev)"
+        )
     earlier = _earlier_failure(directory, tools["fingerprint"])
     if earlier:
         raise Unavailable(f"an earlier build with this compiler failed: {earlier}")

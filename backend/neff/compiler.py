@@ -66,7 +66,9 @@ class CompilerFlags:
         return d
 
 
-def plan(gm: torch.fx.GraphModule, inputs: list[TensorSpec], table_version: str, flags: CompilerFlags) -> tuple[str, dict]:
+def plan(
+    gm: torch.fx.GraphModule, inputs: list[TensorSpec], table_version: str, flags: CompilerFlags
+) -> tuple[str, dict]:
     """Serialize a partition and compute its cache key, without compiling (cheap, for lookups)."""
     doc = serialize_graph(gm)
     return cache_key(doc, inputs, table_version, flags.to_json(), COMPILER_VERSION), doc

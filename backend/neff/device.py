@@ -7,7 +7,8 @@ new neuron tensors (``backend.storage.from_cpu``: no copy, memory accounted by t
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

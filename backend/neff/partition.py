@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.fx
 import yaml
-from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from backend.neff.format import UnsupportedGraphError, _encode, target_name
 
@@ -116,7 +117,9 @@ class PartitionedGraph:
     declined: dict[str, str]  # outer node name -> why it was not lowered
 
 
-def host_levels(gm: torch.fx.GraphModule, supported: Mapping[torch.fx.Node, bool]) -> dict[torch.fx.Node, int]:
+def host_levels(
+    gm: torch.fx.GraphModule, supported: Mapping[torch.fx.Node, bool]
+) -> dict[torch.fx.Node, int]:
     """Supported node -> the number of declined nodes on the longest path to it (one pass, graph
     order is topological)."""
     after: dict[torch.fx.Node, int] = {}  # node -> level its users start from

@@ -13,7 +13,8 @@ import contextlib
 import importlib
 import threading
 import weakref
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 

@@ -9,20 +9,21 @@ of matmul-class inputs as the eager device, so compiled and eager results agree.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx
 
+from backend.neff import precision
 from backend.neff.format import (
-    ALLOWED_NAMESPACES,
     _NAME_RE,
+    ALLOWED_NAMESPACES,
     Artifact,
     CorruptArtifactError,
     decode_tensor,
     parse_dtype,
 )
-from backend.neff import precision
 
 
 def resolve_target(name: str) -> Callable[..., Any]:

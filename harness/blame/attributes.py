@@ -10,11 +10,11 @@ import re
 import signal
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from harness.blame import rules as rules_mod
 from harness.build.quiet import quiet_transformers
-
 
 _CONFIG_ATTRIBUTE = re.compile(r"'(\w+Config)' object has no attribute '(\w+)'")
 
@@ -98,8 +98,11 @@ def probe_config_unset(text: str, default: Callable[[], Any]) -> dict[str, Any]:
     out["config_class"] = type(config).__name__
     if found and all(v is None for v in found.values()):
         return {**out, "status": "unset_in_default", "unset_at": ", ".join(sorted(found))}
-    return {**out, "status": "set_in_default" if found else "not_a_field",
-            "values": {k: str(v)[:40] for k, v in found.items()}}
+    return {
+        **out,
+        "status": "set_in_default" if found else "not_a_field",
+        "values": {k: str(v)[:40] for k, v in found.items()},
+    }
 
 
 def probe_config_overflow(text: str, default: Callable[[], Any]) -> dict[str, Any]:
@@ -140,13 +143,20 @@ def probe_config_overflow(text: str, default: Callable[[], Any]) -> dict[str, An
     out["dtype"] = str(dtype).removeprefix("torch.")
     if not found:
         return {**out, "status": "within_range"}
-    return {**out, "status": "beyond_range_in_default", "fields": ", ".join(f"{k} = {v:g}" for k, v in sorted(found.items()))}
+    return {
+        **out,
+        "status": "beyond_range_in_default",
+        "fields": ", ".join(f"{k} = {v:g}" for k, v in sorted(found.items())),
+    }
 
 
 def _unset_rules() -> list[dict[str, Any]]:
     """`unset_config_patterns` as {pattern, field?, in?}: a bare pattern names the field in its
     group 1; a message that names none says which `field` (a key of the dict field `in`) it is about."""
-    return [r if isinstance(r, dict) else {"pattern": r} for r in rules_mod.rules().get("unset_config_patterns") or ()]
+    return [
+        r if isinstance(r, dict) else {"pattern": r}
+        for r in rules_mod.rules().get("unset_config_patterns") or ()
+    ]
 
 
 class ProbeTimeout(TimeoutError):
@@ -157,12 +167,15 @@ class ProbeTimeout(TimeoutError):
 def deadline() -> Iterator[None]:
     """Bound a probe's time with SIGALRM where we can (the main thread), else run unbounded."""
     seconds = float(rules_mod.rules()["probe"].get("timeout") or 0)
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread() \
-            or signal.getitimer(signal.ITIMER_REAL)[0] > 0:  # off thread, or an outer alarm bounds us
+    if (
+        seconds <= 0
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    ):  # off thread, or an outer alarm bounds us
         yield
         return
 
-    def on_alarm(signum, frame):  # noqa: ARG001
+    def on_alarm(signum, frame):
         raise ProbeTimeout(f"probe exceeded {seconds:.0f}s")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)

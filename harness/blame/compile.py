@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from contracts.records import StageResult
 from contracts.status import Blame, Status
@@ -44,8 +45,9 @@ def _compared_tensor(row: StageResult) -> str:
     return str(((row.metrics or {}).get("vs_eager") or {}).get("name") or "")
 
 
-def judge_compile_pipeline(device: StageResult, ref: StageResult,
-                           reference: dict[str, StageResult]) -> tuple[str, dict[str, Any]] | None:
+def judge_compile_pipeline(
+    device: StageResult, ref: StageResult, reference: dict[str, StageResult]
+) -> tuple[str, dict[str, Any]] | None:
     """upstream when the reference, compiled through the device's own pipeline, fails as the
     device did while its eager step passes: it raises the very error, or its compiled step differs
     from its eager step in the very tensor. The failure is then PyTorch's compile stack (Dynamo /
@@ -54,27 +56,43 @@ def judge_compile_pipeline(device: StageResult, ref: StageResult,
     if ref.status != device.status or device.status not in (Status.ERROR, Status.FAIL):
         return None
     eager = {s: reference[s].status.value for s in ("forward", "backward") if s in reference}
-    if eager.get("forward") != Status.PASS.value or eager.get("backward") not in (Status.PASS.value, Status.SKIPPED.value):
+    if eager.get("forward") != Status.PASS.value or eager.get("backward") not in (
+        Status.PASS.value,
+        Status.SKIPPED.value,
+    ):
         return None
     if device.status == Status.ERROR:
-        if not same_way(ref, {"status": "error", "error_class": device.error_class, "message": device.message}):
+        if not same_way(
+            ref, {"status": "error", "error_class": device.error_class, "message": device.message}
+        ):
             return None
         return Blame.UPSTREAM.value, {
-            "rule": "upstream.compile_pipeline", "compile_backend": ref.metrics.get("compile_backend", ""),
-            "eager_on_reference": eager, "device_error": f"{device.error_class}: {device.message}"[:300],
+            "rule": "upstream.compile_pipeline",
+            "compile_backend": ref.metrics.get("compile_backend", ""),
+            "eager_on_reference": eager,
+            "device_error": f"{device.error_class}: {device.message}"[:300],
             "reference_error": f"{ref.error_class}: {ref.message}"[:300],
-            "why": ("the CPU compiled through the device's pipeline fails the same way while its eager step "
-                    "passes: PyTorch's compile stack (Dynamo / AOT autograd), not the device")}
+            "why": (
+                "the CPU compiled through the device's pipeline fails the same way while its eager step "
+                "passes: PyTorch's compile stack (Dynamo / AOT autograd), not the device"
+            ),
+        }
     tensor = _compared_tensor(device)
     if not tensor or tensor != _compared_tensor(ref):
         return None
     return Blame.UPSTREAM.value, {
-        "rule": "upstream.compile_pipeline", "compile_backend": ref.metrics.get("compile_backend", ""),
-        "eager_on_reference": eager, "tensor": tensor, "device_reason": device.reason[:300],
+        "rule": "upstream.compile_pipeline",
+        "compile_backend": ref.metrics.get("compile_backend", ""),
+        "eager_on_reference": eager,
+        "tensor": tensor,
+        "device_reason": device.reason[:300],
         "reference_reason": ref.reason[:300],
-        "why": ("compiled through the device's pipeline on the CPU, the same tensor differs from the CPU's "
-                "eager step while that step passes: PyTorch's compile stack (Dynamo / AOT autograd) or the "
-                "model's code under it, not the device")}
+        "why": (
+            "compiled through the device's pipeline on the CPU, the same tensor differs from the CPU's "
+            "eager step while that step passes: PyTorch's compile stack (Dynamo / AOT autograd) or the "
+            "model's code under it, not the device"
+        ),
+    }
 
 
 @phase("blame")  # the nightly's time shares (contracts.timing)
@@ -94,8 +112,12 @@ def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]
     rules = rules_mod.rules()["probe"]
     settings = rules.get("device_graph") or {}
     row = run.result.stages.get("compile")
-    if not settings.get("enabled", True) or row is None or row.status != Status.FAIL \
-            or getattr(run, "model", None) is None:
+    if (
+        not settings.get("enabled", True)
+        or row is None
+        or row.status != Status.FAIL
+        or getattr(run, "model", None) is None
+    ):
         return None  # switched off, no comparison, or no device model to compile again
     pipeline = getattr(run.adapter, "reference_compile_backend", None)
     if not pipeline or getattr(run.adapter, "compile_backend", None) in (None, pipeline):
@@ -115,24 +137,42 @@ def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]
     except Exception:  # noqa: BLE001 - evidence that cannot be had says nothing; the verdict stands
         return None
     tensor, method, rmse, _ = worst_compared(row.metrics)
-    probe_tensor, probe_method, probe_rmse, _ = worst_compared(got.metrics) if got.status == Status.FAIL \
-        else ("", None, None, None)
-    same = bool(tensor) and (probe_tensor, probe_method) == (tensor, method) and rmse is not None \
-        and probe_rmse is not None \
-        and abs(float(probe_rmse) - float(rmse)) <= float(settings.get("reproduce_share", 0.01)) * abs(float(rmse))
+    probe_tensor, probe_method, probe_rmse, _ = (
+        worst_compared(got.metrics) if got.status == Status.FAIL else ("", None, None, None)
+    )
+    same = (
+        bool(tensor)
+        and (probe_tensor, probe_method) == (tensor, method)
+        and rmse is not None
+        and probe_rmse is not None
+        and abs(float(probe_rmse) - float(rmse))
+        <= float(settings.get("reproduce_share", 0.01)) * abs(float(rmse))
+    )
     kernels = f"the device's own eager kernels running the compiled graph ({pipeline})"
     if same:
-        note = (f"{kernels} fail the same way ({tensor}, rmse {float(probe_rmse):.3g}): the difference is the graph's "
-                "decompositions and op order under the device's arithmetic, not the compiler's")
+        note = (
+            f"{kernels} fail the same way ({tensor}, rmse {float(probe_rmse):.3g}): the difference is the graph's "
+            "decompositions and op order under the device's arithmetic, not the compiler's"
+        )
     elif got.status == Status.PASS:
         note = f"{kernels} pass: the difference is the compiler's own"
     elif got.status == Status.FAIL:
-        note = (f"{kernels} fail otherwise ({probe_tensor or 'another comparison'}, {probe_method}, rmse "
-                f"{float(probe_rmse or 0.0):.3g}): the compiler adds a difference of its own")
+        note = (
+            f"{kernels} fail otherwise ({probe_tensor or 'another comparison'}, {probe_method}, rmse "
+            f"{float(probe_rmse or 0.0):.3g}): the compiler adds a difference of its own"
+        )
     else:
         note = f"{kernels} could not be compared ({got.status.value}: {got.reason[:120]})"
-    return {"compile_backend": pipeline, "status": got.status.value, "tensor": probe_tensor or None,
-            "method": probe_method, "rmse": probe_rmse, "device_rmse": rmse, "reproduces": same, "note": note}
+    return {
+        "compile_backend": pipeline,
+        "status": got.status.value,
+        "tensor": probe_tensor or None,
+        "method": probe_method,
+        "rmse": probe_rmse,
+        "device_rmse": rmse,
+        "reproduces": same,
+        "note": note,
+    }
 
 
 def _masked(text: str) -> str:
@@ -151,5 +191,8 @@ def same_way(row: StageResult, probe: dict[str, Any]) -> bool:
     a message the FakeTensor kernel words otherwise counts as the same, blame_rules' same_failure)?"""
     if row.status == Status.FAIL:
         return probe.get("status") == "fail" and _masked(row.reason) == _masked(probe.get("reason", ""))
-    return (probe.get("status") == "error" and probe.get("error_class") == row.error_class
-            and _masked(row.message) == _masked(probe.get("message", "")))
+    return (
+        probe.get("status") == "error"
+        and probe.get("error_class") == row.error_class
+        and _masked(row.message) == _masked(probe.get("message", ""))
+    )

@@ -12,7 +12,8 @@ and sizes were (PP-OCRv6's neck vs its backbone, UVDoc's bridge).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -22,7 +23,9 @@ def _expected(module: nn.Module, x: torch.Tensor) -> tuple[Any, Any] | None:
     """(width the layer's weights take, width it got), or None when it is no width layer or they agree."""
     if isinstance(module, nn.Linear):
         want, got = module.in_features, x.shape[-1] if x.dim() else None
-    elif isinstance(module, nn.modules.conv._ConvNd) and not isinstance(module, nn.modules.conv._ConvTransposeNd):
+    elif isinstance(module, nn.modules.conv._ConvNd) and not isinstance(
+        module, nn.modules.conv._ConvTransposeNd
+    ):
         want, got = module.in_channels, x.shape[1] if x.dim() == len(module.kernel_size) + 2 else None
     elif isinstance(module, nn.LayerNorm):
         n = len(module.normalized_shape)
@@ -46,14 +49,17 @@ def watch_layers(model: nn.Module) -> Iterator[dict[str, Any]]:
         def hook(module, args, kwargs):
             x = args[0] if args else next(iter(kwargs.values()), None)
             found["current"] = (name, module, x)
+
         return hook
 
     def leave(module, args, kwargs, output):
         found.pop("current", None)
 
     for name, module in model.named_modules():
-        if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd, nn.LayerNorm, nn.GroupNorm,
-                               nn.modules.batchnorm._BatchNorm)):
+        if isinstance(
+            module,
+            (nn.Linear, nn.modules.conv._ConvNd, nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm),
+        ):
             handles.append(module.register_forward_pre_hook(enter(name), with_kwargs=True))
             handles.append(module.register_forward_hook(leave, with_kwargs=True))
     try:
@@ -78,5 +84,10 @@ def interior_width_mismatch(found: dict[str, Any], inputs: dict[str, Any]) -> di
     shapes = {tuple(v.shape) for v in inputs.values() if isinstance(v, torch.Tensor)}
     if tuple(x.shape) in shapes:
         return None  # the model's input itself: its layout is the harness' choice
-    return {"layer": name, "layer_class": type(module).__name__, "weights_take": mismatch[0],
-            "input_has": mismatch[1], "input_shape": list(x.shape)}
+    return {
+        "layer": name,
+        "layer_class": type(module).__name__,
+        "weights_take": mismatch[0],
+        "input_has": mismatch[1],
+        "input_shape": list(x.shape),
+    }

@@ -27,7 +27,8 @@ import importlib.util
 import json
 import logging
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -37,21 +38,30 @@ from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import FAILING, MODEL_STAGES, Blame, Status
 from contracts.timing import phase
 from harness.blame import rules as rules_mod
-from harness.blame.attributes import (ProbeTimeout, deadline as _deadline, probe_config_attribute,  # noqa: F401
-                                      probe_config_overflow, probe_config_unset, probe_module_attribute, probe_output_attribute)
+from harness.blame.attributes import (
+    deadline as _deadline,
+)
+from harness.blame.attributes import (
+    probe_config_attribute,
+    probe_config_overflow,
+    probe_config_unset,
+    probe_module_attribute,
+    probe_output_attribute,
+)
 from harness.blame.compile import compile_reference, device_graph_evidence, judge_compile_pipeline, same_way
 from harness.blame.layers import interior_width_mismatch, watch_layers
-from harness.stages.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
+from harness.blame.selection import selection_ties_evidence
 from harness.build.models import config_for, model_class
 from harness.build.quiet import quiet_transformers
-from harness.blame.selection import selection_ties_evidence
+from harness.stages.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.stages.torch_state import restored_torch_state
-
 
 # ------------------------------------------------------------------------------- entry points
 
-def check_with_blame(spec: ModelSpec, backend: str = "neuron", stages: list[str] | None = None,
-                     seed: int = 0) -> ModelCheck:
+
+def check_with_blame(
+    spec: ModelSpec, backend: str = "neuron", stages: list[str] | None = None, seed: int = 0
+) -> ModelCheck:
     """check_model with every stage that does not pass blamed (what tiers and `harness check` run)."""
     return check_model(spec, backend, stages, seed, judge=judge_run)
 
@@ -73,7 +83,11 @@ def judge_run(run: _Run, wanted: list[str]) -> None:
         row = result.stages[name]
         if on_reference:
             row.blame, row.blame_evidence = judge_reference_failure(run.spec, name, row, run.seed)
-            row.blame_evidence = {"reference_backend": run.adapter.name, "on_reference": True, **row.blame_evidence}
+            row.blame_evidence = {
+                "reference_backend": run.adapter.name,
+                "on_reference": True,
+                **row.blame_evidence,
+            }
             continue
         ref = reference.get(name)
         ref_dict = ref.to_dict() if ref is not None else None
@@ -81,7 +95,9 @@ def judge_run(run: _Run, wanted: list[str]) -> None:
             compiled = judge_compile_pipeline(row, ref, reference) if name == "compile" else None
             ref.blame, ref.blame_evidence = compiled or judge_reference_failure(run.spec, name, ref, run.seed)
             ref_dict = ref.to_dict()
-        blame, evidence = rules_mod.by_reference(name, ref_dict, rules_mod.reference_backend(), row.status.value)
+        blame, evidence = rules_mod.by_reference(
+            name, ref_dict, rules_mod.reference_backend(), row.status.value
+        )
         if ref is not None and ref.status == Status.PASS:
             evidence["same_model_and_inputs"] = bool(ref.metrics.get("reused_model_and_inputs", True))
         if name == "compile" and ref is not None:
@@ -105,6 +121,7 @@ def judge_run(run: _Run, wanted: list[str]) -> None:
 
 # ------------------------------------------------------------------------- the reference re-run
 
+
 @phase("reference")  # the nightly's time shares (contracts.timing)
 def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
     """The failing stages (and their prerequisites) of `run` on the reference backend.
@@ -113,9 +130,17 @@ def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
     those very objects (a copy of the CPU model, the same input tensors); else it loads afresh
     from the same spec and seed (the shrinker and the inputs are deterministic)."""
     adapter = compile_reference(get_backend(rules_mod.reference_backend()), run.adapter)
-    ref = _Run(spec=run.spec, adapter=adapter, seed=run.seed,
-               result=ModelCheck(model_id=run.spec.model_id, backend=adapter.name, model_type=run.spec.model_type,
-                                 architecture=run.result.architecture))
+    ref = _Run(
+        spec=run.spec,
+        adapter=adapter,
+        seed=run.seed,
+        result=ModelCheck(
+            model_id=run.spec.model_id,
+            backend=adapter.name,
+            model_type=run.spec.model_type,
+            architecture=run.result.architecture,
+        ),
+    )
     needed: set[str] = set()
     # compile compares with the eager step: the reference's compile has its own eager step to compare with
     stack = list(failing) + [c for s in failing for c in COMPARED_WITH.get(s, ())]
@@ -128,9 +153,16 @@ def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
     for name in [s for s in MODEL_STAGES if s in needed]:
         blocked = [p for p in PREREQUISITES[name] if p in out and out[p].status != Status.PASS]
         if blocked:
-            out[name] = StageResult(name, Status.NOT_ATTEMPTED, reason=f"{blocked[0]} {out[blocked[0]].status.value}")
+            out[name] = StageResult(
+                name, Status.NOT_ATTEMPTED, reason=f"{blocked[0]} {out[blocked[0]].status.value}"
+            )
         elif name == "load" and run.inputs is not None and run.cpu_model is not None:
-            ref.config, ref.cpu_model, ref.inputs, ref.cpu_kwargs = run.config, run.cpu_model, run.inputs, run.cpu_kwargs
+            ref.config, ref.cpu_model, ref.inputs, ref.cpu_kwargs = (
+                run.config,
+                run.cpu_model,
+                run.inputs,
+                run.cpu_kwargs,
+            )
             ref.model, ref.kwargs = copy.deepcopy(run.cpu_model), run.cpu_kwargs
             out[name] = StageResult("load", Status.PASS, metrics={"reused_model_and_inputs": True})
         else:
@@ -151,22 +183,47 @@ def reference_stages(run: _Run, failing: list[str]) -> dict[str, StageResult]:
 #: reads that transformers' own classes never define, or leave unset, is transformers' defect
 #: whatever the harness chose.
 _ATTRIBUTE_PROBES = (
-    (lambda text, spec: probe_config_attribute(text), "config_attribute", "missing_in_default",
-     "upstream.config_attribute", "the modeling code reads {config_class}.{attribute}, which the config "
-     "class does not define even with its own defaults"),
-    (lambda text, spec: probe_output_attribute(text), "output_attribute", "not_a_field",
-     "upstream.output_attribute", "the modeling code reads {output_class}.{attribute}, which that output "
-     "class does not define, whatever the inputs"),
-    (lambda text, spec: probe_config_unset(text, lambda: _raw_config(spec)), "config_unset", "unset_in_default",
-     "upstream.config_unset", "the modeling code needs `{attribute}`, which the unshrunk config leaves unset "
-     "({unset_at}) and the harness kept so: the default cannot run it, whatever the inputs"),
-    (lambda text, spec: probe_config_overflow(text, lambda: _raw_config(spec)), "config_overflow", "beyond_range_in_default",
-     "upstream.config_overflow", "the modeling code converts {fields} of the unshrunk config, beyond the range "
-     "of {dtype}, to that type: the default cannot run it, whatever the inputs"),
-    (lambda text, spec: probe_module_attribute(text, lambda: _default_meta_model(spec)), "module_attribute", "missing_in_default",
-     "upstream.module_attribute", "the forward reads {module_class}.{attribute}, which none of the "
-     "{instances} {module_class} modules the unshrunk config builds has: the default cannot run it, "
-     "whatever the inputs"),
+    (
+        lambda text, spec: probe_config_attribute(text),
+        "config_attribute",
+        "missing_in_default",
+        "upstream.config_attribute",
+        "the modeling code reads {config_class}.{attribute}, which the config "
+        "class does not define even with its own defaults",
+    ),
+    (
+        lambda text, spec: probe_output_attribute(text),
+        "output_attribute",
+        "not_a_field",
+        "upstream.output_attribute",
+        "the modeling code reads {output_class}.{attribute}, which that output "
+        "class does not define, whatever the inputs",
+    ),
+    (
+        lambda text, spec: probe_config_unset(text, lambda: _raw_config(spec)),
+        "config_unset",
+        "unset_in_default",
+        "upstream.config_unset",
+        "the modeling code needs `{attribute}`, which the unshrunk config leaves unset "
+        "({unset_at}) and the harness kept so: the default cannot run it, whatever the inputs",
+    ),
+    (
+        lambda text, spec: probe_config_overflow(text, lambda: _raw_config(spec)),
+        "config_overflow",
+        "beyond_range_in_default",
+        "upstream.config_overflow",
+        "the modeling code converts {fields} of the unshrunk config, beyond the range "
+        "of {dtype}, to that type: the default cannot run it, whatever the inputs",
+    ),
+    (
+        lambda text, spec: probe_module_attribute(text, lambda: _default_meta_model(spec)),
+        "module_attribute",
+        "missing_in_default",
+        "upstream.module_attribute",
+        "the forward reads {module_class}.{attribute}, which none of the "
+        "{instances} {module_class} modules the unshrunk config builds has: the default cannot run it, "
+        "whatever the inputs",
+    ),
 )
 
 
@@ -178,7 +235,9 @@ def _default_meta_model(spec: ModelSpec) -> Any:
             return cls(config_for(cls, _raw_config(spec)))
 
 
-def _message_probes(text: str, spec: ModelSpec, evidence: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def _message_probes(
+    text: str, spec: ModelSpec, evidence: dict[str, Any]
+) -> tuple[str, dict[str, Any]] | None:
     """The `_ATTRIBUTE_PROBES` in order: the first decisive one's upstream verdict, else None (what
     each found is added to `evidence`)."""
     for probe, key, decisive, rule, why in _ATTRIBUTE_PROBES:
@@ -191,18 +250,26 @@ def _message_probes(text: str, spec: ModelSpec, evidence: dict[str, Any]) -> tup
 
 
 @phase("blame")  # upstream/environment probes (contracts.timing)
-def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed: int = 0) -> tuple[str, dict[str, Any]]:
+def judge_reference_failure(
+    spec: ModelSpec, stage: str, row: StageResult, seed: int = 0
+) -> tuple[str, dict[str, Any]]:
     """environment / upstream / harness for a stage that failed on the reference backend."""
     evidence: dict[str, Any] = {}
     package = missing_package(f"{row.reason} {row.message}")
     if package:
         return Blame.ENVIRONMENT.value, {"rule": "missing_package", "package": package}
     if row.status not in (Status.ERROR, Status.FAIL) or stage not in ("load", "forward", "backward"):
-        return Blame.HARNESS.value, {"rule": "default", "why": f"{row.status.value} on the reference in {stage}"}
+        return Blame.HARNESS.value, {
+            "rule": "default",
+            "why": f"{row.status.value} on the reference in {stage}",
+        }
     said = harness_message(f"{row.reason} {row.message}")
     if said:
-        return Blame.HARNESS.value, {"rule": "harness_message", "pattern": said,
-                                     "why": "the model was not given inputs it can take: the harness chose them"}
+        return Blame.HARNESS.value, {
+            "rule": "harness_message",
+            "pattern": said,
+            "why": "the model was not given inputs it can take: the harness chose them",
+        }
     arch = spec.architecture or run_architecture(spec)
     build = probe_default_build(spec, arch)
     evidence["default_build"] = build
@@ -218,8 +285,10 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
         said_upstream = _message_probes(f"{row.reason} {row.message}", spec, evidence)
         if said_upstream:
             return said_upstream
-        evidence["why"] = (f"the unshrunk config does not build its class, so {stage} cannot be probed; the "
-                           "harness' shrunk model did build")
+        evidence["why"] = (
+            f"the unshrunk config does not build its class, so {stage} cannot be probed; the "
+            "harness' shrunk model did build"
+        )
         return Blame.HARNESS.value, {"rule": "default", **evidence}
     said_upstream = _message_probes(f"{row.reason} {row.message}", spec, evidence)
     if said_upstream:
@@ -232,9 +301,11 @@ def judge_reference_failure(spec: ModelSpec, stage: str, row: StageResult, seed:
         return Blame.HARNESS.value, {"rule": "default", **evidence}
     if fake.get("status") != "pass" and same_way(row, fake) and fake.get("layer_width"):
         lw = fake["layer_width"]
-        evidence["why"] = (f"the unshrunk model fails {stage} the same way under FakeTensorMode, inside the "
-                           f"model: layer {lw['layer']} takes {lw['weights_take']} but the layer before gives "
-                           f"{lw['input_has']}, whatever the inputs")
+        evidence["why"] = (
+            f"the unshrunk model fails {stage} the same way under FakeTensorMode, inside the "
+            f"model: layer {lw['layer']} takes {lw['weights_take']} but the layer before gives "
+            f"{lw['input_has']}, whatever the inputs"
+        )
         return Blame.UPSTREAM.value, {"rule": "upstream.layer_width", **evidence}
     if fake.get("status") != "pass" and same_way(row, fake):
         evidence["why"] = f"the unshrunk model fails {stage} the same way under FakeTensorMode"
@@ -296,6 +367,7 @@ def _importable(module: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------- the probes
+
 
 def _raw_config(spec: ModelSpec):
     """The spec's config as transformers builds it: unshrunk, none of the harness' changes."""
@@ -378,12 +450,20 @@ def probe_fake(spec: ModelSpec, arch: str, stage: str, seed: int = 0) -> dict[st
                     return {"status": "pass", "step": step}
                 step = "backward"
                 if not float_tensors(out):  # integer codes only (check._backward)
-                    return {"status": "skipped", "step": step, "reason": "integer outputs only: nothing to differentiate"}
+                    return {
+                        "status": "skipped",
+                        "step": step,
+                        "reason": "integer outputs only: nothing to differentiate",
+                    }
                 loss = getattr(out, "loss", None)
                 if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
                     parts = [t.float().pow(2).mean() for t in float_tensors(out) if t.requires_grad]
                     if not parts:
-                        return {"status": "skipped", "step": step, "reason": "no output depends on a trainable parameter"}
+                        return {
+                            "status": "skipped",
+                            "step": step,
+                            "reason": "no output depends on a trainable parameter",
+                        }
                     loss = torch.stack(parts).sum()
                 loss.float().sum().backward()
                 if not any(p.grad is not None for p in model.parameters() if p.requires_grad):
@@ -397,8 +477,12 @@ def _layer_width_probe(model, kwargs: dict, stage: str, harness_made: list[str])
     """The unshrunk model's forward on the harness' inputs counts only for what they cannot cause:
     a layer inside the model whose weights disagree with the width the layer before gave it
     (harness/blame/layers.py). Anything else is `not_run` (no independent probe)."""
-    not_run = {"status": "not_run", "step": "inputs", "harness_inputs": harness_made,
-               "why": "inputs made by the harness' recipes or synthesizer, not the model's processor"}
+    not_run = {
+        "status": "not_run",
+        "step": "inputs",
+        "harness_inputs": harness_made,
+        "why": "inputs made by the harness' recipes or synthesizer, not the model's processor",
+    }
     if stage not in ("forward", "backward"):
         return not_run
     if stage == "backward":

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from importlib import resources
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -89,7 +90,9 @@ def builtin_rule(tier: str, row: dict[str, Any], backend: str | None) -> tuple[s
         evidence = {"rule": f"builtin_reference.{tier}", "why": e.get("why", "")}
         if blame == Blame.BACKEND.value and is_reference(backend):
             blame = Blame.HARNESS.value
-            evidence["why"] = "on the reference backend itself: the CPU disagreeing with itself is the harness' doing"
+            evidence["why"] = (
+                "on the reference backend itself: the CPU disagreeing with itself is the harness' doing"
+            )
         return blame, evidence
     return "", {}
 
@@ -124,9 +127,13 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
 _UNFINISHED = (Status.TIMEOUT.value, Status.CRASH.value, Status.OOM.value)
 
 
-def by_reference(stage: str, ref: dict[str, Any] | None, reference: str,
-                 device_status: str | None = None,
-                 timing: tuple[float, float] | None = None) -> tuple[str, dict[str, Any]]:
+def by_reference(
+    stage: str,
+    ref: dict[str, Any] | None,
+    reference: str,
+    device_status: str | None = None,
+    timing: tuple[float, float] | None = None,
+) -> tuple[str, dict[str, Any]]:
     """Blame of a device row from the same stage of the same case on the reference backend.
 
     A device-only stage (on_device) that failed is the device's, unless it did not finish
@@ -144,17 +151,27 @@ def by_reference(stage: str, ref: dict[str, Any] | None, reference: str,
         return Blame.HARNESS.value, evidence
     evidence["reference"] = _summary(ref)
     if ref.get("status") == PASS:
-        if device_status == Status.TIMEOUT.value and timing and timing[1] > 0 \
-                and timing[0] >= float(rules()["timeout_margin"]) * timing[1]:
-            evidence.update(reference_seconds=round(timing[0], 1), limit_seconds=round(timing[1], 1),
-                            why=f"the reference needed {timing[0]:.0f} s of the {timing[1]:.0f} s limit: too tight "
-                                "a limit to tell a slow device from a hung one")
+        if (
+            device_status == Status.TIMEOUT.value
+            and timing
+            and timing[1] > 0
+            and timing[0] >= float(rules()["timeout_margin"]) * timing[1]
+        ):
+            evidence.update(
+                reference_seconds=round(timing[0], 1),
+                limit_seconds=round(timing[1], 1),
+                why=f"the reference needed {timing[0]:.0f} s of the {timing[1]:.0f} s limit: too tight "
+                "a limit to tell a slow device from a hung one",
+            )
             return Blame.HARNESS.value, evidence
         evidence["why"] = "the reference passes this stage"
         return Blame.BACKEND.value, evidence
     if ref.get("status") not in FAILING_VALUES and not blocked_by(ref):
-        evidence["why"] = ("the reference finished where the device did not" if device_status in _UNFINISHED
-                           else "the reference does not fail this stage (it is not applicable there)")
+        evidence["why"] = (
+            "the reference finished where the device did not"
+            if device_status in _UNFINISHED
+            else "the reference does not fail this stage (it is not applicable there)"
+        )
         return Blame.BACKEND.value, evidence
     if ref.get("blame"):
         evidence["why"] = "the reference fails this stage too"
@@ -165,16 +182,27 @@ def by_reference(stage: str, ref: dict[str, Any] | None, reference: str,
     return Blame.HARNESS.value, evidence
 
 
-def complete_stages(stages: list[dict[str, Any]], *, tier: str, backend: str | None,
-                    died: bool = False, reference: CaseOutcome | None = None,
-                    reference_note: str = "", timing: tuple[float, float] | None = None) -> list[dict[str, Any]]:
+def complete_stages(
+    stages: list[dict[str, Any]],
+    *,
+    tier: str,
+    backend: str | None,
+    died: bool = False,
+    reference: CaseOutcome | None = None,
+    reference_note: str = "",
+    timing: tuple[float, float] | None = None,
+) -> list[dict[str, Any]]:
     """Fill `blame`/`blame_evidence` of stage dicts that lack one, in stage order (in place).
 
     Passing rows are cleared. Rows judged in the worker (harness.blame.probe) are kept."""
     ref_rows = {s["stage"]: s for s in (reference.stages if reference else [])}
     if reference is not None:
-        complete_stages(reference.stages, tier=tier, backend=reference_backend(),
-                        died=bool((reference.worker or {}).get("died")))
+        complete_stages(
+            reference.stages,
+            tier=tier,
+            backend=reference_backend(),
+            died=bool((reference.worker or {}).get("died")),
+        )
     done: dict[str, dict[str, Any]] = {}
     for row in stages:
         stage = row.get("stage", "")
@@ -184,15 +212,24 @@ def complete_stages(stages: list[dict[str, Any]], *, tier: str, backend: str | N
             continue
         if row.get("blame"):
             continue
-        blame, evidence = _judge_row(row, tier, backend, died, done, ref_rows, reference is not None,
-                                     reference_note, timing)
+        blame, evidence = _judge_row(
+            row, tier, backend, died, done, ref_rows, reference is not None, reference_note, timing
+        )
         row["blame"], row["blame_evidence"] = blame, evidence
     return stages
 
 
-def _judge_row(row: dict[str, Any], tier: str, backend: str | None, died: bool, done: dict[str, dict[str, Any]],
-               ref_rows: dict[str, dict[str, Any]], have_reference: bool, note: str,
-               timing: tuple[float, float] | None = None) -> tuple[str, dict[str, Any]]:
+def _judge_row(
+    row: dict[str, Any],
+    tier: str,
+    backend: str | None,
+    died: bool,
+    done: dict[str, dict[str, Any]],
+    ref_rows: dict[str, dict[str, Any]],
+    have_reference: bool,
+    note: str,
+    timing: tuple[float, float] | None = None,
+) -> tuple[str, dict[str, Any]]:
     stage = row.get("stage", "")
     if is_neutral(row):
         return "", {}
@@ -221,15 +258,25 @@ def _judge_row(row: dict[str, Any], tier: str, backend: str | None, died: bool, 
     return Blame.HARNESS.value, {"rule": "default", "why": note or "no rule pins this failure on anyone else"}
 
 
-def complete_outcome(outcome: CaseOutcome, backend: str | None, reference: CaseOutcome | None = None,
-                     reference_note: str = "") -> CaseOutcome:
+def complete_outcome(
+    outcome: CaseOutcome, backend: str | None, reference: CaseOutcome | None = None, reference_note: str = ""
+) -> CaseOutcome:
     """Blame every stage of a case's outcome that does not pass (in place; returns it)."""
     timing = None
     if reference is not None and (outcome.worker or {}).get("died") == "worker_timeout":
-        timing = (float(reference.seconds or 0.0), float(outcome.seconds or 0.0))  # a timed-out case's seconds: its limit
-    complete_stages(outcome.stages, tier=outcome.tier, backend=backend,
-                    died=bool((outcome.worker or {}).get("died")), reference=reference,
-                    reference_note=reference_note, timing=timing)
+        timing = (
+            float(reference.seconds or 0.0),
+            float(outcome.seconds or 0.0),
+        )  # a timed-out case's seconds: its limit
+    complete_stages(
+        outcome.stages,
+        tier=outcome.tier,
+        backend=backend,
+        died=bool((outcome.worker or {}).get("died")),
+        reference=reference,
+        reference_note=reference_note,
+        timing=timing,
+    )
     return outcome
 
 
@@ -241,8 +288,12 @@ def needs_reference(outcome: CaseOutcome, backend: str | None) -> bool:
     if (outcome.worker or {}).get("died"):
         return True
     for row in outcome.stages:
-        if row.get("status") in FAILING_VALUES and not row.get("blame") \
-                and builtin_rule(outcome.tier, row, backend) is None and harness_reason(row) is None:
+        if (
+            row.get("status") in FAILING_VALUES
+            and not row.get("blame")
+            and builtin_rule(outcome.tier, row, backend) is None
+            and harness_reason(row) is None
+        ):
             return True
     return False
 

@@ -40,9 +40,9 @@ from torch.utils._pytree import tree_leaves
 
 from contracts.status import Status
 from harness.blame import rules as rules_mod
-from harness.stages.compile import worst_compared
-from harness.stages.compare import named_float_tensors
 from harness.build.quiet import quiet_transformers
+from harness.stages.compare import named_float_tensors
+from harness.stages.compile import worst_compared
 from harness.stages.step import NoLoss, parameter_grads, train_mode, training_loss
 
 _aten = torch.ops.aten
@@ -79,7 +79,7 @@ def _settings() -> dict[str, Any]:
 
 def _threshold(settings: dict[str, Any]) -> float:
     """The relative gap below which a choice is a near-tie (default: one bf16 step, 2^-8)."""
-    return float(settings.get("relative_margin", 2.0 ** -8))
+    return float(settings.get("relative_margin", 2.0**-8))
 
 
 def _rows(x: torch.Tensor, dim: int | None) -> torch.Tensor:
@@ -100,7 +100,7 @@ def margin(x: torch.Tensor, k: int, dim: int | None, largest: bool, kth: bool = 
     if n < 2 or k < 1 or (k >= n and not kth):
         return None
     ordered = rows.sort(dim=-1, descending=largest and not kth).values
-    pairs = [(k - 1, k)] if not kth else [(i, i + 1) for i in (k - 2, k - 1) if 0 <= i and i + 1 < n]
+    pairs = [(k - 1, k)] if not kth else [(i, i + 1) for i in (k - 2, k - 1) if i >= 0 and i + 1 < n]
     best: float | None = None
     for i, j in pairs:
         a, b = ordered[:, i], ordered[:, j]
@@ -168,8 +168,13 @@ class _Selections(TorchDispatchMode):
             return out
         indices = out[1]
         dim = _dim_of(name, args, kwargs)
-        keep = name == "topk" or bool(args[3] if name == "kthvalue" and len(args) > 3 else
-                                      args[2] if name in ("max", "min") and len(args) > 2 else kwargs.get("keepdim", False))
+        keep = name == "topk" or bool(
+            args[3]
+            if name == "kthvalue" and len(args) > 3
+            else args[2]
+            if name in ("max", "min") and len(args) > 2
+            else kwargs.get("keepdim", False)
+        )
         values = x.gather(dim, indices if keep else indices.unsqueeze(dim))
         return (values if keep else values.squeeze(dim)), indices
 
@@ -182,7 +187,11 @@ class _Selections(TorchDispatchMode):
             return func(*args, **kwargs)
         m, k, n = _call_margin(name, args, kwargs)
         near = m is not None and m <= self.threshold
-        out = self._nudged_choice(func, name, args, kwargs) if near and self.nudge > 0 else func(*args, **kwargs)
+        out = (
+            self._nudged_choice(func, name, args, kwargs)
+            if near and self.nudge > 0
+            else func(*args, **kwargs)
+        )
         indices = out if name in ("argmax", "argmin") else out[1]
         if near and isinstance(indices, torch.Tensor) and len(self.pending) < _MAX_PENDING:
             self.pending[id(indices)] = (indices, Selection(name, m, k, n, _model_line()))
@@ -199,13 +208,14 @@ def _model_line() -> str:
         name = frame.f_code.co_filename
         at = name.find(_MODEL_CODE)
         if at >= 0:
-            return f"{name[at + 1:]}:{frame.f_lineno}"
+            return f"{name[at + 1 :]}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
 
 
-def _step(cpu_model: torch.nn.Module, cpu_kwargs: dict, seed: int, train: bool,
-          spy: _Selections) -> dict[str, torch.Tensor]:
+def _step(
+    cpu_model: torch.nn.Module, cpu_kwargs: dict, seed: int, train: bool, spy: _Selections
+) -> dict[str, torch.Tensor]:
     """One step as the stages run it, on a copy of the CPU model: "output <name>", "loss" and
     "gradient of <parameter>" -> tensor (float64)."""
     model = copy.deepcopy(cpu_model)
@@ -223,7 +233,9 @@ def _step(cpu_model: torch.nn.Module, cpu_kwargs: dict, seed: int, train: bool,
             return values
         loss.backward()
     values["loss"] = loss.detach().to(torch.float64)
-    values.update({f"gradient of {n}": g.detach().to(torch.float64) for n, g in parameter_grads(model).items()})
+    values.update(
+        {f"gradient of {n}": g.detach().to(torch.float64) for n, g in parameter_grads(model).items()}
+    )
     return values
 
 
@@ -264,12 +276,22 @@ class NudgeFinding:
         larger than anything a flip does stays the device's)."""
         if self.shape_changed:
             return True
-        return (self.nudged_rmse > self.allowed_rmse and self.device_rmse > 0
-                and self.nudged_rmse >= share * self.device_rmse)
+        return (
+            self.nudged_rmse > self.allowed_rmse
+            and self.device_rmse > 0
+            and self.nudged_rmse >= share * self.device_rmse
+        )
 
 
-def nudged_difference(cpu_model: torch.nn.Module, cpu_kwargs: dict, seed: int, train: bool, tensor: str,
-                      device_rmse: float, allowed_rmse: float = 0.0) -> NudgeFinding | None:
+def nudged_difference(
+    cpu_model: torch.nn.Module,
+    cpu_kwargs: dict,
+    seed: int,
+    train: bool,
+    tensor: str,
+    device_rmse: float,
+    allowed_rmse: float = 0.0,
+) -> NudgeFinding | None:
     """The step as it is and with its near-tie choices made on nudged values; None when the
     model makes no near-tie choice (or the failed tensor is not among the step's)."""
     settings = _settings()
@@ -292,7 +314,11 @@ def selection_ties_evidence(run: Any, stage: str) -> dict[str, Any] | None:
     makes no near-tie choice the failure could hinge on (or the probe cannot run)."""
     settings = _settings()
     row = run.result.stages.get(stage)
-    if row is None or stage not in settings.get("stages", ("compile", "numerics")) or row.status != Status.FAIL:
+    if (
+        row is None
+        or stage not in settings.get("stages", ("compile", "numerics"))
+        or row.status != Status.FAIL
+    ):
         return None
     if run.cpu_model is None:
         return None
@@ -300,7 +326,9 @@ def selection_ties_evidence(run: Any, stage: str) -> dict[str, Any] | None:
     tensor, device_rmse, allowed_rmse = _failed_tensor(stage, metrics)
     train = metrics.get("mode", "train") == "train"
     try:
-        finding = nudged_difference(run.cpu_model, run.cpu_kwargs, run.seed, train, tensor, device_rmse, allowed_rmse)
+        finding = nudged_difference(
+            run.cpu_model, run.cpu_kwargs, run.seed, train, tensor, device_rmse, allowed_rmse
+        )
     except Exception:  # noqa: BLE001 - a probe that cannot run says nothing
         return None
     if finding is None:
@@ -309,14 +337,23 @@ def selection_ties_evidence(run: Any, stage: str) -> dict[str, Any] | None:
     first = finding.selections[0]
     reproduces = finding.reproduces(share)
     return {
-        "selections": [c.to_dict() for c in finding.selections[:3]], "tensor": tensor,
-        "nudged_rmse": finding.nudged_rmse, "device_rmse": device_rmse, "allowed_rmse": allowed_rmse,
-        "shape_changed": finding.shape_changed, "flips_reproduce": reproduces,
+        "selections": [c.to_dict() for c in finding.selections[:3]],
+        "tensor": tensor,
+        "nudged_rmse": finding.nudged_rmse,
+        "device_rmse": device_rmse,
+        "allowed_rmse": allowed_rmse,
+        "shape_changed": finding.shape_changed,
+        "flips_reproduce": reproduces,
         "relative_margin": _threshold(settings),
-        "note": (f"the model's answer hinges on a choice among near-ties ({first.op} at "
-                 f"{first.where or 'an unknown line'}, margin {first.margin:.3g}); nudging those choices' inputs by one "
-                 f"rounding step moves {tensor} by rmse {finding.nudged_rmse:.3g} on the CPU (the device: "
-                 f"{device_rmse:.3g}, allowed {allowed_rmse:.3g})"
-                 + (": a flip alone fails this comparison, so check whether the device's failure is one"
-                    if reproduces else ": the flips alone do not explain the failure")),
+        "note": (
+            f"the model's answer hinges on a choice among near-ties ({first.op} at "
+            f"{first.where or 'an unknown line'}, margin {first.margin:.3g}); nudging those choices' inputs by one "
+            f"rounding step moves {tensor} by rmse {finding.nudged_rmse:.3g} on the CPU (the device: "
+            f"{device_rmse:.3g}, allowed {allowed_rmse:.3g})"
+            + (
+                ": a flip alone fails this comparison, so check whether the device's failure is one"
+                if reproduces
+                else ": the flips alone do not explain the failure"
+            )
+        ),
     }

@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = sub.add_parser("update", help="make RUN the baseline")
     up.add_argument("run", metavar="RUN", help="run directory (or a nightly dir with one subdir per tier)")
-    up.add_argument("--dir", metavar="DIR", help="baseline directory (default: $HARNESS_BASELINE_DIR, else ./baseline)")
+    up.add_argument(
+        "--dir", metavar="DIR", help="baseline directory (default: $HARNESS_BASELINE_DIR, else ./baseline)"
+    )
     up.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -30,8 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     clear.add_argument("--shared", action="store_true", help="also empty the shared cache")
     clear.add_argument("--json", action="store_true", help="print one JSON object")
     warm = sub.add_parser("warm", help="run a model's compile stage once so its graphs are cached")
-    warm.add_argument("model", metavar="MODEL", help="a model type (e.g. bert), a config.json path, or a Hub id with --snapshot")
-    warm.add_argument("--architecture", default="", help="transformers class to build (default: the base model)")
+    warm.add_argument(
+        "model",
+        metavar="MODEL",
+        help="a model type (e.g. bert), a config.json path, or a Hub id with --snapshot",
+    )
+    warm.add_argument(
+        "--architecture", default="", help="transformers class to build (default: the base model)"
+    )
     warm.add_argument("--snapshot", help="snapshot JSONL/Parquet dump to resolve a Hub id")
     warm.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -53,7 +59,9 @@ def _print_stats(stats: dict[str, Any]) -> None:
     elif "error" in shared:
         print(f"shared      {shared['location']}: unreadable ({shared['error']})")
     else:
-        print(f"shared      {shared['location']}: {shared['entries']} artifacts, {_human_bytes(shared['bytes'])}")
+        print(
+            f"shared      {shared['location']}: {shared['entries']} artifacts, {_human_bytes(shared['bytes'])}"
+        )
     c = stats["cumulative"]
     print(
         f"since clear {c['compiles']} compiles ({c['compile_seconds']:.2f} s), hits: memory {c['hits_memory']}, "
@@ -63,10 +71,9 @@ def _print_stats(stats: dict[str, Any]) -> None:
 
 
 def _warm(args: argparse.Namespace) -> dict[str, Any]:
-    from harness.stages.check import check_model
-    from harness.cli.check import resolve_target
-
     from backend.cache import get_cache
+    from harness.cli.check import resolve_target
+    from harness.stages.check import check_model
 
     spec = resolve_target(args.model, architecture=args.architecture, snapshot=args.snapshot)
     before = get_cache().counters.to_dict()

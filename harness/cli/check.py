@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from contracts.status import MODEL_STAGES, is_failing
 from contracts.records import ModelSpec
+from contracts.status import MODEL_STAGES, is_failing
 
 HELP = "Check one model (Hub id, model type or config.json) on a backend, stage by stage."
 
@@ -28,12 +28,27 @@ class TargetError(LookupError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = __doc__.split("Examples:", 1)[1]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("model", metavar="MODEL", help="a Hub id (from --store/--snapshot), a model type, or a config.json path")
-    parser.add_argument("--backend", default="neuron", help="neuron | cpu | cuda | MODULE:DEVICE (default neuron)")
-    parser.add_argument("--stages", nargs="+", choices=MODEL_STAGES, metavar="STAGE",
-                        help=f"stages to run (prerequisites, and the eager stages compile compares with, are added): "
-                             f"{' '.join(MODEL_STAGES)}")
-    parser.add_argument("--architecture", default="", help="transformers class to build (default: the record's, else the base model)")
+    parser.add_argument(
+        "model",
+        metavar="MODEL",
+        help="a Hub id (from --store/--snapshot), a model type, or a config.json path",
+    )
+    parser.add_argument(
+        "--backend", default="neuron", help="neuron | cpu | cuda | MODULE:DEVICE (default neuron)"
+    )
+    parser.add_argument(
+        "--stages",
+        nargs="+",
+        choices=MODEL_STAGES,
+        metavar="STAGE",
+        help=f"stages to run (prerequisites, and the eager stages compile compares with, are added): "
+        f"{' '.join(MODEL_STAGES)}",
+    )
+    parser.add_argument(
+        "--architecture",
+        default="",
+        help="transformers class to build (default: the record's, else the base model)",
+    )
     parser.add_argument("--store", help="crawl store directory or Parquet file to resolve a Hub id")
     parser.add_argument("--snapshot", help="snapshot JSONL/Parquet dump to resolve a Hub id")
     parser.add_argument("--seed", type=int, default=0)
@@ -46,8 +61,9 @@ def _from_record(rec, architecture: str) -> ModelSpec:
     return rec.to_spec(architecture)
 
 
-def resolve_target(target: str, *, architecture: str = "", store: str | None = None,
-                   snapshot: str | None = None) -> ModelSpec:
+def resolve_target(
+    target: str, *, architecture: str = "", store: str | None = None, snapshot: str | None = None
+) -> ModelSpec:
     """MODEL -> ModelSpec. Order: an existing .json file, a crawl store / snapshot id, a model type."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -60,8 +76,13 @@ def resolve_target(target: str, *, architecture: str = "", store: str | None = N
         if not isinstance(config, dict) or not config.get("model_type"):
             raise TargetError(f"{target}: a config.json needs a model_type")
         archs = config.get("architectures") or []
-        return ModelSpec(model_id=str(path), model_type=config["model_type"],
-                         architecture=architecture or (archs[0] if archs else ""), config=config, source="file")
+        return ModelSpec(
+            model_id=str(path),
+            model_type=config["model_type"],
+            architecture=architecture or (archs[0] if archs else ""),
+            config=config,
+            source="file",
+        )
     if store:
         from agents.store import read_store
 
@@ -77,8 +98,10 @@ def resolve_target(target: str, *, architecture: str = "", store: str | None = N
     if target in CONFIG_MAPPING_NAMES:
         return ModelSpec(model_id=target, model_type=target, architecture=architecture, source="catalog")
     where = " or ".join(x for x in (store and f"store {store}", snapshot and f"snapshot {snapshot}") if x)
-    raise TargetError(f"{target!r} is not a config.json, a known model type{', nor in ' + where if where else ''}"
-                      f"{'' if where else ' (pass --store DIR or --snapshot PATH to look up Hub ids)'}")
+    raise TargetError(
+        f"{target!r} is not a config.json, a known model type{', nor in ' + where if where else ''}"
+        f"{'' if where else ' (pass --store DIR or --snapshot PATH to look up Hub ids)'}"
+    )
 
 
 def render_table(result) -> str:
@@ -89,17 +112,24 @@ def render_table(result) -> str:
             detail += f" [op {r.failing_op}]"
         rows.append((name, r.status.value, r.blame or "-", f"{r.seconds:.2f}", detail[:110]))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = [f"{result.model_id} on {result.backend}: {result.architecture or '?'} "
-             f"({result.parameters:,} parameters)"]
+    lines = [
+        f"{result.model_id} on {result.backend}: {result.architecture or '?'} "
+        f"({result.parameters:,} parameters)"
+    ]
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])
-    why = [(name, r.blame_evidence.get("why", "")) for name, r in result.stages.items()
-           if r.blame and r.blame_evidence.get("why")]
+    why = [
+        (name, r.blame_evidence.get("why", ""))
+        for name, r in result.stages.items()
+        if r.blame and r.blame_evidence.get("why")
+    ]
     for name, text in why:
         lines.append(f"blame {name}: {result.stages[name].blame}, {text}")
-    lines.append(f"fallbacks: {result.fallback_count} ({', '.join(result.fallback_ops) or 'none'}); "
-                 f"graphs: {result.graphs}; recompiles: {result.recompiles}; "
-                 f"peak device memory: {result.peak_memory_bytes if result.peak_memory_bytes is not None else 'n/a'}")
+    lines.append(
+        f"fallbacks: {result.fallback_count} ({', '.join(result.fallback_ops) or 'none'}); "
+        f"graphs: {result.graphs}; recompiles: {result.recompiles}; "
+        f"peak device memory: {result.peak_memory_bytes if result.peak_memory_bytes is not None else 'n/a'}"
+    )
     return "\n".join(lines)
 
 
@@ -107,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
     from harness.blame.probe import check_with_blame
 
     try:
-        spec = resolve_target(args.model, architecture=args.architecture, store=args.store, snapshot=args.snapshot)
+        spec = resolve_target(
+            args.model, architecture=args.architecture, store=args.store, snapshot=args.snapshot
+        )
     except (TargetError, FileNotFoundError) as exc:
         if args.json:
             print(json.dumps({"model_id": args.model, "error": str(exc)}))

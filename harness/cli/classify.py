@@ -10,9 +10,13 @@ HELP = "Classify every model of a crawl store by architectural traits (writes DI
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--in", dest="in_dir", required=True, metavar="DIR", help="crawl directory (models.parquet)")
+    p.add_argument(
+        "--in", dest="in_dir", required=True, metavar="DIR", help="crawl directory (models.parquet)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
-    p.add_argument("--no-llm", action="store_true", help="rules only, even when an LLM endpoint is configured")
+    p.add_argument(
+        "--no-llm", action="store_true", help="rules only, even when an LLM endpoint is configured"
+    )
 
 
 def llm_fill_or_none(directory, disabled: bool):

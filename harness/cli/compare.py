@@ -29,16 +29,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("run", metavar="RUN", help="run directory")
-    parser.add_argument("baseline", metavar="BASELINE", nargs="?",
-                        help="baseline directory (default: $HARNESS_BASELINE_DIR, else ./baseline)")
-    parser.add_argument("--expectations", metavar="YAML", help="known failures (default: the checked-in file)")
+    parser.add_argument(
+        "baseline",
+        metavar="BASELINE",
+        nargs="?",
+        help="baseline directory (default: $HARNESS_BASELINE_DIR, else ./baseline)",
+    )
+    parser.add_argument(
+        "--expectations", metavar="YAML", help="known failures (default: the checked-in file)"
+    )
     parser.add_argument("--flaky", metavar="YAML", help="flaky cases (default: the checked-in file)")
-    parser.add_argument("--time-threshold", type=float, metavar="REL",
-                        help="relative stage-time change to report (default from reports/data/metrics.yaml)")
+    parser.add_argument(
+        "--time-threshold",
+        type=float,
+        metavar="REL",
+        help="relative stage-time change to report (default from reports/data/metrics.yaml)",
+    )
     parser.add_argument("--strict", action="store_true", help="also fail on MISSING and IMPROVED cases")
-    parser.add_argument("--gate", choices=("backend", "all"), default="backend",
-                        help="which new failures fail the comparison: backend (default: blamed on the backend "
-                             "or not judged) or all (also the harness', upstream and environment ones)")
+    parser.add_argument(
+        "--gate",
+        choices=("backend", "all"),
+        default="backend",
+        help="which new failures fail the comparison: backend (default: blamed on the backend "
+        "or not judged) or all (also the harness', upstream and environment ones)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -48,7 +62,11 @@ def _print_text(result) -> None:
     counts = result.counts
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
     _print_gate(result)
-    for verdict, title in ((Verdict.IMPROVED, "improved"), (Verdict.MISSING, "missing"), (Verdict.FLAKY, "flaky")):
+    for verdict, title in (
+        (Verdict.IMPROVED, "improved"),
+        (Verdict.MISSING, "missing"),
+        (Verdict.FLAKY, "flaky"),
+    ):
         rows = result.of(verdict)
         if rows:
             print(f"\n{title} ({len(rows)}):")
@@ -72,15 +90,19 @@ def _print_gate(result) -> None:
     shown = gate.gated(result, result.gate)
     groups = [(f"new failures that gate (--gate {result.gate})", shown)]
     ids = {id(v) for v in shown}
-    for blame, title in (("harness", "new failures blamed on the harness (its own debt, not gated)"),
-                         ("upstream", "new failures blamed on upstream (transformers itself, not gated)"),
-                         ("environment", "new failures blamed on the environment (not gated)")):
+    for blame, title in (
+        ("harness", "new failures blamed on the harness (its own debt, not gated)"),
+        ("upstream", "new failures blamed on upstream (transformers itself, not gated)"),
+        ("environment", "new failures blamed on the environment (not gated)"),
+    ):
         groups.append((title, [v for v in gate.by_blame(result)[blame] if id(v) not in ids]))
     for title, rows in groups:
         if rows:
             print(f"\n{title} ({len(rows)}):")
             for v in rows[:50]:
-                print(f"  {v.verdict.value:8} {v.tier}/{v.case_id} [{v.stage}] [blame: {v.blame or 'none'}] {v.detail}")
+                print(
+                    f"  {v.verdict.value:8} {v.tier}/{v.case_id} [{v.stage}] [blame: {v.blame or 'none'}] {v.detail}"
+                )
             if len(rows) > 50:
                 print(f"  ... {len(rows) - 50} more (--json for all)")
 
@@ -92,9 +114,14 @@ def run(args: argparse.Namespace) -> int:
 
     base = baselines.baseline_dir(args.baseline)
     try:
-        result = compare_runs(args.run, base, expectations=load_expectations(args.expectations),
-                              flaky=load_flaky(args.flaky), time_threshold=args.time_threshold,
-                              gate=args.gate)
+        result = compare_runs(
+            args.run,
+            base,
+            expectations=load_expectations(args.expectations),
+            flaky=load_flaky(args.flaky),
+            time_threshold=args.time_threshold,
+            gate=args.gate,
+        )
     except (FileNotFoundError, ValueError) as exc:
         print(f"harness compare: {exc}", file=sys.stderr)
         return 2

@@ -11,16 +11,33 @@ HELP = "Discover models (Hub crawl, offline catalog, or snapshot dump) into a Pa
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", default="catalog", metavar="hub|catalog|snapshot:PATH",
-                   help="where models come from (default: catalog, the offline list of transformers architectures)")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (models.parquet, triage.parquet, crawl state)")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N models (hub: in total, resumed included)")
+    p.add_argument(
+        "--source",
+        default="catalog",
+        metavar="hub|catalog|snapshot:PATH",
+        help="where models come from (default: catalog, the offline list of transformers architectures)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output directory (models.parquet, triage.parquet, crawl state)",
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N models (hub: in total, resumed included)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
     hub = p.add_argument_group("hub source")
     hub.add_argument("--task", default=None, help="only models with this pipeline_tag (e.g. text-generation)")
     hub.add_argument("--library", default=None, help="only models with this library tag (e.g. transformers)")
     hub.add_argument("--workers", type=int, default=4, help="parallel config.json downloads (default 4)")
-    hub.add_argument("--fresh", action="store_true", help="ignore an earlier crawl state in DIR and start over")
+    hub.add_argument(
+        "--fresh", action="store_true", help="ignore an earlier crawl state in DIR and start over"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,8 +49,14 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 0:
         print("error: --limit must be >= 0", file=sys.stderr)
         return 2
-    bar = tqdm(total=args.limit, unit="model", desc=f"crawl {source.split(':')[0]}", file=sys.stderr,
-               disable=None, dynamic_ncols=True)
+    bar = tqdm(
+        total=args.limit,
+        unit="model",
+        desc=f"crawl {source.split(':')[0]}",
+        file=sys.stderr,
+        disable=None,
+        dynamic_ncols=True,
+    )
 
     def progress(rec) -> None:
         bar.update(1)
@@ -49,10 +72,13 @@ def run(args: argparse.Namespace) -> int:
             path = source.removeprefix("snapshot:")
             if not path:
                 raise CrawlError("--source snapshot:PATH needs a path")
-            summary = write_records(args.out, "snapshot", iter_snapshot(path), limit=args.limit, progress=progress)
+            summary = write_records(
+                args.out, "snapshot", iter_snapshot(path), limit=args.limit, progress=progress
+            )
         elif source == "hub":
-            opts = HubOptions(limit=args.limit, task=args.task, library=args.library, workers=args.workers,
-                              fresh=args.fresh)
+            opts = HubOptions(
+                limit=args.limit, task=args.task, library=args.library, workers=args.workers, fresh=args.fresh
+            )
             summary = crawl_hub(args.out, opts, progress=progress)
         else:
             raise CrawlError(f"unknown --source {source!r}: use hub, catalog or snapshot:PATH")

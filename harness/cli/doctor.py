@@ -33,8 +33,7 @@ _PACKAGES = ("torch", "transformers", "huggingface_hub")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--backend", default="neuron",
-                        help="neuron (default), cpu, cuda or MODULE:DEVICE")
+    parser.add_argument("--backend", default="neuron", help="neuron (default), cpu, cuda or MODULE:DEVICE")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
@@ -88,7 +87,9 @@ def _print_text(report: dict[str, Any]) -> None:
     print(f"  {'compile backend':<16} {b['compile_backend'] or 'none'}")
     table = b.get("lowering_table")
     if table:
-        text = table.get("error") or f"{table['version']} ({table['native_ops']} native ops, {table['source']})"
+        text = (
+            table.get("error") or f"{table['version']} ({table['native_ops']} native ops, {table['source']})"
+        )
         print(f"  {'lowering table':<16} {text}")
     for key, label in (("fallback_mode", "fallback mode"), ("precision", "precision")):
         if b.get(key) is not None:
@@ -102,8 +103,10 @@ def _print_text(report: dict[str, Any]) -> None:
         print(f"  {'native path':<16} {text}")
     if b.get("planted_faults"):
         names = b["planted_faults"]
-        print(f"  {'planted faults':<16} {len(names)} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
-              "the device is wrong on purpose (NEURON_FAULTS)")
+        print(
+            f"  {'planted faults':<16} {len(names)} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
+            "the device is wrong on purpose (NEURON_FAULTS)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -43,24 +43,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="registry_command", metavar="ACTION")
 
     p = sub.add_parser("regenerate", help="record the models' op calls and rebuild the registry")
-    p.add_argument("--models", metavar="FILE", help="ModelSpecs (JSON list, JSONL or YAML); default: the "
-                   "offline catalog's representatives")
-    p.add_argument("--out", metavar="PATH", help="registry Parquet to write (default: $HARNESS_REGISTRY or the bundled one)")
+    p.add_argument(
+        "--models",
+        metavar="FILE",
+        help="ModelSpecs (JSON list, JSONL or YAML); default: the offline catalog's representatives",
+    )
+    p.add_argument(
+        "--out",
+        metavar="PATH",
+        help="registry Parquet to write (default: $HARNESS_REGISTRY or the bundled one)",
+    )
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N")
-    p.add_argument("--seq", type=int, action="append", metavar="N",
-                   help="sequence length to record (repeatable; default: the model tiers' length, shrink_rules.yaml test_sequence_length)")
+    p.add_argument(
+        "--seq",
+        type=int,
+        action="append",
+        metavar="N",
+        help="sequence length to record (repeatable; default: the model tiers' length, shrink_rules.yaml test_sequence_length)",
+    )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N models")
-    p.add_argument("--backend", metavar="B", help="device the calls are recorded on, so the registry holds the op "
-                   "mix it receives (default: $HARNESS_BACKEND, else neuron); cpu records the CPU's")
-    p.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="local worker processes (default) or Ray actors, as `harness run`")
-    p.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to join (default: $RAY_ADDRESS or a local one)")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                   help="seconds per model before its worker is killed (default 300)")
-    p.add_argument("--memory-limit", type=_bytes, metavar="SIZE", help="RSS limit per worker, e.g. 8G (default as "
-                   "`harness run`)")
-    p.add_argument("--keep-run", action="store_true", help="keep the work directory OUT.run/ (journal, per-model "
-                   "registries, results.parquet); a stopped regenerate always keeps it and resumes from it")
+    p.add_argument(
+        "--backend",
+        metavar="B",
+        help="device the calls are recorded on, so the registry holds the op "
+        "mix it receives (default: $HARNESS_BACKEND, else neuron); cpu records the CPU's",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local worker processes (default) or Ray actors, as `harness run`",
+    )
+    p.add_argument(
+        "--ray-address", metavar="ADDR", help="Ray cluster to join (default: $RAY_ADDRESS or a local one)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds per model before its worker is killed (default 300)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        type=_bytes,
+        metavar="SIZE",
+        help="RSS limit per worker, e.g. 8G (default as `harness run`)",
+    )
+    p.add_argument(
+        "--keep-run",
+        action="store_true",
+        help="keep the work directory OUT.run/ (journal, per-model "
+        "registries, results.parquet); a stopped regenerate always keeps it and resumes from it",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -69,8 +104,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("pytorch-oplog",), default="pytorch-oplog")
     p.add_argument("--out", metavar="PATH", required=True)
     p.add_argument("--merge", action="store_true", help="merge into an existing registry at --out")
-    p.add_argument("--shape-budget", type=int, metavar="N", help="elements of a case's largest tensor before it "
-                   "is scaled down, as at run time ($HARNESS_REPLAY_MAX_NUMEL, default 262144)")
+    p.add_argument(
+        "--shape-budget",
+        type=int,
+        metavar="N",
+        help="elements of a case's largest tensor before it "
+        "is scaled down, as at run time ($HARNESS_REPLAY_MAX_NUMEL, default 262144)",
+    )
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("export", help="write a registry as an op log")
@@ -85,19 +125,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="neuron", help="device the tests run on by default (neuron)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("expectations", help="the unit tier's known failures (update from a run, or check a run)")
+    p = sub.add_parser(
+        "expectations", help="the unit tier's known failures (update from a run, or check a run)"
+    )
     p.add_argument("action", choices=("update", "check"))
     p.add_argument("rundir", metavar="RUNDIR")
     p.add_argument("--backend", default="neuron")
-    p.add_argument("--file", metavar="PATH", help="expectations file (default: $HARNESS_EXPECTATIONS, else reports/data/expectations.yaml)")
+    p.add_argument(
+        "--file",
+        metavar="PATH",
+        help="expectations file (default: $HARNESS_EXPECTATIONS, else reports/data/expectations.yaml)",
+    )
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("upstream-skips", help="the upstream tier's skip list (rewrite it from a run, or check a run)")
+    p = sub.add_parser(
+        "upstream-skips", help="the upstream tier's skip list (rewrite it from a run, or check a run)"
+    )
     p.add_argument("action", choices=("update", "check"))
-    p.add_argument("rundir", metavar="RUNDIR", help="a run of `harness run --tier upstream` (or a nightly dir)")
+    p.add_argument(
+        "rundir", metavar="RUNDIR", help="a run of `harness run --tier upstream` (or a nightly dir)"
+    )
     p.add_argument("--backend", default="neuron")
-    p.add_argument("--file", metavar="PATH", help="skip list (default: $HARNESS_UPSTREAM_SKIPS, else "
-                   "registry/data/upstream_skips/BACKEND.yaml)")
+    p.add_argument(
+        "--file",
+        metavar="PATH",
+        help="skip list (default: $HARNESS_UPSTREAM_SKIPS, else registry/data/upstream_skips/BACKEND.yaml)",
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -126,16 +179,28 @@ def _regenerate(args: argparse.Namespace) -> int:
     from contracts.settings import current
 
     backend = args.backend or current().backend
-    summary = regenerate(specs, out, workers=args.workers, source=source, backend=backend,
-                         seq_lengths=tuple(args.seq or SEQ_LENGTHS), timeout=args.timeout, executor=args.executor,
-                         ray_address=args.ray_address, memory_bytes=args.memory_limit,
-                         progress=not args.no_progress, keep_run=args.keep_run)
+    summary = regenerate(
+        specs,
+        out,
+        workers=args.workers,
+        source=source,
+        backend=backend,
+        seq_lengths=tuple(args.seq or SEQ_LENGTHS),
+        timeout=args.timeout,
+        executor=args.executor,
+        ray_address=args.ray_address,
+        memory_bytes=args.memory_limit,
+        progress=not args.no_progress,
+        keep_run=args.keep_run,
+    )
     d = summary["diff"]
-    text = (f"{summary['signatures']} signatures of {summary['ops']} ops from {summary['recorded_models']}/"
-            f"{summary['models']} models ({source}, recorded on {backend}) -> {out} in {summary['seconds']:.0f} s\n"
-            f"changed: +{d['signatures_added']} / -{d['signatures_removed']} signatures, "
-            f"ops added {d['ops_added'] or 'none'}, removed {d['ops_removed'] or 'none'}\n"
-            f"failed models: {len(summary['failed'])}")
+    text = (
+        f"{summary['signatures']} signatures of {summary['ops']} ops from {summary['recorded_models']}/"
+        f"{summary['models']} models ({source}, recorded on {backend}) -> {out} in {summary['seconds']:.0f} s\n"
+        f"changed: +{d['signatures_added']} / -{d['signatures_removed']} signatures, "
+        f"ops added {d['ops_added'] or 'none'}, removed {d['ops_removed'] or 'none'}\n"
+        f"failed models: {len(summary['failed'])}"
+    )
     _emit(args, summary, text)
     return 0
 
@@ -157,8 +222,10 @@ def _import(args: argparse.Namespace) -> int:
         registry = Registry.load(args.out).merge(registry)
     registry.save(args.out)
     summary = result.to_dict() | {"out": str(args.out)}
-    lines = [f"{result.lines} lines: {result.cases} cases ({sum(result.scaled.values())} scaled down to the shape "
-             f"budget of {result.shape_budget} elements), {len(result.unreplayable)} unreplayable -> {args.out}"]
+    lines = [
+        f"{result.lines} lines: {result.cases} cases ({sum(result.scaled.values())} scaled down to the shape "
+        f"budget of {result.shape_budget} elements), {len(result.unreplayable)} unreplayable -> {args.out}"
+    ]
     lines += [f"  line {u.line}: {u.op}: {u.reason}" for u in result.unreplayable]
     _emit(args, summary, "\n".join(lines))
     return 0
@@ -182,7 +249,11 @@ def _export_tests(args: argparse.Namespace) -> int:
 
     path = Path(args.registry) if args.registry else default_registry_path()
     summary = export_tests(Registry.load(path), args.dir, ops=args.op, backend=args.backend)
-    _emit(args, summary, f"{summary['cases']} cases of {summary['ops']} ops -> {len(summary['files'])} files in {args.dir}")
+    _emit(
+        args,
+        summary,
+        f"{summary['cases']} cases of {summary['ops']} ops -> {len(summary['files'])} files in {args.dir}",
+    )
     return 0 if summary["cases"] else 1
 
 
@@ -192,8 +263,10 @@ def _expectations(args: argparse.Namespace) -> int:
     try:
         if args.action == "update":
             summary = expectations.update_from_run(args.rundir, args.backend, args.file)
-            text = (f"{summary['expected_failures']} expected failures -> {summary['path']} "
-                    f"(+{len(summary['added'])} / -{len(summary['removed'])})")
+            text = (
+                f"{summary['expected_failures']} expected failures -> {summary['path']} "
+                f"(+{len(summary['added'])} / -{len(summary['removed'])})"
+            )
             _emit(args, summary, text)
             return 0
         summary = expectations.check_run(args.rundir, args.backend, args.file)
@@ -215,10 +288,12 @@ def _upstream_skips(args: argparse.Namespace) -> int:
     try:
         if args.action == "update":
             summary = skiplist.update_from_run(args.rundir, args.backend, args.file)
-            text = (f"{summary['skipped_groups']} skipped (op, dtype) groups, {summary['expected_failures']} expected "
-                    f"failures -> {summary['path']} (groups +{len(summary['groups_added'])} / "
-                    f"-{len(summary['groups_removed'])}, failures +{len(summary['failures_added'])} / "
-                    f"-{len(summary['failures_removed'])})")
+            text = (
+                f"{summary['skipped_groups']} skipped (op, dtype) groups, {summary['expected_failures']} expected "
+                f"failures -> {summary['path']} (groups +{len(summary['groups_added'])} / "
+                f"-{len(summary['groups_removed'])}, failures +{len(summary['failures_added'])} / "
+                f"-{len(summary['failures_removed'])})"
+            )
             _emit(args, summary, text)
             return 0
         summary = skiplist.check_run(args.rundir, args.backend, args.file)
@@ -229,19 +304,30 @@ def _upstream_skips(args: argparse.Namespace) -> int:
     if summary["new_failures_total"]:
         text += f"\nnew failures: {summary['new_failures_total']}"
     if summary["improved_total"] or summary["skips_changed_total"]:
-        text += (f"\nIMPROVED: {summary['improved_total']}, skip counts changed for {summary['skips_changed_total']} "
-                 f"(op, dtype) groups (update with: harness registry upstream-skips update {args.rundir} "
-                 f"--backend {args.backend})")
+        text += (
+            f"\nIMPROVED: {summary['improved_total']}, skip counts changed for {summary['skips_changed_total']} "
+            f"(op, dtype) groups (update with: harness registry upstream-skips update {args.rundir} "
+            f"--backend {args.backend})"
+        )
     _emit(args, summary, text)
     return 1 if summary["new_failures_total"] else 0
 
 
 def run(args: argparse.Namespace) -> int:
-    handlers = {"regenerate": _regenerate, "import": _import, "export": _export,
-                "export-tests": _export_tests, "expectations": _expectations, "upstream-skips": _upstream_skips}
+    handlers = {
+        "regenerate": _regenerate,
+        "import": _import,
+        "export": _export,
+        "export-tests": _export_tests,
+        "expectations": _expectations,
+        "upstream-skips": _upstream_skips,
+    }
     handler = handlers.get(args.registry_command or "")
     if handler is None:
-        print("usage: harness registry {regenerate,import,export,export-tests,expectations,upstream-skips} ... "
-              "(see --help)", file=sys.stderr)
+        print(
+            "usage: harness registry {regenerate,import,export,export-tests,expectations,upstream-skips} ... "
+            "(see --help)",
+            file=sys.stderr,
+        )
         return 2
     return handler(args)

@@ -6,8 +6,10 @@ import argparse
 import json
 import sys
 
-HELP = ("Write RUNDIR/report.html (static, opens offline), JUnit XML per tier and RUNDIR/failure_groups.json "
-        "from a run's Parquet tables.")
+HELP = (
+    "Write RUNDIR/report.html (static, opens offline), JUnit XML per tier and RUNDIR/failure_groups.json "
+    "from a run's Parquet tables."
+)
 
 EPILOG = """examples:
   harness report runs/2026-11-29                  # compares with $HARNESS_BASELINE_DIR or ./baseline if present
@@ -19,11 +21,19 @@ EPILOG = """examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("rundir", metavar="RUNDIR", help="run directory (or a nightly dir with one subdir per tier)")
-    parser.add_argument("--baseline", metavar="DIR", help="baseline to list new failures against "
-                        "(default: $HARNESS_BASELINE_DIR, else ./baseline, when it exists)")
+    parser.add_argument(
+        "rundir", metavar="RUNDIR", help="run directory (or a nightly dir with one subdir per tier)"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="baseline to list new failures against "
+        "(default: $HARNESS_BASELINE_DIR, else ./baseline, when it exists)",
+    )
     parser.add_argument("--no-baseline", action="store_true", help="do not compare with a baseline")
-    parser.add_argument("--history", type=int, default=10, metavar="N", help="runs in the trend plot (default 10)")
+    parser.add_argument(
+        "--history", type=int, default=10, metavar="N", help="runs in the trend plot (default 10)"
+    )
     parser.add_argument("--out", metavar="FILE", help="HTML path (default RUNDIR/report.html)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 

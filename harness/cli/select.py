@@ -10,11 +10,20 @@ HELP = "Choose representative models covering every trait value and interacting 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--in", dest="in_dir", required=True, metavar="DIR", help="crawl directory (models.parquet)")
+    p.add_argument(
+        "--in", dest="in_dir", required=True, metavar="DIR", help="crawl directory (models.parquet)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
-    p.add_argument("--coverage-target", type=float, default=None, metavar="F",
-                   help="also add the most-downloaded uncovered trait signatures until this download share (0..1)")
-    p.add_argument("--reclassify", action="store_true", help="recompute traits even when DIR/traits.parquet is current")
+    p.add_argument(
+        "--coverage-target",
+        type=float,
+        default=None,
+        metavar="F",
+        help="also add the most-downloaded uncovered trait signatures until this download share (0..1)",
+    )
+    p.add_argument(
+        "--reclassify", action="store_true", help="recompute traits even when DIR/traits.parquet is current"
+    )
     p.add_argument("--no-llm", action="store_true", help="rules only when (re)classifying")
 
 
@@ -40,12 +49,18 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
         return 0
     print_summary(summary)
-    print(f"representatives chosen  {len(selection.representatives)} covering {selection.covered}/{selection.universe} "
-          f"trait values and interacting pairs (greedy bound H({selection.max_set_size}) = {selection.greedy_bound:.2f})")
-    print(f"download-weighted coverage  {selection.download_weighted_coverage:.1%} of downloads "
-          f"({selection.model_coverage:.1%} of models) have a representative with their exact trait signature")
+    print(
+        f"representatives chosen  {len(selection.representatives)} covering {selection.covered}/{selection.universe} "
+        f"trait values and interacting pairs (greedy bound H({selection.max_set_size}) = {selection.greedy_bound:.2f})"
+    )
+    print(
+        f"download-weighted coverage  {selection.download_weighted_coverage:.1%} of downloads "
+        f"({selection.model_coverage:.1%} of models) have a representative with their exact trait signature"
+    )
     for r in selection.representatives[:15]:
-        print(f"  {r.id:<50} {r.downloads:>12,}  cluster {r.cluster_download_share:6.1%}  new {len(r.first_covered)}")
+        print(
+            f"  {r.id:<50} {r.downloads:>12,}  cluster {r.cluster_download_share:6.1%}  new {len(r.first_covered)}"
+        )
     if len(selection.representatives) > 15:
         print(f"  ... {len(selection.representatives) - 15} more in {path}")
     return 0
@@ -62,11 +77,18 @@ def _traits(args, classify_store, llm_fill_or_none):
 
     d = Path(args.in_dir)
     tpath, spath = d / TRAITS_FILE, d / "models.parquet"
-    if not args.reclassify and tpath.exists() and spath.exists() and tpath.stat().st_mtime >= spath.stat().st_mtime:
+    if (
+        not args.reclassify
+        and tpath.exists()
+        and spath.exists()
+        and tpath.stat().st_mtime >= spath.stat().st_mtime
+    ):
         store = read_store_frame(d)
         base = traits_frame(store.head(0), with_store_columns=True)  # the column layout, no work
         traits = pd.read_parquet(tpath)
-        rows = store.assign(architecture=[a[0] if a is not None and len(a) else "" for a in store["architectures"]])
+        rows = store.assign(
+            architecture=[a[0] if a is not None and len(a) else "" for a in store["architectures"]]
+        )
         keep = ["id"] + [c for c in base.columns if c not in TRAIT_NAMES and c != "id" and c in rows.columns]
         frame = traits[["id", *TRAIT_NAMES]].merge(rows[keep], on="id", how="left", validate="one_to_one")
         print(f"using {tpath} (newer than the store; --reclassify to redo)", file=sys.stderr)

@@ -11,8 +11,12 @@ HELP = "Print the architectural traits of one config.json"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", metavar="CONFIG.json", help="a transformers config.json")
-    p.add_argument("--level", default="file", choices=["file", "full", "partial", "arch_only"],
-                   help="how complete the file is (default: a whole config.json; partial = fields may be missing)")
+    p.add_argument(
+        "--level",
+        default="file",
+        choices=["file", "full", "partial", "arch_only"],
+        help="how complete the file is (default: a whole config.json; partial = fields may be missing)",
+    )
     p.add_argument("--json", action="store_true", help="print the record as one JSON object")
 
 

@@ -14,6 +14,6 @@ def chunk_cases(cases: list[Case], size: int) -> list[list[Case]]:
     chunks, i, n = [], 0, 1
     while i < len(cases):
         step = min(n, max(1, size))
-        chunks.append(cases[i: i + step])
+        chunks.append(cases[i : i + step])
         i, n = i + step, n * 2
     return chunks

@@ -15,9 +15,10 @@ the cases not yet run (and stops at the next regression).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -32,13 +33,19 @@ def baseline_results(path: str | Path, tier: str) -> pd.DataFrame:
     from reports.tables import read_results
 
     root = Path(path)
-    dirs = [root] if (root / "results.parquet").is_file() else sorted(
-        d for d in root.iterdir() if (d / "results.parquet").is_file()) if root.is_dir() else []
+    dirs = (
+        [root]
+        if (root / "results.parquet").is_file()
+        else sorted(d for d in root.iterdir() if (d / "results.parquet").is_file())
+        if root.is_dir()
+        else []
+    )
     frames = [df[df["tier"] == tier] for df in (read_results(d) for d in dirs)]
     frames = [f for f in frames if len(f)]
     if not frames:
-        raise ValueError(f"--maxfail/--exitfirst: the baseline {root} has no results of tier {tier!r} "
-                         "to compare with")
+        raise ValueError(
+            f"--maxfail/--exitfirst: the baseline {root} has no results of tier {tier!r} to compare with"
+        )
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
@@ -62,9 +69,17 @@ def gated_regressions(run: pd.DataFrame, baseline: pd.DataFrame, backend: str | 
     for r in run.to_dict("records"):
         v = hit.get((r["tier"], r["case_id"], r["stage"]))
         if v is not None:
-            out.append({"case_id": r["case_id"], "stage": r["stage"], "status": r["status"],
-                        "reason": _text(r.get("reason"))[:300], "failing_op": _text(r.get("failing_op")) or None,
-                        "verdict": v.verdict.value, "detail": v.detail[:300]})
+            out.append(
+                {
+                    "case_id": r["case_id"],
+                    "stage": r["stage"],
+                    "status": r["status"],
+                    "reason": _text(r.get("reason"))[:300],
+                    "failing_op": _text(r.get("failing_op")) or None,
+                    "verdict": v.verdict.value,
+                    "detail": v.detail[:300],
+                }
+            )
     return out
 
 
@@ -106,10 +121,17 @@ class StopAtRegressions:
         """Record the regressions among `outcomes`; True once the limit is reached."""
         suspects = [o for o in outcomes if _may_regress(o)]
         if suspects:
-            self.regressions.extend(gated_regressions(outcome_frame(suspects), self.baseline_rows, self.backend))
+            self.regressions.extend(
+                gated_regressions(outcome_frame(suspects), self.baseline_rows, self.backend)
+            )
         return self.reached
 
     def summary(self, not_run: int) -> dict[str, Any]:
         """The `stopped` entry of the run's summary (None-free, JSON-able)."""
-        return {"maxfail": self.maxfail, "baseline": self.baseline, "regressing_cases": self.cases,
-                "regressions": self.regressions, "not_run": not_run}
+        return {
+            "maxfail": self.maxfail,
+            "baseline": self.baseline,
+            "regressing_cases": self.cases,
+            "regressions": self.regressions,
+            "not_run": not_run,
+        }

@@ -13,8 +13,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 JOURNAL_FILE = "journal.jsonl"
 JOURNAL_VERSION = 1
@@ -97,7 +98,7 @@ class Journal:
             if not self._fh.closed:
                 self._fh.close()
 
-    def __enter__(self) -> "Journal":
+    def __enter__(self) -> Journal:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -22,10 +22,11 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from contracts.records import Case
 
@@ -35,8 +36,17 @@ PACKAGES = ("agents", "backend", "contracts", "harness", "registry", "reports")
 #: Libraries whose version can change what a tier lists.
 LIBRARIES = ("torch", "transformers", "huggingface_hub", "numpy", "pyarrow", "pandas", "safetensors")
 #: Variables that say where things are kept or how a run is shown, never what is listed.
-UNKEYED_ENV = frozenset({"HARNESS_CACHE_DIR", "HARNESS_BASELINE_DIR", "HARNESS_LISTING_CACHE", "NEURON_CACHE_DIR",
-                         "NEURON_SHARED_CACHE_DIR", "NEURON_CACHE_MAX_ENTRIES", "NEURON_CACHE_MAX_BYTES"})
+UNKEYED_ENV = frozenset(
+    {
+        "HARNESS_CACHE_DIR",
+        "HARNESS_BASELINE_DIR",
+        "HARNESS_LISTING_CACHE",
+        "NEURON_CACHE_DIR",
+        "NEURON_SHARED_CACHE_DIR",
+        "NEURON_CACHE_MAX_ENTRIES",
+        "NEURON_CACHE_MAX_BYTES",
+    }
+)
 KEEP_PER_TIER = 8  # older lists of a tier are removed when a new one is written
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,7 +74,7 @@ def _file_sha(path: Path) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def code_version() -> str:
     """sha256 over every file of the project's packages (per process: the code does not change under it)."""
     h = hashlib.sha256()
@@ -82,19 +92,31 @@ def _version(name: str) -> str | None:
 
 def cache_key(opts: Any) -> str:
     """The sha256 key of one tier listing (opts: harness.engine.runner.RunOptions)."""
-    env = {k: content_stamp(v) if v and os.path.isfile(v) else v for k, v in sorted(os.environ.items())
-           if k.startswith(("HARNESS_", "NEURON_")) and k not in UNKEYED_ENV}
-    key = {"format": FORMAT, "tier": opts.tier, "backend": opts.backend, "limit": opts.limit,
-           "shard": list(opts.shard) if opts.shard else None,
-           "options": {k: v for k, v in opts.tier_options.items() if k != "workers"},
-           "registry": content_stamp(opts.registry), "models": content_stamp(opts.models),
-           "code": code_version(), "python": sys.version, "libraries": {n: _version(n) for n in LIBRARIES},
-           "env": env}
+    env = {
+        k: content_stamp(v) if v and os.path.isfile(v) else v
+        for k, v in sorted(os.environ.items())
+        if k.startswith(("HARNESS_", "NEURON_")) and k not in UNKEYED_ENV
+    }
+    key = {
+        "format": FORMAT,
+        "tier": opts.tier,
+        "backend": opts.backend,
+        "limit": opts.limit,
+        "shard": list(opts.shard) if opts.shard else None,
+        "options": {k: v for k, v in opts.tier_options.items() if k != "workers"},
+        "registry": content_stamp(opts.registry),
+        "models": content_stamp(opts.models),
+        "code": code_version(),
+        "python": sys.version,
+        "libraries": {n: _version(n) for n in LIBRARIES},
+        "env": env,
+    }
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def cached_listing(opts: Any, cache_dir: Path | None, builtin: bool,
-                   list_fn: Callable[[], list[Case]]) -> tuple[list[Case], dict[str, Any]]:
+def cached_listing(
+    opts: Any, cache_dir: Path | None, builtin: bool, list_fn: Callable[[], list[Case]]
+) -> tuple[list[Case], dict[str, Any]]:
     """The tier's cases from the cache when its key matches, else from `list_fn` (then saved).
 
     Returns (cases, record): record["status"] is hit / miss / corrupt / off (plug-in tier or no
@@ -112,7 +134,10 @@ def cached_listing(opts: Any, cache_dir: Path | None, builtin: bool,
             return [Case(**c) for c in data["cases"]], {"status": "hit", "key": key}
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             record = {"status": "corrupt", "key": key, "error": f"{type(exc).__name__}: {exc}"[:300]}
-            print(f"warning: listing cache {path} is damaged ({record['error']}); listing again", file=sys.stderr)
+            print(
+                f"warning: listing cache {path} is damaged ({record['error']}); listing again",
+                file=sys.stderr,
+            )
     text = json.dumps({"format": FORMAT, "key": key, "cases": [asdict(c) for c in list_fn()]}, default=str)
     try:
         _save(path, text)
@@ -128,7 +153,10 @@ def _save(path: Path, text: str) -> None:
     tmp.write_text(text)
     os.replace(tmp, path)
     tier = path.name.rsplit("-", 1)[0]
-    older = sorted((p for p in path.parent.glob(f"{tier}-*.json") if p != path and p.name.rsplit("-", 1)[0] == tier),
-                   key=lambda p: p.stat().st_mtime, reverse=True)
-    for stale in older[KEEP_PER_TIER - 1:]:
+    older = sorted(
+        (p for p in path.parent.glob(f"{tier}-*.json") if p != path and p.name.rsplit("-", 1)[0] == tier),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for stale in older[KEEP_PER_TIER - 1 :]:
         stale.unlink(missing_ok=True)

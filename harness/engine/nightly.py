@@ -32,7 +32,11 @@ NIGHTLY_FILE = "nightly.json"
 
 
 def load_config(quick: bool, path: str | os.PathLike | None = None) -> dict[str, Any]:
-    text = Path(path).read_text() if path else resources.files("harness").joinpath("data/nightly.toml").read_text()
+    text = (
+        Path(path).read_text()
+        if path
+        else resources.files("harness").joinpath("data/nightly.toml").read_text()
+    )
     config = tomllib.loads(text)
     mode = "quick" if quick else "full"
     if mode not in config:
@@ -66,7 +70,7 @@ def _run_id(out: Path) -> str:
     marker = out / NIGHTLY_FILE
     if marker.exists():
         return json.loads(marker.read_text())["run_id"]
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     run_id = f"nightly-{stamp}-{uuid.uuid4().hex[:8]}"
     out.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"run_id": run_id}))
@@ -92,31 +96,53 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
     for name in config.get("tiers", ["unit", "representative", "full", "upstream"]):
         tcfg = config.get(name, {})
         if name == "representative" and selection.get("error"):
-            tiers[name] = {"tier": name, "error": f"selecting representatives from {opts.models} failed: "
-                                                  f"{selection['error']}"}
+            tiers[name] = {
+                "tier": name,
+                "error": f"selecting representatives from {opts.models} failed: {selection['error']}",
+            }
             continue
         try:
             tier = load_tier(name)
-            timeout, max_cases = resolve_limits(tier, opts.timeout or tcfg.get("timeout") or opts.limits.timeout,
-                                                opts.max_cases or tcfg.get("max_cases_per_worker")
-                                                or opts.limits.max_cases)
-            models = {"representative": opts.representatives, "full": opts.models}.get(name) or tcfg.get("models")
-            run_opts = RunOptions(tier=name, out=out / tier.name, backend=opts.backend, workers=opts.workers,
-                                  executor=opts.executor, ray_address=opts.ray_address,
-                                  registry=opts.registry or tcfg.get("registry"),  # model tiers: coverage order
-                                  models=models,
-                                  limit=tcfg.get("limit"), limits=replace(opts.limits, timeout=timeout, max_cases=max_cases),
-                                  shard=parse_shard(tcfg.get("shard")),
-                                  run_id=run_id, progress=opts.progress, order=opts.order,
-                                  baseline=opts.baseline, use_baseline=opts.use_baseline,
-                                  tier_options={k: tcfg[k] for k in ("ops", "dtypes") if k in tcfg},
-                                  meta={"nightly": "quick" if opts.quick else "full"})
+            timeout, max_cases = resolve_limits(
+                tier,
+                opts.timeout or tcfg.get("timeout") or opts.limits.timeout,
+                opts.max_cases or tcfg.get("max_cases_per_worker") or opts.limits.max_cases,
+            )
+            models = {"representative": opts.representatives, "full": opts.models}.get(name) or tcfg.get(
+                "models"
+            )
+            run_opts = RunOptions(
+                tier=name,
+                out=out / tier.name,
+                backend=opts.backend,
+                workers=opts.workers,
+                executor=opts.executor,
+                ray_address=opts.ray_address,
+                registry=opts.registry or tcfg.get("registry"),  # model tiers: coverage order
+                models=models,
+                limit=tcfg.get("limit"),
+                limits=replace(opts.limits, timeout=timeout, max_cases=max_cases),
+                shard=parse_shard(tcfg.get("shard")),
+                run_id=run_id,
+                progress=opts.progress,
+                order=opts.order,
+                baseline=opts.baseline,
+                use_baseline=opts.use_baseline,
+                tier_options={k: tcfg[k] for k in ("ops", "dtypes") if k in tcfg},
+                meta={"nightly": "quick" if opts.quick else "full"},
+            )
             tiers[tier.name] = run_tier(run_opts)
         except Exception as exc:  # noqa: BLE001 - one tier that cannot run must not lose the others
             tiers[name] = {"tier": name, "error": f"{type(exc).__name__}: {exc}"}
-    result: dict[str, Any] = {"run_id": run_id, "out": str(out), "mode": "quick" if opts.quick else "full",
-                              "backend": opts.backend, "tiers": tiers, "representatives": selection,
-                              "tier_errors": sorted(n for n, t in tiers.items() if "error" in t)}
+    result: dict[str, Any] = {
+        "run_id": run_id,
+        "out": str(out),
+        "mode": "quick" if opts.quick else "full",
+        "backend": opts.backend,
+        "tiers": tiers,
+        "representatives": selection,
+        "tier_errors": sorted(n for n, t in tiers.items() if "error" in t),
+    }
     t_report = time.monotonic()
     result.update(_report(out, opts))
     result["report_seconds"] = round(time.monotonic() - t_report, 3)
@@ -133,8 +159,11 @@ def _record_timings(out: Path, result: dict[str, Any]) -> None:
     them; the tiers' own stage times are in DIR/<tier>/run.json)."""
     marker = out / NIGHTLY_FILE
     data = json.loads(marker.read_text()) if marker.exists() else {}
-    data["timings"] = {"seconds": result["seconds"], "report_seconds": result["report_seconds"],
-                       "tiers": {n: t.get("wall_seconds") for n, t in result["tiers"].items()}}
+    data["timings"] = {
+        "seconds": result["seconds"],
+        "report_seconds": result["report_seconds"],
+        "tiers": {n: t.get("wall_seconds") for n, t in result["tiers"].items()},
+    }
     tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, marker)
@@ -148,7 +177,11 @@ def crawl_representatives(opts: NightlyOptions) -> dict[str, Any]:
         return {"source": "selection", "dir": str(opts.representatives)}
     crawl = Path(opts.models) if opts.models else None
     if crawl is None or not (crawl / "models.parquet").is_file():
-        note = "offline catalog" if crawl is None else f"offline catalog ({crawl} is not a crawl store directory)"
+        note = (
+            "offline catalog"
+            if crawl is None
+            else f"offline catalog ({crawl} is not a crawl store directory)"
+        )
         return {"source": note, "dir": None}
     from agents.select import REPRESENTATIVES_FILE
 
@@ -161,9 +194,14 @@ def crawl_representatives(opts: NightlyOptions) -> dict[str, Any]:
     frame, _ = classify_store(crawl, progress=opts.progress)
     selection = select(frame)
     write_selection(crawl, selection)
-    return {"source": "crawl", "dir": str(crawl), "selected": True,
-            "representatives": len(selection.representatives), "covered": selection.covered,
-            "universe": selection.universe}
+    return {
+        "source": "crawl",
+        "dir": str(crawl),
+        "selected": True,
+        "representatives": len(selection.representatives),
+        "covered": selection.covered,
+        "universe": selection.universe,
+    }
 
 
 def _report(out: Path, opts: NightlyOptions) -> dict[str, Any]:
@@ -174,7 +212,13 @@ def _report(out: Path, opts: NightlyOptions) -> dict[str, Any]:
         rep = build_report(out, opts.baseline, opts.use_baseline)
     except Exception as exc:  # noqa: BLE001 - results are on disk even if the report fails
         return {"report_html": None, "report_error": f"{type(exc).__name__}: {exc}", "new_failures": None}
-    return {"report_html": rep["report_html"], "junit": rep["junit"], "baseline": rep["baseline"],
-            "new_failures": rep["new_failures"], "failure_groups": rep.get("failure_groups"),
-            "gated_failures": rep.get("gated_failures"), "new_failures_by_blame": rep.get("new_failures_by_blame"),
-            "backend_failures": rep.get("backend_failures")}
+    return {
+        "report_html": rep["report_html"],
+        "junit": rep["junit"],
+        "baseline": rep["baseline"],
+        "new_failures": rep["new_failures"],
+        "failure_groups": rep.get("failure_groups"),
+        "gated_failures": rep.get("gated_failures"),
+        "new_failures_by_blame": rep.get("new_failures_by_blame"),
+        "backend_failures": rep.get("backend_failures"),
+    }

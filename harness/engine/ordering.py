@@ -27,10 +27,11 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from contracts.records import Case
 from contracts.status import FAILING_VALUES
@@ -43,15 +44,23 @@ FINGERPRINT_KEY = "op_fingerprints"
 
 # ------------------------------------------------------------------------------- fingerprints
 
+
 def probe_fingerprints(backend: str, sys_path: list[str] | None = None) -> subprocess.Popen:
     """Start a child that prints the backend's op fingerprints as JSON (the runner itself never
     imports a device extension); `collect_fingerprints` reads its answer."""
-    code = ("import json, sys\n"
-            "sys.path[:0] = json.loads(sys.argv[2])\n"
-            "from harness.engine.ordering import fingerprints_of\n"
-            "print(json.dumps(fingerprints_of(sys.argv[1])))\n")
-    return subprocess.Popen([sys.executable, "-c", code, backend, json.dumps(sys_path or [])],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code = (
+        "import json, sys\n"
+        "sys.path[:0] = json.loads(sys.argv[2])\n"
+        "from harness.engine.ordering import fingerprints_of\n"
+        "print(json.dumps(fingerprints_of(sys.argv[1])))\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code, backend, json.dumps(sys_path or [])],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 _PROBED: dict[tuple, Any] = {}
@@ -59,7 +68,10 @@ _PROBED: dict[tuple, Any] = {}
 
 def _probe_key(backend: str) -> tuple:
     """What the fingerprints of one process's backend depend on besides the code: its variables."""
-    return (backend, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("NEURON_", "HARNESS_")))))
+    return (
+        backend,
+        tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("NEURON_", "HARNESS_")))),
+    )
 
 
 def start_probe(backend: str) -> tuple:
@@ -146,6 +158,7 @@ def op_keys(op: str) -> tuple[str, ...]:
 
 # ----------------------------------------------------------------------------------- baseline
 
+
 @dataclass
 class BaselineFacts:
     """What ordering needs from the baseline: failing cases and models, and its fingerprints."""
@@ -165,15 +178,21 @@ def load_baseline(path: str | Path | None) -> BaselineFacts | None:
     import pyarrow.parquet as pq
 
     root = Path(path)
-    dirs = [root] if (root / "results.parquet").is_file() else sorted(
-        d for d in root.iterdir() if (d / "results.parquet").is_file()) if root.is_dir() else []
+    dirs = (
+        [root]
+        if (root / "results.parquet").is_file()
+        else sorted(d for d in root.iterdir() if (d / "results.parquet").is_file())
+        if root.is_dir()
+        else []
+    )
     if not dirs:
         return None
     facts = BaselineFacts(path=str(root))
     try:
         for d in dirs:
-            res = pq.read_table(d / "results.parquet",
-                                columns=["tier", "case_id", "status", "model_ids", "extra"]).to_pylist()
+            res = pq.read_table(
+                d / "results.parquet", columns=["tier", "case_id", "status", "model_ids", "extra"]
+            ).to_pylist()
             for r in res:
                 extra = _json(r.get("extra"))
                 for m in r.get("model_ids") or []:
@@ -190,8 +209,11 @@ def load_baseline(path: str | Path | None) -> BaselineFacts | None:
                         facts.fingerprints = fp
                         break
     except Exception as exc:  # noqa: BLE001 - a damaged baseline must not fail the run
-        print(f"warning: baseline {root} cannot be read for ordering ({type(exc).__name__}: {exc}); "
-              "cases run in listing order", file=sys.stderr)
+        print(
+            f"warning: baseline {root} cannot be read for ordering ({type(exc).__name__}: {exc}); "
+            "cases run in listing order",
+            file=sys.stderr,
+        )
         return None
     return facts
 
@@ -208,6 +230,7 @@ def _json(text: Any) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------- op index
 
+
 @dataclass
 class OpIndex:
     """Which ops each model (and each model type) runs, from the shape registry's provenance."""
@@ -216,7 +239,7 @@ class OpIndex:
     by_type: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
-    def from_registry(cls, path: str | Path | None, model_types: dict[str, str] | None = None) -> "OpIndex":
+    def from_registry(cls, path: str | Path | None, model_types: dict[str, str] | None = None) -> OpIndex:
         import pyarrow.parquet as pq
 
         p = Path(path) if path else registry_path()
@@ -235,7 +258,9 @@ class OpIndex:
             mtype = (model_types or {}).get(m)
             if mtype:
                 by_type[mtype].update(ops)
-        return cls({m: frozenset(o) for m, o in by_model.items()}, {t: frozenset(o) for t, o in by_type.items()})
+        return cls(
+            {m: frozenset(o) for m, o in by_model.items()}, {t: frozenset(o) for t, o in by_type.items()}
+        )
 
     def ops_of(self, case: Case) -> frozenset[str]:
         if isinstance(case.payload.get("op"), str):  # a unit case: its op
@@ -269,6 +294,7 @@ def model_types_of(cases: Iterable[Case]) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------------- order
 
+
 @dataclass
 class Ordered:
     cases: list[Case]
@@ -276,16 +302,19 @@ class Ordered:
     summary: dict[str, Any]
 
 
-def order_cases(cases: list[Case], baseline: BaselineFacts | None, changed: Changed,
-                index: OpIndex | None = None) -> Ordered:
+def order_cases(
+    cases: list[Case], baseline: BaselineFacts | None, changed: Changed, index: OpIndex | None = None
+) -> Ordered:
     """`cases` in execution order (the same cases; see the module docstring)."""
     index = index or OpIndex()
     why: dict[str, dict[str, Any]] = {}
     keyed = []
     for n, case in enumerate(cases):
         entry: dict[str, Any]
-        failed = baseline is not None and ((case.tier, case.case_id) in baseline.failing_cases or any(
-            m in baseline.failing_models for m in case.model_ids if case.tier != "unit"))
+        failed = baseline is not None and (
+            (case.tier, case.case_id) in baseline.failing_cases
+            or any(m in baseline.failing_models for m in case.model_ids if case.tier != "unit")
+        )
         if failed:
             entry = {"class": "baseline_failure"}
         else:
@@ -295,14 +324,25 @@ def order_cases(cases: list[Case], baseline: BaselineFacts | None, changed: Chan
         keyed.append((CLASSES.index(entry["class"]), -float(case.weight or 0.0), n, case))
     keyed.sort(key=lambda k: k[:3])
     counts = {c: sum(1 for w in why.values() if w["class"] == c) for c in CLASSES}
-    summary = {"order": DEFAULT_ORDER, "classes": counts, "baseline": baseline.path if baseline else None,
-               "fingerprints_compared": changed.known, "shared_path_changed": changed.everything,
-               "changed_ops": sorted(changed.keys)[:200], "n_changed_ops": len(changed.keys)}
+    summary = {
+        "order": DEFAULT_ORDER,
+        "classes": counts,
+        "baseline": baseline.path if baseline else None,
+        "fingerprints_compared": changed.known,
+        "shared_path_changed": changed.everything,
+        "changed_ops": sorted(changed.keys)[:200],
+        "n_changed_ops": len(changed.keys),
+    }
     return Ordered([k[3] for k in keyed], why, summary)
 
 
-def execution_order(tier: str, todo: list[Case], opts: Any, run_dir: Path,
-                    fingerprints: dict[str, Any] | None | Callable[[], dict[str, Any] | None]) -> list[Case]:
+def execution_order(
+    tier: str,
+    todo: list[Case],
+    opts: Any,
+    run_dir: Path,
+    fingerprints: dict[str, Any] | Callable[[], dict[str, Any] | None] | None,
+) -> list[Case]:
     """The runner's hook: `todo` in the order `opts.order` asks for; why, in order-<tier>.json.
     `fingerprints` (this run's, or a callable that waits for them) is consulted only when the
     baseline has fingerprints to compare with."""
@@ -315,7 +355,9 @@ def execution_order(tier: str, todo: list[Case], opts: Any, run_dir: Path,
     path = opts.baseline or (current().baseline_dir if opts.use_baseline else None)
     baseline = load_baseline(path) if opts.use_baseline or opts.baseline else None
     if baseline is not None and baseline.fingerprints:
-        changed = changed_ops(baseline.fingerprints, fingerprints() if callable(fingerprints) else fingerprints)
+        changed = changed_ops(
+            baseline.fingerprints, fingerprints() if callable(fingerprints) else fingerprints
+        )
     else:
         changed = Changed()
     index = None
@@ -326,15 +368,19 @@ def execution_order(tier: str, todo: list[Case], opts: Any, run_dir: Path,
     _write_order(run_dir / f"order-{tier}.json", ordered)
     early = ordered.summary["classes"]
     if getattr(opts, "progress", False) and (early["baseline_failure"] or early["changed_op"]):
-        print(f"{tier}: first {early['baseline_failure']} case(s) that failed in the baseline, then "
-              f"{early['changed_op']} that run one of {ordered.summary['n_changed_ops']} changed op(s)",
-              file=sys.stderr)
+        print(
+            f"{tier}: first {early['baseline_failure']} case(s) that failed in the baseline, then "
+            f"{early['changed_op']} that run one of {ordered.summary['n_changed_ops']} changed op(s)",
+            file=sys.stderr,
+        )
     return ordered.cases
 
 
 def _write_order(path: Path, ordered: Ordered) -> None:
-    data = {"summary": ordered.summary,
-            "cases": [{"case_id": c.case_id, **ordered.why[c.case_id]} for c in ordered.cases]}
+    data = {
+        "summary": ordered.summary,
+        "cases": [{"case_id": c.case_id, **ordered.why[c.case_id]} for c in ordered.cases],
+    }
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data, default=str))
     os.replace(tmp, path)

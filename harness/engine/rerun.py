@@ -38,15 +38,20 @@ def reference_outcomes(run_dir: str | Path, tier: str | None = None) -> dict[tup
         return {(r["tier"], r["case_id"]): CaseOutcome.from_dict(r["outcome"]) for r in j.records(tier)}
 
 
-def reference_pass(tier: Any, opts: Any, journal: Journal, cases: list[Case], run_dir: Path) -> dict[str, Any]:
+def reference_pass(
+    tier: Any, opts: Any, journal: Journal, cases: list[Case], run_dir: Path
+) -> dict[str, Any]:
     """Re-run on the reference the cases of `tier` that need it; returns bookkeeping for run.json."""
     from harness.engine.executors import make_executor
 
     if blame.is_reference(opts.backend) or not getattr(tier, "reference_rerun", True):
         return {}  # a tier may opt out (`reference_rerun = False`): its dead cases stay blamed by rule
     by_id = {c.case_id: c for c in cases}
-    need = [by_id[r["case_id"]] for r in journal.records(tier.name) if r["case_id"] in by_id
-            and blame.needs_reference(CaseOutcome.from_dict(r["outcome"]), opts.backend)]
+    need = [
+        by_id[r["case_id"]]
+        for r in journal.records(tier.name)
+        if r["case_id"] in by_id and blame.needs_reference(CaseOutcome.from_dict(r["outcome"]), opts.backend)
+    ]
     ref_journal = reference_journal(run_dir)
     try:
         done = ref_journal.done(tier.name)
@@ -55,16 +60,27 @@ def reference_pass(tier: Any, opts: Any, journal: Journal, cases: list[Case], ru
             reference = blame.reference_backend()
             timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
             limits = replace(opts.limits, timeout=timeout, max_cases=max_cases)
-            executor = make_executor(opts.executor, opts.tier, reference, opts.workers, limits,
-                                     log_dir=run_dir / REFERENCE_DIR / "workers", ray_address=opts.ray_address,
-                                     sys_path=list(sys.path))
+            executor = make_executor(
+                opts.executor,
+                opts.tier,
+                reference,
+                opts.workers,
+                limits,
+                log_dir=run_dir / REFERENCE_DIR / "workers",
+                ray_address=opts.ray_address,
+                sys_path=list(sys.path),
+            )
             if opts.progress:
-                print(f"{tier.name}: re-running {len(todo)} case(s) on the reference backend {reference} "
-                      "to blame them", file=sys.stderr)
+                print(
+                    f"{tier.name}: re-running {len(todo)} case(s) on the reference backend {reference} "
+                    "to blame them",
+                    file=sys.stderr,
+                )
 
             def on_results(outcomes: list[CaseOutcome]) -> None:
-                ref_journal.append_many({"tier": o.tier, "case_id": o.case_id, "outcome": o.to_dict()}
-                                        for o in outcomes)
+                ref_journal.append_many(
+                    {"tier": o.tier, "case_id": o.case_id, "outcome": o.to_dict()} for o in outcomes
+                )
 
             executor.run([([c], False) for c in todo], on_results)
     finally:
@@ -72,8 +88,9 @@ def reference_pass(tier: Any, opts: Any, journal: Journal, cases: list[Case], ru
     return {"reference_cases": len(need), "reference_ran": len(todo) if need else 0}
 
 
-def blamed(record: dict[str, Any], backend: str | None,
-           references: dict[tuple[str, str], CaseOutcome]) -> CaseOutcome:
+def blamed(
+    record: dict[str, Any], backend: str | None, references: dict[tuple[str, str], CaseOutcome]
+) -> CaseOutcome:
     """A journal record's outcome with every stage that does not pass blamed."""
     out = CaseOutcome.from_dict(copy.deepcopy(record["outcome"]))
     ref = references.get((out.tier, out.case_id))

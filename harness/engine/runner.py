@@ -29,12 +29,12 @@ from typing import Any
 from contracts.records import Case, CaseOutcome
 from contracts.rows import case_rows
 from contracts.settings import resolve_limits
-from harness.engine.journal import Journal
+from contracts.tiers import TierInputs, load_tier, tier_chunk_size
 from harness.engine import ordering
+from harness.engine.chunks import chunk_cases
+from harness.engine.journal import Journal
 from harness.engine.ordering import DEFAULT_ORDER
 from harness.engine.rerun import blamed, reference_outcomes, reference_pass
-from contracts.tiers import TierInputs, load_tier, tier_chunk_size
-from harness.engine.chunks import chunk_cases
 from harness.engine.workers import WorkerLimits
 
 RUN_FILE = "run.json"
@@ -63,10 +63,16 @@ class RunOptions:
     progress: bool = True
     tier_options: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)  # extra run metadata for runs.parquet
-    order: str = DEFAULT_ORDER  # execution order: likely failures first, or as listed (harness.engine.ordering)
-    baseline: str | None = None  # the baseline the order learns from (None: $HARNESS_BASELINE_DIR, ./baseline)
+    order: str = (
+        DEFAULT_ORDER  # execution order: likely failures first, or as listed (harness.engine.ordering)
+    )
+    baseline: str | None = (
+        None  # the baseline the order learns from (None: $HARNESS_BASELINE_DIR, ./baseline)
+    )
     use_baseline: bool = True
-    maxfail: int | None = None  # stop after N cases that regress against the baseline (harness.engine.failfast)
+    maxfail: int | None = (
+        None  # stop after N cases that regress against the baseline (harness.engine.failfast)
+    )
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -92,8 +98,9 @@ def in_shard(case_id: str, shard: tuple[int, int] | None) -> bool:
 
 # ------------------------------------------------------------------------------------ run dir
 
+
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat()
+    return dt.datetime.now(dt.UTC).isoformat()
 
 
 def open_run_dir(run_dir: Path, opts: RunOptions) -> dict[str, Any]:
@@ -104,17 +111,25 @@ def open_run_dir(run_dir: Path, opts: RunOptions) -> dict[str, Any]:
     if path.exists():
         meta = json.loads(path.read_text())
         if meta.get("backend") != opts.backend:
-            raise RunDirMismatch(f"{run_dir} holds a run on backend {meta.get('backend')!r}, not "
-                                 f"{opts.backend!r}: use another --out")
+            raise RunDirMismatch(
+                f"{run_dir} holds a run on backend {meta.get('backend')!r}, not "
+                f"{opts.backend!r}: use another --out"
+            )
         if meta.get("shard") != shard:
             raise RunDirMismatch(f"{run_dir} holds shard {meta.get('shard')}, not {shard}: use another --out")
         if opts.run_id and meta.get("run_id") != opts.run_id:
             raise RunDirMismatch(f"{run_dir} holds run {meta.get('run_id')}, not {opts.run_id}")
         meta["restarts"] = int(meta.get("restarts", 0)) + 1
     else:
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        meta = {"run_id": opts.run_id or f"{stamp}-{uuid.uuid4().hex[:8]}", "started_at": _now(),
-                "backend": opts.backend, "shard": shard, "restarts": 0, "tiers": {}}
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        meta = {
+            "run_id": opts.run_id or f"{stamp}-{uuid.uuid4().hex[:8]}",
+            "started_at": _now(),
+            "backend": opts.backend,
+            "shard": shard,
+            "restarts": 0,
+            "tiers": {},
+        }
     meta.update({k: v for k, v in opts.meta.items() if k not in ("run_id", "backend", "shard", "tiers")})
     _write_json(path, meta)
     return meta
@@ -127,6 +142,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------- rows
+
 
 def write_tables(run_dir: Path, journal: Journal, meta: dict[str, Any]) -> dict[str, Path]:
     """All journaled cases of the run dir -> its Parquet tables (rewritten whole, atomically)."""
@@ -145,8 +161,10 @@ def write_tables(run_dir: Path, journal: Journal, meta: dict[str, Any]) -> dict[
     run_meta = {k: v for k, v in meta.items() if k != "tiers"}
     run_meta.update({"tiers": tiers, "finished_at": _now(), "tier_runs": meta.get("tiers", {})})
     started = dt.datetime.fromisoformat(meta["started_at"])
-    run_meta["duration_seconds"] = sum(float(t.get("seconds", 0)) for t in meta.get("tiers", {}).values()) \
-        or (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
+    run_meta["duration_seconds"] = (
+        sum(float(t.get("seconds", 0)) for t in meta.get("tiers", {}).values())
+        or (dt.datetime.now(dt.UTC) - started).total_seconds()
+    )
     run_meta.setdefault("lowering_table_version", _lowering_version(journal))
     return write_run_tables(run_dir, run_meta, rows, events, native)
 
@@ -154,35 +172,57 @@ def write_tables(run_dir: Path, journal: Journal, meta: dict[str, Any]) -> dict[
 def _lowering_version(journal: Journal) -> str | None:
     """The backend's lowering-table version as the workers reported it (the runner never imports
     the backend itself: it stays light and cannot be broken by a device extension)."""
-    versions = sorted({str(v) for rec in journal.records()
-                       if (v := (rec["outcome"].get("worker") or {}).get("lowering_table_version"))})
+    versions = sorted(
+        {
+            str(v)
+            for rec in journal.records()
+            if (v := (rec["outcome"].get("worker") or {}).get("lowering_table_version"))
+        }
+    )
     return ",".join(versions) or None
 
 
 # ------------------------------------------------------------------------------------------ run
 
+
 def _progress(total: int, initial: int, enabled: bool, desc: str):
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit="case", file=sys.stderr, disable=not enabled,
-                dynamic_ncols=True, smoothing=0.05)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="case",
+        file=sys.stderr,
+        disable=not enabled,
+        dynamic_ncols=True,
+        smoothing=0.05,
+    )
 
 
 def _cases_key(opts: RunOptions) -> str:
     """What determines a tier's case list: a restart with the same key reuses the saved list."""
+
     def stamp(p: str | None) -> Any:
         if not p or not os.path.exists(p):
             return p
         st = os.stat(p)
         return [os.path.abspath(p), st.st_size, st.st_mtime_ns]
 
-    key = {"tier": opts.tier, "registry": stamp(opts.registry), "models": stamp(opts.models), "limit": opts.limit,
-           "shard": opts.shard, "options": {k: v for k, v in opts.tier_options.items() if k != "workers"}}
+    key = {
+        "tier": opts.tier,
+        "registry": stamp(opts.registry),
+        "models": stamp(opts.models),
+        "limit": opts.limit,
+        "shard": opts.shard,
+        "options": {k: v for k, v in opts.tier_options.items() if k != "workers"},
+    }
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def list_cases(tier: Any, opts: RunOptions, run_dir: Path | None = None,
-               cache_record: dict[str, Any] | None = None) -> list[Case]:
+def list_cases(
+    tier: Any, opts: RunOptions, run_dir: Path | None = None, cache_record: dict[str, Any] | None = None
+) -> list[Case]:
     """The tier's cases (limit, then shard), saved in the run dir so a restart reuses the same list
     without listing again (deduplicating a large population costs minutes); a built-in tier's list
     also comes from the content-keyed listing cache (harness.engine.listing_cache) when its inputs, code
@@ -197,12 +237,16 @@ def list_cases(tier: Any, opts: RunOptions, run_dir: Path | None = None,
         except (ValueError, TypeError, KeyError):
             pass  # a damaged cache: list again
     from contracts.settings import current
-    from harness.engine.listing_cache import cached_listing
     from contracts.tiers import tier_names
+    from harness.engine.listing_cache import cached_listing
 
     settings = current()
-    cases, record = cached_listing(opts, settings.cache_dir if settings.listing_cache else None,
-                                   opts.tier in tier_names(), lambda: _list_cases(tier, opts))
+    cases, record = cached_listing(
+        opts,
+        settings.cache_dir if settings.listing_cache else None,
+        opts.tier in tier_names(),
+        lambda: _list_cases(tier, opts),
+    )
     if cache_record is not None:
         cache_record.update(record)
     if saved is not None:
@@ -213,13 +257,19 @@ def list_cases(tier: Any, opts: RunOptions, run_dir: Path | None = None,
 
 
 def _list_cases(tier: Any, opts: RunOptions) -> list[Case]:
-    inputs = TierInputs(backend=opts.backend, registry=opts.registry, models=opts.models,
-                        options={"workers": opts.workers, "limit": opts.limit, **opts.tier_options})
+    inputs = TierInputs(
+        backend=opts.backend,
+        registry=opts.registry,
+        models=opts.models,
+        options={"workers": opts.workers, "limit": opts.limit, **opts.tier_options},
+    )
     cases, seen = [], set()
     for c in tier.cases(inputs):
         if c.case_id in seen:  # a tier listing a case twice would break one-row-per-case: keep the first
-            print(f"warning: tier {tier.name} lists case {c.case_id!r} twice; keeping the first",
-                  file=sys.stderr)
+            print(
+                f"warning: tier {tier.name} lists case {c.case_id!r} twice; keeping the first",
+                file=sys.stderr,
+            )
             continue
         seen.add(c.case_id)
         cases.append(c)
@@ -242,9 +292,16 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
 
     def new_executor() -> Any:
-        return make_executor(opts.executor, opts.tier, opts.backend, opts.workers,
-                             replace(opts.limits, timeout=timeout, max_cases=max_cases),
-                             log_dir=run_dir / "workers", ray_address=opts.ray_address, sys_path=list(sys.path))
+        return make_executor(
+            opts.executor,
+            opts.tier,
+            opts.backend,
+            opts.workers,
+            replace(opts.limits, timeout=timeout, max_cases=max_cases),
+            log_dir=run_dir / "workers",
+            ray_address=opts.ray_address,
+            sys_path=list(sys.path),
+        )
 
     # local workers start up (interpreter, torch, tier setup) while the cases are listed; other
     # executors (Ray starts a cluster) are made only when there is something to run
@@ -255,8 +312,9 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
         getattr(executor, "close", lambda: None)()  # pre-started workers no chunk needed
 
 
-def _run_listed(tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any], probe: Any, executor: Any,
-                t0: float) -> dict[str, Any]:
+def _run_listed(
+    tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any], probe: Any, executor: Any, t0: float
+) -> dict[str, Any]:
     """run_tier after the run dir is open: `executor` is an executor, or a function making one."""
     journal = Journal(run_dir)
     if not journal.done(tier.name) and hasattr(executor, "prestart"):  # a fresh run dir: every case will run
@@ -284,18 +342,24 @@ def _run_listed(tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any]
 
     try:
         done = journal.done(tier.name)
-        todo = ordering.execution_order(tier.name, [c for c in cases if c.case_id not in done], opts, run_dir,
-                                        fingerprints)
+        todo = ordering.execution_order(
+            tier.name, [c for c in cases if c.case_id not in done], opts, run_dir, fingerprints
+        )
         wanted = {c.case_id for c in cases}
         size = tier_chunk_size(tier)
         chunks = [(chunk, size > 1) for chunk in chunk_cases(todo, size)]
-        counts: Counter[str] = Counter(CaseOutcome.from_dict(r["outcome"]).status
-                                       for r in journal.records(tier.name) if r["case_id"] in wanted)
+        counts: Counter[str] = Counter(
+            CaseOutcome.from_dict(r["outcome"]).status
+            for r in journal.records(tier.name)
+            if r["case_id"] in wanted
+        )
         bar = _progress(len(cases), len(cases) - len(todo), opts.progress, tier.name)
         bar.set_postfix(dict(counts), refresh=False)
 
         def on_results(outcomes: list[CaseOutcome]) -> None:
-            journal.append_many({"tier": o.tier, "case_id": o.case_id, "outcome": o.to_dict()} for o in outcomes)
+            journal.append_many(
+                {"tier": o.tier, "case_id": o.case_id, "outcome": o.to_dict()} for o in outcomes
+            )
             counts.update(o.status for o in outcomes)
             bar.set_postfix(dict(sorted(counts.items())), refresh=False)
             bar.update(len(outcomes))
@@ -307,22 +371,35 @@ def _run_listed(tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any]
         if chunks:
             executor.run(chunks, on_results)
         bar.close()
-        not_run = len(todo) - sum(1 for r in journal.records(tier.name) if r["case_id"] in wanted
-                                  and r["case_id"] not in done)
-        fp = fingerprints(start=False)  # finished long ago, as a rule: runs.parquet keeps them for the next run's order
+        not_run = len(todo) - sum(
+            1 for r in journal.records(tier.name) if r["case_id"] in wanted and r["case_id"] not in done
+        )
+        fp = fingerprints(
+            start=False
+        )  # finished long ago, as a rule: runs.parquet keeps them for the next run's order
         if fp:
             meta[ordering.FINGERPRINT_KEY] = fp
         seconds = time.monotonic() - t0
         tier_meta = meta["tiers"].setdefault(tier.name, {})
-        tier_meta.update({"tier_ref": opts.tier, "cases": len(cases), "seconds": tier_meta.get("seconds", 0.0)
-                          + seconds, "executor": opts.executor, "workers": opts.workers,
-                          "inputs": {"registry": opts.registry, "models": opts.models, "limit": opts.limit}})
+        tier_meta.update(
+            {
+                "tier_ref": opts.tier,
+                "cases": len(cases),
+                "seconds": tier_meta.get("seconds", 0.0) + seconds,
+                "executor": opts.executor,
+                "workers": opts.workers,
+                "inputs": {"registry": opts.registry, "models": opts.models, "limit": opts.limit},
+            }
+        )
         _write_json(run_dir / RUN_FILE, meta)
         t_ref = time.monotonic()
         tier_meta.update(reference_pass(tier, opts, journal, cases, run_dir))
-        timings = {"list_seconds": round(list_seconds, 3), "probe_seconds": round(waited[0], 3),
-                   "reference_seconds": round(time.monotonic() - t_ref, 3),
-                   "listing_cache": listing_cache.get("status")}
+        timings = {
+            "list_seconds": round(list_seconds, 3),
+            "probe_seconds": round(waited[0], 3),
+            "reference_seconds": round(time.monotonic() - t_ref, 3),
+            "listing_cache": listing_cache.get("status"),
+        }
         tier_meta["timings"] = timings
         _write_json(run_dir / RUN_FILE, meta)
         t_tables = time.monotonic()
@@ -342,10 +419,21 @@ def _run_listed(tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any]
     _write_json(run_dir / RUN_FILE, meta)
     if own_figures:  # a tier's own figures (the unit tier: shape scaling)
         summary.update(tier.summarize(own_records))
-    summary.update({"run_id": meta["run_id"], "run_dir": str(run_dir), "backend": opts.backend,
-                    "shard": meta.get("shard"), "executor": opts.executor, "workers": opts.workers,
-                    "resumed": len(cases) - len(todo), "ran": len(todo) - not_run, "seconds": round(seconds, 3),
-                    **timings, "results": str(paths["results"])})
+    summary.update(
+        {
+            "run_id": meta["run_id"],
+            "run_dir": str(run_dir),
+            "backend": opts.backend,
+            "shard": meta.get("shard"),
+            "executor": opts.executor,
+            "workers": opts.workers,
+            "resumed": len(cases) - len(todo),
+            "ran": len(todo) - not_run,
+            "seconds": round(seconds, 3),
+            **timings,
+            "results": str(paths["results"]),
+        }
+    )
     if stop is not None:
         summary["stopped"] = stop.summary(not_run) if stop.reached else None
     return summary
@@ -364,4 +452,6 @@ def _stop_at_regressions(tier: str, opts: RunOptions) -> Any:
     path = opts.baseline or (current().baseline_dir if opts.use_baseline else None)
     if not path:
         raise ValueError("--maxfail/--exitfirst stop at regressions against a baseline: give --baseline DIR")
-    return StopAtRegressions(baseline_results(path, tier), opts.maxfail, baseline=str(path), backend=opts.backend)
+    return StopAtRegressions(
+        baseline_results(path, tier), opts.maxfail, baseline=str(path), backend=opts.backend
+    )

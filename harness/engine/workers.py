@@ -32,10 +32,11 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from contracts import timing
 from contracts.backends import resolved_backend
@@ -50,10 +51,14 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 @dataclass
 class WorkerLimits:
-    timeout: float | None = None  # seconds per case (None: the tier's, else the default); a chunk gets the same
+    timeout: float | None = (
+        None  # seconds per case (None: the tier's, else the default); a chunk gets the same
+    )
     memory_bytes: int | None = DEFAULT_WORKER_MEMORY  # RSS watchdog; None = no limit
     address_space_bytes: int | None = None  # RLIMIT_AS in the child; None = off
-    max_cases: int | None = None  # recycle the process after this many cases (None: the tier's, else the default)
+    max_cases: int | None = (
+        None  # recycle the process after this many cases (None: the tier's, else the default)
+    )
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT  # spawn + tier.setup (imports torch, transformers)
     poll_interval: float = 0.05
 
@@ -81,9 +86,17 @@ class WorkerDied(Exception):
 class IsolatedWorker:
     """One reusable child process running cases of one tier on one backend."""
 
-    def __init__(self, tier_ref: str, backend: str, limits: WorkerLimits | None = None,
-                 log_dir: str | os.PathLike | None = None, sys_path: list[str] | None = None,
-                 name: str = "w0", threads: int | None = None, fingerprints: bool = False) -> None:
+    def __init__(
+        self,
+        tier_ref: str,
+        backend: str,
+        limits: WorkerLimits | None = None,
+        log_dir: str | os.PathLike | None = None,
+        sys_path: list[str] | None = None,
+        name: str = "w0",
+        threads: int | None = None,
+        fingerprints: bool = False,
+    ) -> None:
         self.tier_ref, self.backend = tier_ref, backend
         # ask the child for the backend's op fingerprints once it is set up (harness.engine.ordering): the
         # worker has imported the device anyway, so no second process imports it to probe them
@@ -125,15 +138,22 @@ class IsolatedWorker:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.engine.workers", str(child_sock.fileno())],
-                pass_fds=[child_sock.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                pass_fds=[child_sock.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
                 env=self._child_env(),
             )
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         self.cases_in_process = 0
-        init = {"tier": self.tier_ref, "backend": self.backend, "sys_path": self.sys_path,
-                "address_space_bytes": self.limits.address_space_bytes,
-                "fingerprints": self.want_fingerprints and self.fingerprints is None}
+        init = {
+            "tier": self.tier_ref,
+            "backend": self.backend,
+            "sys_path": self.sys_path,
+            "address_space_bytes": self.limits.address_space_bytes,
+            "fingerprints": self.want_fingerprints and self.fingerprints is None,
+        }
         self.conn.send(("init", init))
 
     def _await_ready(self) -> None:
@@ -214,25 +234,44 @@ class IsolatedWorker:
         tail = self._log_tail()
         self._kill()
         if killed_for == "timeout":
-            return WorkerDied(Status.TIMEOUT, "worker_timeout", "Timeout",
-                              f"no result within {self._deadline_s:.0f}s; worker killed")
+            return WorkerDied(
+                Status.TIMEOUT,
+                "worker_timeout",
+                "Timeout",
+                f"no result within {self._deadline_s:.0f}s; worker killed",
+            )
         if killed_for == "oom":
-            return WorkerDied(Status.OOM, "worker_memory_limit", "MemoryLimit",
-                              f"worker RSS exceeded the limit of {self.limits.memory_bytes} bytes; worker killed")
+            return WorkerDied(
+                Status.OOM,
+                "worker_memory_limit",
+                "MemoryLimit",
+                f"worker RSS exceeded the limit of {self.limits.memory_bytes} bytes; worker killed",
+            )
         if killed_for == "lost":
-            return WorkerDied(Status.CRASH, "worker_lost", "WorkerLost",
-                              _short(f"the worker stopped answering. {tail}"))
+            return WorkerDied(
+                Status.CRASH, "worker_lost", "WorkerLost", _short(f"the worker stopped answering. {tail}")
+            )
         if rc is not None and rc < 0:
             try:
                 sig = signal.Signals(-rc).name
             except ValueError:
                 sig = f"SIG{-rc}"
             if sig == "SIGKILL":  # nobody here sent it: the kernel's OOM killer, or an operator
-                return WorkerDied(Status.OOM, "worker_killed:SIGKILL", "SIGKILL",
-                                  _short(f"worker killed by SIGKILL (likely the kernel OOM killer). {tail}"))
-            return WorkerDied(Status.CRASH, f"worker_crash:{sig}", sig, _short(f"worker died of {sig}. {tail}"))
-        return WorkerDied(Status.CRASH, f"worker_exit:{rc}", "WorkerExit",
-                          _short(f"worker exited with code {rc} during the case. {tail}"))
+                return WorkerDied(
+                    Status.OOM,
+                    "worker_killed:SIGKILL",
+                    "SIGKILL",
+                    _short(f"worker killed by SIGKILL (likely the kernel OOM killer). {tail}"),
+                )
+            return WorkerDied(
+                Status.CRASH, f"worker_crash:{sig}", sig, _short(f"worker died of {sig}. {tail}")
+            )
+        return WorkerDied(
+            Status.CRASH,
+            f"worker_exit:{rc}",
+            "WorkerExit",
+            _short(f"worker exited with code {rc} during the case. {tail}"),
+        )
 
     def _wait(self, deadline: float, starting: bool = False) -> tuple:
         """Next message from the child, enforcing deadline, liveness and the memory watchdog."""
@@ -255,8 +294,9 @@ class IsolatedWorker:
                 raise self._died("timeout")
 
     # -- running ---------------------------------------------------------------------------
-    def run_chunk(self, cases: list[Case], many: bool = False,
-                  emit: Callable[[list[CaseOutcome]], None] | None = None) -> list[CaseOutcome]:
+    def run_chunk(
+        self, cases: list[Case], many: bool = False, emit: Callable[[list[CaseOutcome]], None] | None = None
+    ) -> list[CaseOutcome]:
         """Run cases in the child; always returns one outcome per case, in order. `emit`, when
         given, gets each outcome once, as soon as it is known: a chunk that died is re-run case by
         case, and the guilty case's row (a timeout, a crash) lands before the rest re-run, not
@@ -272,6 +312,7 @@ class IsolatedWorker:
             emitted.update(o.case_id for o in fresh)
             if emit is not None and fresh:
                 emit(fresh)
+
         while pending:
             if self.proc is None or self.proc.poll() is not None or not self._ready:
                 try:
@@ -337,8 +378,15 @@ class IsolatedWorker:
                 stages = tuple(load_tier(self.tier_ref).stages)
             except Exception:  # noqa: BLE001
                 stages = ("case",)
-        out = failure_outcome(case, stages, died.status, died.reason, died.error_class, died.message,
-                              seconds=getattr(self, "_deadline_s", 0.0) if died.status == Status.TIMEOUT else 0.0)
+        out = failure_outcome(
+            case,
+            stages,
+            died.status,
+            died.reason,
+            died.error_class,
+            died.message,
+            seconds=getattr(self, "_deadline_s", 0.0) if died.status == Status.TIMEOUT else 0.0,
+        )
         out.worker.update({"worker": self.name, "died": died.reason})
         return out
 
@@ -352,6 +400,7 @@ class IsolatedWorker:
 
 
 # ------------------------------------------------------------------------------- child side
+
 
 def _watch_parent(ppid: int) -> None:
     """Exit when the runner is gone (e.g. kill -9): no orphan keeps burning a core."""
@@ -408,8 +457,15 @@ def _execute_untimed(tier: Any, case: Case, backend: str) -> CaseOutcome:
         status = status_of(exc)
         frames = traceback.extract_tb(exc.__traceback__)
         where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
-        return failure_outcome(case, tier.stages, status, f"exception:{type(exc).__name__}",
-                               type(exc).__name__, _short(f"{exc}{where}"), time.monotonic() - t0)
+        return failure_outcome(
+            case,
+            tier.stages,
+            status,
+            f"exception:{type(exc).__name__}",
+            type(exc).__name__,
+            _short(f"{exc}{where}"),
+            time.monotonic() - t0,
+        )
 
 
 def _child_main(fd: int) -> None:
@@ -453,7 +509,9 @@ def _child_main(fd: int) -> None:
                     raise ValueError(f"execute_many returned {len(raw)} results for {len(cases)} cases")
                 each = (time.monotonic() - t0) / len(cases)
                 outs = [from_result(c, r, tier.stages, seconds=each) for c, r in zip(cases, raw)]
-                phases = {k: round(v / len(cases), 6) for k, v in timing.take().items()}  # a chunk's, per case
+                phases = {
+                    k: round(v / len(cases), 6) for k, v in timing.take().items()
+                }  # a chunk's, per case
                 for o in outs:
                     if phases:
                         o.worker["phases"] = dict(phases)

@@ -20,9 +20,10 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from contracts.records import Case, CaseOutcome, ModelSpec, StageResult
 from contracts.status import Status
@@ -58,7 +59,7 @@ class RecordTier:
     reference_rerun = False
 
     def setup(self, backend: str) -> None:
-        import harness.recording.workloads  # noqa: F401
+        import harness.recording.workloads
         from contracts.backends import get_backend
 
         get_backend(backend)  # the device must load before a model is recorded on it
@@ -80,13 +81,20 @@ class RecordTier:
         res = record_spec(case.payload["spec"], tuple(opts["seqs"]), backend=backend)
         failed = [r for r in res.runs if r["mode"] == "failed"]
         recorded = [r for r in res.runs if r["mode"] != "failed"]
-        metrics: dict[str, Any] = {"signatures": len(res.entries), "calls": sum(r["calls"] for r in res.runs),
-                                   "modes": sorted({r["mode"] for r in res.runs}), "device": res.device}
+        metrics: dict[str, Any] = {
+            "signatures": len(res.entries),
+            "calls": sum(r["calls"] for r in res.runs),
+            "modes": sorted({r["mode"] for r in res.runs}),
+            "device": res.device,
+        }
         fake_errors = sorted({r["fake_error"] for r in res.runs if r["fake_error"]})
         if fake_errors:
             metrics["fake_error"] = fake_errors[0][:300]
-        info: dict[str, Any] = {"model_id": res.model_id, "model_type": case.payload["spec"].get("model_type", ""),
-                                "architecture": case.payload["spec"].get("architecture", "")}
+        info: dict[str, Any] = {
+            "model_id": res.model_id,
+            "model_type": case.payload["spec"].get("model_type", ""),
+            "architecture": case.payload["spec"].get("architecture", ""),
+        }
         if res.entries:  # a model that failed part-way keeps the calls it made before the failure
             name = _entries_name(f"{case.case_id}@{backend}")  # a run on another backend never overwrites it
             Registry(res.entries).save(Path(opts["entries_dir"]) / name)
@@ -94,21 +102,49 @@ class RecordTier:
         if recorded and not failed and res.entries:
             status, reason, message = Status.PASS, "", ""
         else:
-            message = res.error or next((r["error"] for r in failed if r["error"]), "") or "no op calls recorded"
+            message = (
+                res.error or next((r["error"] for r in failed if r["error"]), "") or "no op calls recorded"
+            )
             status = Status.ERROR
-            reason = ("model failed part-way: the calls before the failure are kept" if res.entries
-                      else "model could not be recorded")
+            reason = (
+                "model failed part-way: the calls before the failure are kept"
+                if res.entries
+                else "model could not be recorded"
+            )
         metrics["phases"] = sorted({p for r in recorded for p in r["phases"]})
-        row = StageResult("record", status, reason=reason, error_class=message.split(":", 1)[0] if message else "",
-                          message=message[:300], seconds=res.seconds, metrics=metrics)
-        return CaseOutcome(case_id=case.case_id, tier=self.name, stages=[row.to_dict()], model_ids=list(case.model_ids),
-                           weight=float(case.weight), seconds=res.seconds, info=info)
+        row = StageResult(
+            "record",
+            status,
+            reason=reason,
+            error_class=message.split(":", 1)[0] if message else "",
+            message=message[:300],
+            seconds=res.seconds,
+            metrics=metrics,
+        )
+        return CaseOutcome(
+            case_id=case.case_id,
+            tier=self.name,
+            stages=[row.to_dict()],
+            model_ids=list(case.model_ids),
+            weight=float(case.weight),
+            seconds=res.seconds,
+            info=info,
+        )
 
 
-def record_all(specs: Sequence[ModelSpec], run_dir: Path, *, backend: str = "neuron", workers: int = 1,
-               seq_lengths: tuple[int, ...] = SEQ_LENGTHS, timeout: float = DEFAULT_TIMEOUT,
-               executor: str = "local", ray_address: str | None = None, memory_bytes: int | None = None,
-               progress: bool = True) -> tuple[Registry, list[dict[str, Any]], dict[str, Any]]:
+def record_all(
+    specs: Sequence[ModelSpec],
+    run_dir: Path,
+    *,
+    backend: str = "neuron",
+    workers: int = 1,
+    seq_lengths: tuple[int, ...] = SEQ_LENGTHS,
+    timeout: float = DEFAULT_TIMEOUT,
+    executor: str = "local",
+    ray_address: str | None = None,
+    memory_bytes: int | None = None,
+    progress: bool = True,
+) -> tuple[Registry, list[dict[str, Any]], dict[str, Any]]:
     """Record every spec as a `record` case in `run_dir` (resumable); returns (merged registry,
     one result dict per model, the runner's summary)."""
     from harness.engine.journal import Journal
@@ -119,14 +155,38 @@ def record_all(specs: Sequence[ModelSpec], run_dir: Path, *, backend: str = "neu
     entries_dir = run_dir / ENTRIES_DIR
     entries_dir.mkdir(exist_ok=True)
     specs_file = run_dir / SPECS_FILE
-    text = json.dumps({"specs": [asdict(s) for s in specs], "seqs": list(seq_lengths),
-                       "entries_dir": str(entries_dir.resolve())}, sort_keys=True, default=str)
-    if not specs_file.exists() or specs_file.read_text() != text:  # same content: keep the mtime (case list key)
+    text = json.dumps(
+        {
+            "specs": [asdict(s) for s in specs],
+            "seqs": list(seq_lengths),
+            "entries_dir": str(entries_dir.resolve()),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    if (
+        not specs_file.exists() or specs_file.read_text() != text
+    ):  # same content: keep the mtime (case list key)
         specs_file.write_text(text)
-    limits = WorkerLimits(timeout=timeout) if memory_bytes is None else WorkerLimits(timeout=timeout, memory_bytes=memory_bytes)
-    summary = run_tier(RunOptions(tier=TIER_REF, out=run_dir, backend=backend, workers=workers, executor=executor,
-                                  ray_address=ray_address, models=str(specs_file), limits=limits, progress=progress,
-                                  meta={"job": "registry regenerate"}))
+    limits = (
+        WorkerLimits(timeout=timeout)
+        if memory_bytes is None
+        else WorkerLimits(timeout=timeout, memory_bytes=memory_bytes)
+    )
+    summary = run_tier(
+        RunOptions(
+            tier=TIER_REF,
+            out=run_dir,
+            backend=backend,
+            workers=workers,
+            executor=executor,
+            ray_address=ray_address,
+            models=str(specs_file),
+            limits=limits,
+            progress=progress,
+            meta={"job": "registry regenerate"},
+        )
+    )
     registry, results = Registry(), []
     wanted = {s.model_id for s in specs}
     with Journal(run_dir) as journal:
@@ -139,25 +199,61 @@ def record_all(specs: Sequence[ModelSpec], run_dir: Path, *, backend: str = "neu
             try:
                 registry.merge(Registry.load(entries_dir / name))
             except (OSError, ValueError) as exc:  # a damaged per-model file: the model is reported
-                stage = {**stage, "status": "error", "reason": "entries file unreadable", "message": str(exc)[:300]}
-        results.append({"model_id": out.case_id, "status": stage.get("status"), "reason": stage.get("reason") or "",
-                        "message": stage.get("message") or "", "seconds": out.seconds,
-                        **{k: v for k, v in (stage.get("metrics") or {}).items() if k in ("modes", "calls", "fake_error", "device")}})
+                stage = {
+                    **stage,
+                    "status": "error",
+                    "reason": "entries file unreadable",
+                    "message": str(exc)[:300],
+                }
+        results.append(
+            {
+                "model_id": out.case_id,
+                "status": stage.get("status"),
+                "reason": stage.get("reason") or "",
+                "message": stage.get("message") or "",
+                "seconds": out.seconds,
+                **{
+                    k: v
+                    for k, v in (stage.get("metrics") or {}).items()
+                    if k in ("modes", "calls", "fake_error", "device")
+                },
+            }
+        )
     results.sort(key=lambda r: r["model_id"])
     return registry, results, summary
 
 
-def regenerate(specs: Sequence[ModelSpec], out: str | os.PathLike, *, workers: int = 1, source: str = "",
-               backend: str = "neuron", seq_lengths: tuple[int, ...] = SEQ_LENGTHS, timeout: float = DEFAULT_TIMEOUT,
-               executor: str = "local", ray_address: str | None = None, memory_bytes: int | None = None,
-               progress: bool = True, keep_run: bool = False) -> dict[str, Any]:
+def regenerate(
+    specs: Sequence[ModelSpec],
+    out: str | os.PathLike,
+    *,
+    workers: int = 1,
+    source: str = "",
+    backend: str = "neuron",
+    seq_lengths: tuple[int, ...] = SEQ_LENGTHS,
+    timeout: float = DEFAULT_TIMEOUT,
+    executor: str = "local",
+    ray_address: str | None = None,
+    memory_bytes: int | None = None,
+    progress: bool = True,
+    keep_run: bool = False,
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = Path(out)
     old = Registry.load(out) if out.is_file() else Registry()
     run_dir = work_dir(out)
-    registry, results, run = record_all(specs, run_dir, backend=backend, workers=workers, seq_lengths=seq_lengths,
-                                        timeout=timeout, executor=executor, ray_address=ray_address,
-                                        memory_bytes=memory_bytes, progress=progress)
+    registry, results, run = record_all(
+        specs,
+        run_dir,
+        backend=backend,
+        workers=workers,
+        seq_lengths=seq_lengths,
+        timeout=timeout,
+        executor=executor,
+        ray_address=ray_address,
+        memory_bytes=memory_bytes,
+        progress=progress,
+    )
     registry.save(out)
     if not keep_run:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -165,9 +261,16 @@ def regenerate(specs: Sequence[ModelSpec], out: str | os.PathLike, *, workers: i
     for r in results:
         for m in r.get("modes") or ["failed"]:
             modes[m] = modes.get(m, 0) + 1
-    failed = [{"model_id": r["model_id"], "status": r["status"], "reason": r["message"] or r["reason"],
-               "partial": r["reason"].startswith("model failed part-way")}
-              for r in results if r["status"] != "pass"]
+    failed = [
+        {
+            "model_id": r["model_id"],
+            "status": r["status"],
+            "reason": r["message"] or r["reason"],
+            "partial": r["reason"].startswith("model failed part-way"),
+        }
+        for r in results
+        if r["status"] != "pass"
+    ]
     return {
         "out": str(out),
         "source": source,

@@ -25,6 +25,7 @@ import yaml
 from contracts.records import ModelSpec
 from contracts.settings import current
 
+
 def _model_tier_seq() -> int:
     from harness.build.shrink import rules
 
@@ -86,12 +87,17 @@ class _Timeout(Exception):
     pass
 
 
-def _alarm(signum, frame):  # noqa: ARG001
+def _alarm(signum, frame):
     raise _Timeout()
 
 
-def record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...] = SEQ_LENGTHS, tier: str = "representative",
-                timeout: float = 0, backend: str = "cpu") -> SpecResult:
+def record_spec(
+    spec_dict: dict[str, Any],
+    seq_lengths: tuple[int, ...] = SEQ_LENGTHS,
+    tier: str = "representative",
+    timeout: float = 0,
+    backend: str = "cpu",
+) -> SpecResult:
     """Record one model at each sequence length on `backend`'s device (worker entry point: plain
     dicts in and out). The model and its inputs live on the device, so the registry holds the op
     mix the device receives (its own decompositions, not the CPU's).
@@ -103,7 +109,9 @@ def record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...] = SEQ_LE
         try:
             return _record_spec(spec_dict, seq_lengths, tier, backend)
         except _Timeout:
-            return SpecResult(spec_dict.get("model_id", ""), error=f"timeout after {timeout:g}s", seconds=timeout)
+            return SpecResult(
+                spec_dict.get("model_id", ""), error=f"timeout after {timeout:g}s", seconds=timeout
+            )
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
@@ -137,7 +145,9 @@ def _to_device(value: Any, device: Any) -> Any:
     return value
 
 
-def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: str, backend: str) -> SpecResult:
+def _record_spec(
+    spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: str, backend: str
+) -> SpecResult:
     import torch
 
     from contracts.backends import get_backend
@@ -177,7 +187,9 @@ def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: 
             for seq in seq_lengths:
                 inputs[seq] = model_inputs.make_inputs(model, config, arch, seed=0, seq=seq).kwargs
         except Exception as exc:  # noqa: BLE001 - reported as the model's record error
-            input_error = f"inputs: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            input_error = (
+                f"inputs: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            )
         if not prefer_fake:
             prebuilt.append(model)
         del model
@@ -200,12 +212,24 @@ def _record_spec(spec_dict: dict[str, Any], seq_lengths: tuple[int, ...], tier: 
 
     for seq in seq_lengths:
         outcome = record_workload(
-            build, lambda m, seq=seq: feed(m, seq),
-            model_id=spec.model_id, tier=tier, weight=float(spec.downloads or 0), prefer_fake=prefer_fake,
+            build,
+            lambda m, seq=seq: feed(m, seq),
+            model_id=spec.model_id,
+            tier=tier,
+            weight=float(spec.downloads or 0),
+            prefer_fake=prefer_fake,
             device=device.type,
         )
         out.entries.extend(outcome.entries)
-        out.runs.append({"seq": seq, "mode": outcome.mode, "calls": outcome.calls, "phases": outcome.phases,
-                         "fake_error": outcome.fake_error, "error": outcome.error})
+        out.runs.append(
+            {
+                "seq": seq,
+                "mode": outcome.mode,
+                "calls": outcome.calls,
+                "phases": outcome.phases,
+                "fake_error": outcome.fake_error,
+                "error": outcome.error,
+            }
+        )
     out.seconds = time.perf_counter() - t0
     return out

@@ -20,7 +20,8 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -29,11 +30,11 @@ from contracts.errors import classify
 from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import MODEL_STAGES, Status
 from harness.build.inputs import make_inputs
-from harness.stages.compile import compile_stage
 from harness.build.models import architecture_of, build_model, parameter_count, resolve_config
-from harness.stages.compare import float_tensors, named_tensors
-from harness.stages.numerics import numerics_stage
 from harness.build.quiet import quiet_transformers
+from harness.stages.compare import float_tensors, named_tensors
+from harness.stages.compile import compile_stage
+from harness.stages.numerics import numerics_stage
 from harness.stages.run import StageFailed, StageRun, StageSkipped, fresh, to_device, tracked
 from harness.stages.step import NoLoss, train_mode, training_loss
 from harness.stages.torch_state import restored_torch_state
@@ -109,7 +110,9 @@ def _backward(run: _Run) -> dict[str, Any]:
     if outputs and all(t.is_inference() for t in outputs):
         raise StageSkipped("the forward runs under torch.inference_mode: there is no backward")
     if run.output is not None and not outputs:
-        raise StageSkipped("the model returns integer outputs only (codes): there is nothing to differentiate")
+        raise StageSkipped(
+            "the model returns integer outputs only (codes): there is nothing to differentiate"
+        )
     with train_mode(run.model):
         torch.manual_seed(run.seed)
         with quiet_transformers():
@@ -122,8 +125,13 @@ def _backward(run: _Run) -> dict[str, Any]:
     run.train_output, run.loss = output, loss.detach()
     params = [p for p in run.model.parameters() if p.requires_grad]
     with_grad = [p for p in params if p.grad is not None]
-    metrics = {"loss_source": source, "loss": float(loss.detach().to("cpu")), "mode": "train",
-               "params_with_grad": len(with_grad), "trainable_params": len(params)}
+    metrics = {
+        "loss_source": source,
+        "loss": float(loss.detach().to("cpu")),
+        "mode": "train",
+        "params_with_grad": len(with_grad),
+        "trainable_params": len(params),
+    }
     if not with_grad:
         raise StageFailed("no parameter received a gradient", metrics)
     off = [p.grad.device.type for p in with_grad if p.grad.device.type != run.adapter.device_type]
@@ -145,8 +153,12 @@ def _on_device(run: _Run) -> dict[str, Any]:
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[_Run], dict[str, Any]]] = {
-    "load": _load, "forward": _forward, "backward": _backward,
-    "compile": compile_stage, "numerics": numerics_stage, "on_device": _on_device,
+    "load": _load,
+    "forward": _forward,
+    "backward": _backward,
+    "compile": compile_stage,
+    "numerics": numerics_stage,
+    "on_device": _on_device,
 }
 
 
@@ -192,25 +204,39 @@ def _stage_outcome(run: _Run, name: str) -> StageResult:
         metrics = STAGE_FUNCTIONS[name](run)
         return StageResult(name, Status.PASS, seconds=time.perf_counter() - t0, metrics=metrics)
     except StageFailed as f:
-        return StageResult(name, Status.FAIL, reason=f.reason, seconds=time.perf_counter() - t0, metrics=f.metrics)
+        return StageResult(
+            name, Status.FAIL, reason=f.reason, seconds=time.perf_counter() - t0, metrics=f.metrics
+        )
     except StageSkipped as s:
         return StageResult(name, s.status, reason=s.reason, seconds=time.perf_counter() - t0)
     except Exception as exc:  # noqa: BLE001 - every model problem becomes an outcome
         info = classify(exc)
-        return StageResult(name, info.status, reason=f"{info.error_class}: {info.message}"[:300],
-                           error_class=info.error_class, message=info.message, failing_op=info.failing_op,
-                           seconds=time.perf_counter() - t0)
+        return StageResult(
+            name,
+            info.status,
+            reason=f"{info.error_class}: {info.message}"[:300],
+            error_class=info.error_class,
+            message=info.message,
+            failing_op=info.failing_op,
+            seconds=time.perf_counter() - t0,
+        )
 
 
-def check_model(spec: ModelSpec, backend: str = "neuron", stages: Sequence[str] | None = None,
-                seed: int = 0, judge: Callable[[_Run, list[str]], None] | None = None) -> ModelCheck:
+def check_model(
+    spec: ModelSpec,
+    backend: str = "neuron",
+    stages: Sequence[str] | None = None,
+    seed: int = 0,
+    judge: Callable[[_Run, list[str]], None] | None = None,
+) -> ModelCheck:
     """Run the stages of one model on one backend. Never raises for a model problem.
 
     `judge(run, stages)` runs after the stages with the run's objects (the blame of each stage
     that did not pass: harness.blame.probe.judge_run, what `check_with_blame` passes)."""
     wanted = _wanted(stages)
-    result = ModelCheck(model_id=spec.model_id, backend=backend, model_type=spec.model_type,
-                        architecture=spec.architecture)
+    result = ModelCheck(
+        model_id=spec.model_id, backend=backend, model_type=spec.model_type, architecture=spec.architecture
+    )
     try:
         adapter = get_backend(backend)
         if not adapter.is_available():
@@ -218,19 +244,31 @@ def check_model(spec: ModelSpec, backend: str = "neuron", stages: Sequence[str] 
     except Exception as exc:  # noqa: BLE001
         info = classify(exc)
         for i, name in enumerate(wanted):
-            result.stages[name] = (StageResult(name, Status.ERROR, reason=f"backend: {info.message}"[:300],
-                                               error_class=info.error_class, message=info.message) if i == 0
-                                   else StageResult(name, Status.NOT_ATTEMPTED, reason="backend unavailable"))
+            result.stages[name] = (
+                StageResult(
+                    name,
+                    Status.ERROR,
+                    reason=f"backend: {info.message}"[:300],
+                    error_class=info.error_class,
+                    message=info.message,
+                )
+                if i == 0
+                else StageResult(name, Status.NOT_ATTEMPTED, reason="backend unavailable")
+            )
         return result
     run = _Run(spec=spec, adapter=adapter, seed=seed, result=result)
     adapter.reset_peak_memory()
     for name in wanted:
         if name == "on_device":
             _summarize_fallbacks(run)
-        blocked = [p for p in PREREQUISITES[name] if p in result.stages and result.stages[p].status != Status.PASS]
+        blocked = [
+            p for p in PREREQUISITES[name] if p in result.stages and result.stages[p].status != Status.PASS
+        ]
         if blocked:
             p = blocked[0]
-            result.stages[name] = StageResult(name, Status.NOT_ATTEMPTED, reason=f"{p} {result.stages[p].status.value}")
+            result.stages[name] = StageResult(
+                name, Status.NOT_ATTEMPTED, reason=f"{p} {result.stages[p].status.value}"
+            )
             continue
         result.stages[name] = _run_stage(run, name)
     _summarize_fallbacks(run)
@@ -248,5 +286,7 @@ def _judge(judge: Callable[[_Run, list[str]], None], run: _Run, wanted: list[str
         info = classify(exc)
         for r in run.result.stages.values():
             if r.status != Status.PASS and not r.blame:
-                r.blame, r.blame_evidence = "harness", {"rule": "judge_error",
-                                                         "why": f"{info.error_class}: {info.message}"[:300]}
+                r.blame, r.blame_evidence = (
+                    "harness",
+                    {"rule": "judge_error", "why": f"{info.error_class}: {info.message}"[:300]},
+                )

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 import yaml
@@ -44,8 +45,12 @@ def tolerance(cls: str) -> Tolerance:
     s = settings()
     t = s["classes"][cls]
     low = cls in ("bfloat16", "float16", "undeclared_rounding")
-    return Tolerance(cls, float(t["rtol"]), float(t["atol"]),
-                     float(s["rmse_multiplier_low_precision" if low else "rmse_multiplier"]))
+    return Tolerance(
+        cls,
+        float(t["rtol"]),
+        float(t["atol"]),
+        float(s["rmse_multiplier_low_precision" if low else "rmse_multiplier"]),
+    )
 
 
 def tolerance_class(dtype: torch.dtype, *, undeclared_rounding: bool = False) -> str:
@@ -81,10 +86,14 @@ class Comparison:
         return 0.0 if self.passed else math.inf
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 10) if isinstance(v, float) and math.isfinite(v) else v) for k, v in asdict(self).items()}
+        return {
+            k: (round(v, 10) if isinstance(v, float) and math.isfinite(v) else v)
+            for k, v in asdict(self).items()
+        }
 
 
 # --------------------------------------------------------------------------------- tensors
+
 
 def named_tensors(output: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
     """(name, tensor) of every tensor of a model output in a stable order: ModelOutput and dict
@@ -124,29 +133,42 @@ def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _cosine_rule(architecture: str, name: str) -> dict[str, Any] | None:
     for rule in settings().get("cosine_rules") or []:
-        if (fnmatch.fnmatchcase(architecture or "", str(rule.get("architecture", "*")))
-                and fnmatch.fnmatchcase(name, str(rule.get("tensor", "*")))):
+        if fnmatch.fnmatchcase(
+            architecture or "", str(rule.get("architecture", "*"))
+        ) and fnmatch.fnmatchcase(name, str(rule.get("tensor", "*"))):
             return rule
     return None
 
 
 # --------------------------------------------------------------------------------- the gate
 
-def compare(actual: torch.Tensor, reference: torch.Tensor, eager: torch.Tensor | None = None, *,
-            name: str = "", tol: Tolerance | None = None, architecture: str = "", cosine: bool = True) -> Comparison:
+
+def compare(
+    actual: torch.Tensor,
+    reference: torch.Tensor,
+    eager: torch.Tensor | None = None,
+    *,
+    name: str = "",
+    tol: Tolerance | None = None,
+    architecture: str = "",
+    cosine: bool = True,
+) -> Comparison:
     """One tensor against the float64 reference; `eager` is the CPU float32 run (the yardstick)."""
     tol = tol or tolerance(tolerance_class(actual.dtype))
     base = {"name": name, "tensors": 1, "tolerance_class": tol.name}
     if actual.shape != reference.shape:
-        return Comparison(False, "shape", reason=f"{name}: shape {tuple(actual.shape)} != {tuple(reference.shape)}",
-                          **base)
+        return Comparison(
+            False, "shape", reason=f"{name}: shape {tuple(actual.shape)} != {tuple(reference.shape)}", **base
+        )
     a = actual.detach().cpu().to(torch.float64)
     r = reference.detach().cpu().to(torch.float64)
     if a.numel() == 0:
         return Comparison(True, "empty", **base)
     finite_r = torch.isfinite(r)
     if not torch.equal(torch.isfinite(a), finite_r):
-        return Comparison(False, "nonfinite", reason=f"{name}: non-finite values differ from the reference", **base)
+        return Comparison(
+            False, "nonfinite", reason=f"{name}: non-finite values differ from the reference", **base
+        )
     a, r = a[finite_r], r[finite_r]
     max_abs = float((a - r).abs().max()) if a.numel() else 0.0
     rmse = _rmse(a, r)
@@ -155,24 +177,37 @@ def compare(actual: torch.Tensor, reference: torch.Tensor, eager: torch.Tensor |
         e = eager.detach().cpu().to(torch.float64)[finite_r]
         eager_rmse = _rmse(e, r)
         s = settings()
-        mult = max(tol.rmse_multiplier, s["rmse_multiplier_small"]) if a.numel() <= s["small_numel"] \
+        mult = (
+            max(tol.rmse_multiplier, s["rmse_multiplier_small"])
+            if a.numel() <= s["small_numel"]
             else tol.rmse_multiplier
+        )
         allowed = mult * eager_rmse + tol.atol / 10.0
     found = dict(max_abs_error=max_abs, rmse=rmse, eager_rmse=eager_rmse, allowed_rmse=allowed, **base)
     if torch.allclose(a, r, rtol=tol.rtol, atol=tol.atol):
         return Comparison(True, "allclose", **found)
     if allowed and rmse <= allowed:
         return Comparison(True, "rmse", **found)
-    why = (f"{name}: max abs error {max_abs:.3g}, rmse {rmse:.3g} vs float32 eager {eager_rmse:.3g} "
-           f"(allowed {allowed:.3g})" if allowed else
-           f"{name}: max abs error {max_abs:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} (no eager yardstick)")
+    why = (
+        f"{name}: max abs error {max_abs:.3g}, rmse {rmse:.3g} vs float32 eager {eager_rmse:.3g} "
+        f"(allowed {allowed:.3g})"
+        if allowed
+        else f"{name}: max abs error {max_abs:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} (no eager yardstick)"
+    )
     rule = _cosine_rule(architecture, name) if cosine else None
     if rule is not None:
-        cos = float(torch.nn.functional.cosine_similarity(a.flatten(), r.flatten(), dim=0, eps=1e-12)) \
-            if a.numel() > 1 else 0.0
+        cos = (
+            float(torch.nn.functional.cosine_similarity(a.flatten(), r.flatten(), dim=0, eps=1e-12))
+            if a.numel() > 1
+            else 0.0
+        )
         if cos >= float(rule["min"]):
-            return Comparison(True, "cosine", cosine=cos, reason=f"cosine rule: {rule.get('reason', '')}", **found)
-        return Comparison(False, "cosine", cosine=cos, reason=f"{why}, cosine {cos:.6f} < {rule['min']}", **found)
+            return Comparison(
+                True, "cosine", cosine=cos, reason=f"cosine rule: {rule.get('reason', '')}", **found
+            )
+        return Comparison(
+            False, "cosine", cosine=cos, reason=f"{why}, cosine {cos:.6f} < {rule['min']}", **found
+        )
     return Comparison(False, "rmse", reason=why, **found)
 
 
@@ -191,9 +226,14 @@ def worst(results: Iterable[Comparison]) -> Comparison:
     return out
 
 
-def compare_named(actual: dict[str, torch.Tensor], reference: dict[str, torch.Tensor],
-                  eager: dict[str, torch.Tensor] | None = None, *, undeclared_rounding: bool = False,
-                  architecture: str = "") -> Comparison:
+def compare_named(
+    actual: dict[str, torch.Tensor],
+    reference: dict[str, torch.Tensor],
+    eager: dict[str, torch.Tensor] | None = None,
+    *,
+    undeclared_rounding: bool = False,
+    architecture: str = "",
+) -> Comparison:
     """Tensors matched by name (outputs, parameter gradients); one missing on either side fails."""
     missing = sorted(set(actual) ^ set(reference))
     if missing:
@@ -201,25 +241,44 @@ def compare_named(actual: dict[str, torch.Tensor], reference: dict[str, torch.Te
         side = "the reference" if n in actual else "the device"
         return Comparison(False, "missing", name=n, tensors=len(reference), reason=f"{n}: missing on {side}")
     eager = eager or {}
-    return worst(compare(actual[n], reference[n], eager.get(n), name=n, architecture=architecture,
-                         tol=tolerance(tolerance_class(actual[n].dtype, undeclared_rounding=undeclared_rounding)))
-                 for n in reference)
+    return worst(
+        compare(
+            actual[n],
+            reference[n],
+            eager.get(n),
+            name=n,
+            architecture=architecture,
+            tol=tolerance(tolerance_class(actual[n].dtype, undeclared_rounding=undeclared_rounding)),
+        )
+        for n in reference
+    )
 
 
 def compare_outputs(actual: Any, reference: Any, eager: Any = None, **kwargs: Any) -> Comparison:
     """Every floating tensor of two model outputs, by position (the names are the reference's)."""
     acts, refs = named_float_tensors(actual), named_float_tensors(reference)
     if len(acts) != len(refs):
-        return Comparison(False, "shape", reason=f"{len(acts)} output tensors != {len(refs)} in the reference")
+        return Comparison(
+            False, "shape", reason=f"{len(acts)} output tensors != {len(refs)} in the reference"
+        )
     eags = named_float_tensors(eager) if eager is not None else []
     names = [n for n, _ in refs]
-    return compare_named(dict(zip(names, (t for _, t in acts))), dict(refs),
-                         dict(zip(names, (t for _, t in eags))) if len(eags) == len(refs) else None, **kwargs)
+    return compare_named(
+        dict(zip(names, (t for _, t in acts))),
+        dict(refs),
+        dict(zip(names, (t for _, t in eags))) if len(eags) == len(refs) else None,
+        **kwargs,
+    )
 
 
-def compare_with_eager(actual: dict[str, torch.Tensor], eager: dict[str, torch.Tensor],
-                       truth: Callable[[], dict[str, torch.Tensor]] | None = None, *,
-                       undeclared_rounding: bool = False, architecture: str = "") -> Comparison:
+def compare_with_eager(
+    actual: dict[str, torch.Tensor],
+    eager: dict[str, torch.Tensor],
+    truth: Callable[[], dict[str, torch.Tensor]] | None = None,
+    *,
+    undeclared_rounding: bool = False,
+    architecture: str = "",
+) -> Comparison:
     """A compiled run against the eager run on the same device, as dynamo's `same(eager, compiled,
     fp64_ref)`: each tensor allclose to eager's; else the RMSE gate against the float64 truth, with
     eager's own distance from the truth as the yardstick. `truth` (name -> tensor) is called only
@@ -227,8 +286,13 @@ def compare_with_eager(actual: dict[str, torch.Tensor], eager: dict[str, torch.T
     missing = sorted(set(actual) ^ set(eager))
     if missing:
         n = missing[0]
-        return Comparison(False, "missing", name=n, tensors=len(eager),
-                          reason=f"{n}: missing in the {'eager' if n in actual else 'compiled'} run")
+        return Comparison(
+            False,
+            "missing",
+            name=n,
+            tensors=len(eager),
+            reason=f"{n}: missing in the {'eager' if n in actual else 'compiled'} run",
+        )
     results, reference = [], None
     for n in eager:
         tol = tolerance(tolerance_class(actual[n].dtype, undeclared_rounding=undeclared_rounding))

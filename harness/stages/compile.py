@@ -21,16 +21,17 @@ import contextlib
 import copy
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from contracts.errors import classify
 from contracts.status import FAILING, Status
+from harness.build.quiet import quiet_transformers
 from harness.stages.compare import compare_with_eager, worst
 from harness.stages.numerics import cpu_named, reference_of, undeclared_rounding
-from harness.build.quiet import quiet_transformers
 from harness.stages.run import StageFailed, StageRun, StageSkipped, tracked
 from harness.stages.step import NoLoss, parameter_grads, restore_grads, stash_grads, train_mode, training_loss
 
@@ -39,6 +40,7 @@ STEPS = 2
 
 
 # ---------------------------------------------------------------------- whose forward failure
+
 
 def reference_forward_failure(run: StageRun) -> str:
     """Why the model's forward fails on the CPU reference too ("" when it runs there), once per run.
@@ -64,10 +66,13 @@ def _not_after_a_harness_forward_failure(run: StageRun) -> None:
         return
     why = reference_forward_failure(run)
     if why:
-        raise StageSkipped(f"forward {forward.status.value} on the cpu reference too: {why}", Status.NOT_ATTEMPTED)
+        raise StageSkipped(
+            f"forward {forward.status.value} on the cpu reference too: {why}", Status.NOT_ATTEMPTED
+        )
 
 
 # ---------------------------------------------------------------------- counting compiles
+
 
 @dataclass
 class CompileLog:
@@ -91,10 +96,13 @@ class CompileLog:
         seen = self.starts[since:until]
         forward = [s for s in seen if s[0] == "DYNAMO"]
         backward = [s for s in seen if s[0] == "LAZY_BACKWARD"]
-        return {"forward_compiles": len(forward), "backward_graphs": len(backward),
-                "forward_recompiles": sum(1 for s in forward if s[2] > 0),
-                "backward_recompiles": sum(1 for s in backward if s[2] > 0),
-                "frames": len({s[1] for s in forward})}
+        return {
+            "forward_compiles": len(forward),
+            "backward_graphs": len(backward),
+            "forward_recompiles": sum(1 for s in forward if s[2] > 0),
+            "backward_recompiles": sum(1 for s in backward if s[2] > 0),
+            "frames": len({s[1] for s in forward}),
+        }
 
 
 @contextlib.contextmanager
@@ -112,6 +120,7 @@ def _compile_log() -> Iterator[CompileLog]:
 
 # ---------------------------------------------------------------------- start-up
 
+
 def warm_up() -> None:
     """Import torch.compile's own stack (Dynamo, AOTAutograd, functorch's partitioners, sympy,
     networkx: ~1,300 modules) without compiling anything.
@@ -119,13 +128,14 @@ def warm_up() -> None:
     The first compile in a process imports them (13-15 s of the first model's compile stage at
     load 12, docs/runner.md); a tier that compiles imports them in its workers' start-up instead,
     which overlaps the listing of the cases. Imports only: no Dynamo state is created."""
-    import torch._dynamo  # noqa: F401
-    import torch._functorch.aot_autograd  # noqa: F401
-    import torch._functorch.partitioners  # noqa: F401
+    import torch._dynamo
+    import torch._functorch.aot_autograd
+    import torch._functorch.partitioners
     import torch._inductor.codecache  # noqa: F401  (torch.compile imports it for every backend)
 
 
 # ---------------------------------------------------------------------- the compiled step
+
 
 @dataclass
 class StepResult:
@@ -136,6 +146,7 @@ class StepResult:
 
 def _step(run: StageRun, compiled: Any, track: bool, train: bool) -> StepResult:
     """One compiled training step; its gradients are taken out of the model afterwards."""
+
     def go() -> StepResult:
         with train_mode(run.model) if train else contextlib.nullcontext():
             torch.manual_seed(run.seed)
@@ -166,12 +177,18 @@ def _eager(run: StageRun, saved_grads: dict[str, Any]) -> tuple[StepResult | Non
         return StepResult(cpu_named(run.train_output), run.loss.detach().to("cpu"), grads), "", True
     if run.output is None:
         forward = run.result.stages.get("forward")
-        return None, f"no eager forward to compare with (forward {forward.status.value if forward else 'not run'})", True
+        return (
+            None,
+            f"no eager forward to compare with (forward {forward.status.value if forward else 'not run'})",
+            True,
+        )
     note = f"outputs only: eager backward {backward.status.value if backward else 'not run'}"
     return StepResult(cpu_named(run.output), None, {}), note, False
 
 
-def none_as_zero(compiled: dict[str, torch.Tensor], eager: dict[str, torch.Tensor]) -> tuple[dict, dict, list[str]]:
+def none_as_zero(
+    compiled: dict[str, torch.Tensor], eager: dict[str, torch.Tensor]
+) -> tuple[dict, dict, list[str]]:
     """The gradients of both steps with a missing one filled in as zeros where the other step's is
     all zeros, and the names filled in.
 
@@ -190,7 +207,9 @@ def none_as_zero(compiled: dict[str, torch.Tensor], eager: dict[str, torch.Tenso
     return compiled, eager, sorted(filled)
 
 
-def _versus_eager(run: StageRun, steps: list[StepResult], eager: StepResult, train: bool) -> tuple[Any, list[str]]:
+def _versus_eager(
+    run: StageRun, steps: list[StepResult], eager: StepResult, train: bool
+) -> tuple[Any, list[str]]:
     """The worst comparison of every step with eager, and the gradients taken as zero for None."""
     loose = undeclared_rounding(run)
     arch = run.result.architecture
@@ -214,8 +233,9 @@ def _versus_eager(run: StageRun, steps: list[StepResult], eager: StepResult, tra
             zero_for_none.update(filled)
             parts.append(("grads", compiled_grads, eager_grads))
         for part, actual, expected in parts:
-            c = compare_with_eager(actual, expected, lambda p=part: truth(p), undeclared_rounding=loose,
-                                   architecture=arch)
+            c = compare_with_eager(
+                actual, expected, lambda p=part: truth(p), undeclared_rounding=loose, architecture=arch
+            )
             label = {"outputs": "output", "loss": "", "grads": "gradient of"}[part]
             c.name = f"step {i} {label} {c.name}".replace("  ", " ")
             c.reason = f"step {i} {label} {c.reason}".replace("  ", " ") if c.reason else ""
@@ -257,12 +277,15 @@ def compile_stage(run: StageRun) -> dict[str, Any]:
         torch._dynamo.reset()
     first, everything = log.summary(0, first_step), log.summary(0)
     metrics: dict[str, Any] = {
-        "forward_graphs": forward_graphs, "backward_graphs": first["backward_graphs"],
-        "graph_breaks": max(0, forward_graphs - 1), "frames": first["frames"],
+        "forward_graphs": forward_graphs,
+        "backward_graphs": first["backward_graphs"],
+        "graph_breaks": max(0, forward_graphs - 1),
+        "frames": first["frames"],
         "graph_break_reasons": [r for r, _ in reasons.most_common(3)],
         "forward_recompiles": everything["forward_recompiles"],
         "backward_recompiles": everything["backward_recompiles"],
-        "repeat_compiles": len(log.starts) - first_step, "steps": STEPS,
+        "repeat_compiles": len(log.starts) - first_step,
+        "steps": STEPS,
     }
     run.result.graphs = metrics["forward_graphs"] + metrics["backward_graphs"]
     run.result.recompiles = metrics["forward_recompiles"] + metrics["backward_recompiles"]

@@ -33,10 +33,18 @@ def reference_of(run: StageRun) -> Reference:
     """The run's CPU reference of the training step, computed once (numerics and compile share it)."""
     if run.reference is None:
         try:
-            run.reference = compute_reference(run.cpu_model, run.cpu_kwargs, run.seed, training_loss,
-                                              rounded_inputs(run), dispatch_key(run.adapter.device_type))
-        except Exception as exc:  # noqa: BLE001 - the harness' own reference: its failure is the harness'
-            raise StageSkipped(f"cpu reference raised: {type(exc).__name__}: {exc}"[:300], Status.ERROR) from exc
+            run.reference = compute_reference(
+                run.cpu_model,
+                run.cpu_kwargs,
+                run.seed,
+                training_loss,
+                rounded_inputs(run),
+                dispatch_key(run.adapter.device_type),
+            )
+        except Exception as exc:
+            raise StageSkipped(
+                f"cpu reference raised: {type(exc).__name__}: {exc}"[:300], Status.ERROR
+            ) from exc
     return run.reference
 
 
@@ -45,7 +53,7 @@ def cpu_named(output: Any) -> dict[str, Any]:
 
 
 def _backward_passed(run: StageRun) -> str:
-    """"" when the device's gradients are there to check, else why not."""
+    """ "" when the device's gradients are there to check, else why not."""
     stage = run.result.stages.get("backward")
     if stage is None:
         return "backward was not run"
@@ -56,19 +64,31 @@ def _backward_passed(run: StageRun) -> str:
 
 def check_gradients(run: StageRun, ref: Reference) -> tuple[Comparison | None, str]:
     """The device's parameter gradients against the reference's (None, why: not checked)."""
-    why = _backward_passed(run) or (f"the reference's backward failed: {ref.truth.error}" if ref.truth.error else "")
+    why = _backward_passed(run) or (
+        f"the reference's backward failed: {ref.truth.error}" if ref.truth.error else ""
+    )
     if why:
         return None, why
     device = {n: g.detach().to("cpu") for n, g in parameter_grads(run.model).items()}
-    return compare_named(device, ref.truth.grads, ref.eager.grads, undeclared_rounding=undeclared_rounding(run),
-                         architecture=run.result.architecture), ""
+    return compare_named(
+        device,
+        ref.truth.grads,
+        ref.eager.grads,
+        undeclared_rounding=undeclared_rounding(run),
+        architecture=run.result.architecture,
+    ), ""
 
 
 def numerics_stage(run: StageRun) -> dict[str, Any]:
     ref = reference_of(run)
     loose = undeclared_rounding(run)
-    outputs = compare_outputs(cpu_named(run.output), ref.truth.output, ref.eager.output, undeclared_rounding=loose,
-                              architecture=run.result.architecture)
+    outputs = compare_outputs(
+        cpu_named(run.output),
+        ref.truth.output,
+        ref.eager.output,
+        undeclared_rounding=loose,
+        architecture=run.result.architecture,
+    )
     metrics: dict[str, Any] = {"reference": ref.kind, "rounding": ref.rounding, **outputs.to_dict()}
     grads, why_not = check_gradients(run, ref)
     metrics["gradients"] = grads.to_dict() if grads is not None else {"checked": False, "reason": why_not}

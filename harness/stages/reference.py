@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -34,8 +35,12 @@ LossFn = Callable[[Any], "tuple[torch.Tensor, str]"]
 class DeviceRounding(TorchDispatchMode):
     """Round the declared floating inputs of the declared ops to `dtype` (kept in their own dtype)."""
 
-    def __init__(self, rounded: Mapping[str, Sequence[str]], device_key: str | None = None,
-                 dtype: torch.dtype = torch.bfloat16) -> None:
+    def __init__(
+        self,
+        rounded: Mapping[str, Sequence[str]],
+        device_key: str | None = None,
+        dtype: torch.dtype = torch.bfloat16,
+    ) -> None:
         super().__init__()
         self.rounded = {str(k): tuple(v) for k, v in rounded.items()}
         self.device_key = device_key
@@ -58,8 +63,11 @@ class DeviceRounding(TorchDispatchMode):
             return False
         name, has = func.name(), torch._C._dispatch_has_kernel_for_dispatch_key
         try:
-            return (has(name, "CompositeExplicitAutograd") and not has(name, self.device_key)
-                    and not has(name, "CompositeExplicitAutogradNonFunctional"))
+            return (
+                has(name, "CompositeExplicitAutograd")
+                and not has(name, self.device_key)
+                and not has(name, "CompositeExplicitAutogradNonFunctional")
+            )
         except RuntimeError:
             return False
 
@@ -68,8 +76,11 @@ class DeviceRounding(TorchDispatchMode):
         if plan is None:
             names = self.rounded.get(str(func.overloadpacket), ())
             schema_args = func._schema.arguments if names else []
-            plan = (tuple(i for i, a in enumerate(schema_args) if a.name in names), frozenset(names),
-                    not names and self._decomposed_on_device(func))
+            plan = (
+                tuple(i for i, a in enumerate(schema_args) if a.name in names),
+                frozenset(names),
+                not names and self._decomposed_on_device(func),
+            )
             self._plans[func] = plan
         return plan
 
@@ -98,7 +109,9 @@ class DeviceRounding(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def as_the_device_computes(rounded: Mapping[str, Sequence[str]] | None, device_key: str | None = None) -> Iterator[None]:
+def as_the_device_computes(
+    rounded: Mapping[str, Sequence[str]] | None, device_key: str | None = None
+) -> Iterator[None]:
     """CPU execution with the device's declared input rounding and math-path attention; `device_key`
     (e.g. "PrivateUse1") says which ops the device only receives decomposed."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -144,8 +157,14 @@ def dispatch_key(device_type: str) -> str:
     return "PrivateUse1" if device_type == torch._C._get_privateuse1_backend_name() else device_type.upper()
 
 
-def run_step(model: torch.nn.Module, kwargs: dict, seed: int, loss_fn: LossFn | None,
-             rounded: Mapping[str, Sequence[str]] | None, device_key: str | None = None) -> ReferenceRun:
+def run_step(
+    model: torch.nn.Module,
+    kwargs: dict,
+    seed: int,
+    loss_fn: LossFn | None,
+    rounded: Mapping[str, Sequence[str]] | None,
+    device_key: str | None = None,
+) -> ReferenceRun:
     """As the device stages run it, on the CPU: the eval-mode forward (`forward`), then the
     training step (`backward`: a train-mode forward, the loss, backward)."""
     run = ReferenceRun()
@@ -168,16 +187,28 @@ def run_step(model: torch.nn.Module, kwargs: dict, seed: int, loss_fn: LossFn | 
     return run
 
 
-def compute_reference(cpu_model: torch.nn.Module, cpu_kwargs: dict, seed: int, loss_fn: LossFn | None,
-                      rounded: Mapping[str, Sequence[str]] | None, device_key: str | None = None) -> Reference:
+def compute_reference(
+    cpu_model: torch.nn.Module,
+    cpu_kwargs: dict,
+    seed: int,
+    loss_fn: LossFn | None,
+    rounded: Mapping[str, Sequence[str]] | None,
+    device_key: str | None = None,
+) -> Reference:
     """The float64 truth and the float32 eager run of the same step, rounded as the device rounds.
 
     The CPU model is copied (its gradients and buffers stay untouched)."""
     rounding = f"bf16 inputs of {len(rounded)} op classes" if rounded else "none"
     eager = run_step(copy.deepcopy(cpu_model), cpu_kwargs, seed, loss_fn, rounded, device_key)
     try:
-        truth = run_step(copy.deepcopy(cpu_model).to(torch.float64), _to(cpu_kwargs, torch.float64), seed,
-                         loss_fn, rounded, device_key)
+        truth = run_step(
+            copy.deepcopy(cpu_model).to(torch.float64),
+            _to(cpu_kwargs, torch.float64),
+            seed,
+            loss_fn,
+            rounded,
+            device_key,
+        )
         kind = "cpu_float64"
     except Exception:  # noqa: BLE001 - a model that cannot run in float64: the float32 run is the truth
         truth, kind = eager, "cpu_float32"

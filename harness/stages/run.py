@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -66,12 +67,28 @@ def to_device(x: Any, device: torch.device, dtype: torch.dtype | None = None) ->
     return x
 
 
-_PLAIN = (torch.Tensor, int, float, bool, str, bytes, type(None), list, tuple, dict, set, torch.device, torch.dtype)
+_PLAIN = (
+    torch.Tensor,
+    int,
+    float,
+    bool,
+    str,
+    bytes,
+    type(None),
+    list,
+    tuple,
+    dict,
+    set,
+    torch.device,
+    torch.dtype,
+)
 
 
 def _stateful(x: Any) -> bool:
     """An input object that is neither data nor a class or function (a video tracker's session)."""
-    return not isinstance(x, _PLAIN) and hasattr(x, "__dict__") and not isinstance(x, type) and not callable(x)
+    return (
+        not isinstance(x, _PLAIN) and hasattr(x, "__dict__") and not isinstance(x, type) and not callable(x)
+    )
 
 
 def _object_to_device(obj: Any, device: torch.device, dtype: torch.dtype | None, depth: int) -> Any:

@@ -9,12 +9,13 @@ gradients are comparable: the model's own loss when the inputs carry labels, els
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
-from harness.stages.compare import float_tensors
 from harness.build.train_mode import buffers_snapshot, restore_buffers
+from harness.stages.compare import float_tensors
 
 
 class NoLoss(Exception):
@@ -29,8 +30,11 @@ def training_loss(output: Any) -> tuple[torch.Tensor, str]:
     if isinstance(loss, torch.Tensor) and loss.requires_grad:
         return _at_least_fp32(loss).sum(), "labels"
     # masked logits are -inf by design (grounding models): the surrogate uses the finite entries
-    parts = [_at_least_fp32(t)[torch.isfinite(t)].pow(2).mean() for t in float_tensors(output)
-             if t.requires_grad and bool(torch.isfinite(t).any())]
+    parts = [
+        _at_least_fp32(t)[torch.isfinite(t)].pow(2).mean()
+        for t in float_tensors(output)
+        if t.requires_grad and bool(torch.isfinite(t).any())
+    ]
     if not parts:
         raise NoLoss("no output depends on a trainable parameter")
     return torch.stack(parts).sum(), "surrogate"

@@ -14,7 +14,7 @@ one nightly worker failed as "Inference tensors ...", 13 of them blamed on the b
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -26,15 +26,24 @@ def restored_torch_state() -> Iterator[list[str]]:
     Inference mode cannot be switched off by a setter; a guard of the current mode is entered
     around the block, and leaving it restores the autograd state (grad mode too) and dispatch keys
     it saved (what a leaked guard changed underneath is dropped with it)."""
-    grad, inference, dtype = torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_default_dtype()
+    grad, inference, dtype = (
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+        torch.get_default_dtype(),
+    )
     leaked: list[str] = []
     with torch.inference_mode(inference):
         torch.set_grad_enabled(grad)  # the guard sets grad mode from its own flag
         try:
             yield leaked
         finally:
-            leaked += [name for name, before, after in (
-                ("grad_mode", grad, torch.is_grad_enabled()),
-                ("inference_mode", inference, torch.is_inference_mode_enabled()),
-                ("default_dtype", dtype, torch.get_default_dtype())) if before != after]
+            leaked += [
+                name
+                for name, before, after in (
+                    ("grad_mode", grad, torch.is_grad_enabled()),
+                    ("inference_mode", inference, torch.is_inference_mode_enabled()),
+                    ("default_dtype", dtype, torch.get_default_dtype()),
+                )
+                if before != after
+            ]
             torch.set_default_dtype(dtype)

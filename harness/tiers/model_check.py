@@ -31,8 +31,12 @@ def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOu
 #: transformers modules every model case imports when it builds its first model (modeling and
 #: loss utilities with scipy, the models' lazy import structure: ~5 s at load 15): imported in the
 #: worker's start-up, which overlaps the listing, not in the first case's load stage
-MODEL_PRELOAD = ("transformers.modeling_utils", "transformers.modeling_layers", "transformers.loss.loss_utils",
-                 "transformers.models")
+MODEL_PRELOAD = (
+    "transformers.modeling_utils",
+    "transformers.modeling_layers",
+    "transformers.loss.loss_utils",
+    "transformers.models",
+)
 
 
 def load_model_stack(backend: str) -> None:

@@ -100,7 +100,9 @@ def signature_keys(items: list[tuple[str, str, dict[str, Any]]], workers: int = 
         return list(pool.map(_case_key, items, chunksize=max(1, len(items) // (workers * 8))))
 
 
-def sample_members(members: list[Member], limit: int, workers: int = 1, registry: str | None = None) -> list[Member]:
+def sample_members(
+    members: list[Member], limit: int, workers: int = 1, registry: str | None = None
+) -> list[Member]:
     """Members in coverage order (harness.tiers.quick_subset: trait values, interacting pairs and recorded
     ops; ties by downloads, then a stable hash) until `limit` distinct architectures are seen: a
     --limit run does not pay for the signatures of the whole population, and its sample covers as
@@ -114,7 +116,7 @@ def sample_members(members: list[Member], limit: int, workers: int = 1, registry
     taken: list[Member] = []
     step = max(8, 2 * limit)
     for start in range(0, len(ordered), step):
-        batch = ordered[start: start + step]
+        batch = ordered[start : start + step]
         items = [(m.spec.model_type, m.spec.architecture, m.spec.config) for m in batch]
         for m, key in zip(batch, signature_keys(items, workers)):
             if key not in seen and len(seen) >= limit:
@@ -133,7 +135,9 @@ def dedupe_cases(members: list[Member], tier: str = "full", workers: int = 1) ->
         if m.spec is None:
             unrunnable[m.not_runnable].append(m)
             continue
-        content = json.dumps([m.spec.model_type, m.spec.architecture, m.spec.config], sort_keys=True, default=str)
+        content = json.dumps(
+            [m.spec.model_type, m.spec.architecture, m.spec.config], sort_keys=True, default=str
+        )
         contents.setdefault(content, (m.spec.model_type, m.spec.architecture, m.spec.config))
         member_content.append((m, content))
     keys = dict(zip(contents, signature_keys(list(contents.values()), workers)))
@@ -143,14 +147,28 @@ def dedupe_cases(members: list[Member], tier: str = "full", workers: int = 1) ->
     cases = []
     for key, group in groups.items():
         group.sort(key=lambda m: (-m.downloads, m.model_id))
-        cases.append(Case.for_spec(group[0].spec, tier, case_id=key, model_ids=[m.model_id for m in group],
-                               weight=float(sum(m.downloads for m in group)),
-                               info={"signature": key.rsplit("/", 1)[-1]}))
+        cases.append(
+            Case.for_spec(
+                group[0].spec,
+                tier,
+                case_id=key,
+                model_ids=[m.model_id for m in group],
+                weight=float(sum(m.downloads for m in group)),
+                info={"signature": key.rsplit("/", 1)[-1]},
+            )
+        )
     # most downloaded first; ties (the catalog has no downloads) in a stable pseudo-random order so
     # that a --limit samples across model types instead of taking the alphabet's head
     cases.sort(key=lambda c: (-c.weight, -len(c.model_ids), hashlib.sha1(c.case_id.encode()).hexdigest()))
     for reason, group in sorted(unrunnable.items()):
         group.sort(key=lambda m: (-m.downloads, m.model_id))
-        cases.append(Case(case_id=f"not_attempted/{reason}", tier=tier, payload={"not_attempted": reason},
-                          model_ids=[m.model_id for m in group], weight=float(sum(m.downloads for m in group))))
+        cases.append(
+            Case(
+                case_id=f"not_attempted/{reason}",
+                tier=tier,
+                payload={"not_attempted": reason},
+                model_ids=[m.model_id for m in group],
+                weight=float(sum(m.downloads for m in group)),
+            )
+        )
     return cases

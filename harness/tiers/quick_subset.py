@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from contracts.records import ModelSpec
 
@@ -59,8 +60,12 @@ def traits_of(spec: ModelSpec) -> dict[str, Any] | None:
         from agents.traits import extract_traits
 
         level = "full" if len(spec.config) > 5 else ("partial" if spec.config else None)
-        record = extract_traits(spec.config, model_type=spec.model_type,
-                                architectures=[spec.architecture] if spec.architecture else None, config_level=level)
+        record = extract_traits(
+            spec.config,
+            model_type=spec.model_type,
+            architectures=[spec.architecture] if spec.architecture else None,
+            config_level=level,
+        )
         if hasattr(record, "to_dict"):
             return record.to_dict()
         return _asdict(record) if hasattr(record, "__dataclass_fields__") else dict(record)
@@ -105,8 +110,9 @@ def coverage_order(specs: Sequence[ModelSpec], registry_path: str | Path | None 
     return greedy_order(list(specs), elements(specs, registry_path), lambda s: _tie(s.model_id, s.downloads))
 
 
-def subset_coverage(subset: Sequence[ModelSpec], population: Sequence[ModelSpec],
-                    registry_path: str | Path | None = None) -> dict[str, Any]:
+def subset_coverage(
+    subset: Sequence[ModelSpec], population: Sequence[ModelSpec], registry_path: str | Path | None = None
+) -> dict[str, Any]:
     """What a subset exercises: recorded ops (share of the registry's ops) and trait elements."""
     by_model = registry_ops_by_model(registry_path)
     all_ops = set().union(*by_model.values()) if by_model else set()
@@ -115,6 +121,11 @@ def subset_coverage(subset: Sequence[ModelSpec], population: Sequence[ModelSpec]
     ops = set().union(*[o for s, o in zip(population, pop_ops) if s.model_id in ids]) if ids else set()
     traits = set().union(*[trait_elements(s) for s in subset]) if subset else set()
     universe = set().union(*[trait_elements(s) for s in population]) if population else set()
-    return {"models": len(subset), "ops": len(ops), "registry_ops": len(all_ops),
-            "ops_share": (len(ops & all_ops) / len(all_ops)) if all_ops else None,
-            "trait_elements": len(traits), "trait_elements_total": len(universe)}
+    return {
+        "models": len(subset),
+        "ops": len(ops),
+        "registry_ops": len(all_ops),
+        "ops_share": (len(ops & all_ops) / len(all_ops)) if all_ops else None,
+        "trait_elements": len(traits),
+        "trait_elements_total": len(universe),
+    }

@@ -27,8 +27,12 @@ class RepresentativeTier:
     def cases(self, inputs: TierInputs) -> list[Case]:
         from agents import select
 
-        specs = select.load_representatives(inputs.models) if inputs.models else select.default_representatives()
-        if inputs.options.get("limit"):  # a limited run keeps the models that cover the most (harness.tiers.quick_subset)
+        specs = (
+            select.load_representatives(inputs.models) if inputs.models else select.default_representatives()
+        )
+        if inputs.options.get(
+            "limit"
+        ):  # a limited run keeps the models that cover the most (harness.tiers.quick_subset)
             from harness.tiers.quick_subset import coverage_order
 
             specs = coverage_order(specs, inputs.registry)

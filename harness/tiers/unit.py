@@ -42,4 +42,6 @@ class UnitTier:
     def summarize(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         from registry import unit_tier
 
-        return {"scaling": unit_tier.scaling_report([CaseOutcome.from_dict(r["outcome"]).stages for r in records])}
+        return {
+            "scaling": unit_tier.scaling_report([CaseOutcome.from_dict(r["outcome"]).stages for r in records])
+        }

@@ -33,8 +33,12 @@ class UpstreamTier:
         dtypes = opts.get("dtypes")
         if isinstance(dtypes, str):
             dtypes = [d for d in dtypes.split(",") if d.strip()]
-        groups = listing.list_groups(opts.get("ops"), dtypes, workers=int(opts.get("workers", 1) or 1),
-                                     progress=bool(opts.get("progress", True)))
+        groups = listing.list_groups(
+            opts.get("ops"),
+            dtypes,
+            workers=int(opts.get("workers", 1) or 1),
+            progress=bool(opts.get("progress", True)),
+        )
         return listing.to_cases(groups)
 
     def execute(self, case: Case, backend: str) -> Any:

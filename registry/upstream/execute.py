@@ -23,8 +23,9 @@ import contextlib
 import time
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -48,8 +49,10 @@ class Context:
 
     adapter: Any
     mode: str = "exact"
-    samples: "OrderedDict[tuple[str, str, str], list[Any] | BaseException]" = field(default_factory=OrderedDict)
-    pinned: "dict[tuple[str, str, str], list[frozenset[int]]]" = field(default_factory=dict)
+    samples: OrderedDict[tuple[str, str, str], list[Any] | BaseException] = field(
+        default_factory=OrderedDict
+    )
+    pinned: dict[tuple[str, str, str], list[frozenset[int]]] = field(default_factory=dict)
 
     @property
     def device(self) -> torch.device:
@@ -59,7 +62,7 @@ class Context:
     def device_type(self) -> str:
         return self.adapter.device_type
 
-    def watch_ops(self) -> "_OpsSeen | contextlib.nullcontext":
+    def watch_ops(self) -> _OpsSeen | contextlib.nullcontext:
         """The aten ops a block dispatches, when the precision mode loosens tolerances per op (a
         bf16 auto-cast applies to matmul-class ops only); nothing to watch in exact mode."""
         return _OpsSeen() if self.mode != "exact" else contextlib.nullcontext(None)
@@ -112,6 +115,7 @@ class _Skip(Exception):
 
 # ------------------------------------------------------------------------------------- helpers
 
+
 def _short(exc: BaseException) -> str:
     import re
 
@@ -131,8 +135,12 @@ def declared_unsupported(exc: BaseException) -> str | None:
     return None
 
 
-def _map_sample(sample: Any, fn: Callable[[torch.Tensor], torch.Tensor], device: torch.device | None,
-                keep: frozenset[int] = frozenset()) -> Any:
+def _map_sample(
+    sample: Any,
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    device: torch.device | None,
+    keep: frozenset[int] = frozenset(),
+) -> Any:
     """A copy of the sample with fn applied to every tensor; with `device`, device arguments that
     name the CPU (samples are generated for the CPU) name `device` instead. Tensors at the
     positions in `keep` (opinfos.map_sample's order: those op_db pins to the CPU) are cloned as
@@ -192,7 +200,9 @@ _UPCAST = {torch.complex32: torch.complex64}
 
 
 def _comparable(a: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    up = _UPCAST.get(e.dtype) or (torch.float32 if e.dtype.itemsize == 1 and e.dtype.is_floating_point else None)
+    up = _UPCAST.get(e.dtype) or (
+        torch.float32 if e.dtype.itemsize == 1 and e.dtype.is_floating_point else None
+    )
     return (a.to(up), e.to(up)) if up is not None else (a, e)
 
 
@@ -210,8 +220,9 @@ def _same(a: Any, b: Any) -> bool:
                 return False
             x, y = _comparable(x, y)
             if x.dtype.is_floating_point or x.dtype.is_complex:
-                if not torch.equal(torch.nan_to_num(x.cpu()), torch.nan_to_num(y.cpu())) or \
-                        not torch.equal(x.isnan(), y.isnan()):
+                if not torch.equal(torch.nan_to_num(x.cpu()), torch.nan_to_num(y.cpu())) or not torch.equal(
+                    x.isnan(), y.isnan()
+                ):
                     return False
             elif not torch.equal(x, y):
                 return False
@@ -227,8 +238,9 @@ def _same_scalar(x: Any, y: Any) -> bool:
         return type(x) is type(y)
 
 
-def _tolerance(dtype: torch.dtype, mode: str, ops_run: list[str], override: opinfos.ToleranceOverride | None
-               ) -> Tolerance:
+def _tolerance(
+    dtype: torch.dtype, mode: str, ops_run: list[str], override: opinfos.ToleranceOverride | None
+) -> Tolerance:
     abbrev = DTYPE_ABBREVS.get(dtype, "")
     tol = tolerance_for("", abbrev, mode)
     for name in ops_run:  # the precision mode loosens the dtypes of the ops it applies to
@@ -240,8 +252,9 @@ def _tolerance(dtype: torch.dtype, mode: str, ops_run: list[str], override: opin
     return tol
 
 
-def compare(actual: Any, expected: Any, mode: str, ops_run: list[str], override: Any,
-            device_type: str) -> tuple[str | None, float | None]:
+def compare(
+    actual: Any, expected: Any, mode: str, ops_run: list[str], override: Any, device_type: str
+) -> tuple[str | None, float | None]:
     """None when actual (from the device) matches expected (CPU); else what differs."""
     fa, fe = _leaves(actual), _leaves(expected)
     if len(fa) != len(fe):
@@ -266,12 +279,15 @@ def compare(actual: Any, expected: Any, mode: str, ops_run: list[str], override:
         if err is not None:
             worst = err if worst is None else max(worst, err)
         if not ok:
-            return (f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} "
-                    f"atol_rms={tol.atol_rms:g}"), worst
+            return (
+                f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} "
+                f"atol_rms={tol.atol_rms:g}"
+            ), worst
     return None, worst
 
 
 # -------------------------------------------------------------------------------------- one case
+
 
 @dataclass
 class _Run:
@@ -291,14 +307,30 @@ def _stage(stage: str, status: Status, t0: float, **kw: Any) -> StageResult:
 
 def _skip_rows(reason: UpstreamSkip, message: str, backward: bool = True) -> list[StageResult]:
     rows = [StageResult("forward", Status.SKIPPED, reason=reason.value, message=message[:300])]
-    rows.append(StageResult("backward", Status.SKIPPED, reason=reason.value, message=message[:300]) if backward
-                else StageResult("backward", Status.SKIPPED, reason=UpstreamSkip.PYTORCH_APPLICABILITY.value,
-                                 message="op_db does not check gradients of this op and dtype"))
+    rows.append(
+        StageResult("backward", Status.SKIPPED, reason=reason.value, message=message[:300])
+        if backward
+        else StageResult(
+            "backward",
+            Status.SKIPPED,
+            reason=UpstreamSkip.PYTORCH_APPLICABILITY.value,
+            message="op_db does not check gradients of this op and dtype",
+        )
+    )
     return rows
 
 
-def forward(op: Any, dtype: torch.dtype, sample: Any, seed: int, ctx: Context, run: _Run,
-            override: Any, events: list[dict[str, Any]], keep: frozenset[int] = frozenset()) -> StageResult:
+def forward(
+    op: Any,
+    dtype: torch.dtype,
+    sample: Any,
+    seed: int,
+    ctx: Context,
+    run: _Run,
+    override: Any,
+    events: list[dict[str, Any]],
+    keep: frozenset[int] = frozenset(),
+) -> StageResult:
     t0 = time.perf_counter()
     wants_grad = opinfos.wants_backward(op, dtype)
     try:
@@ -306,11 +338,13 @@ def forward(op: Any, dtype: torch.dtype, sample: Any, seed: int, ctx: Context, r
             run.cpu_sample = _map_sample(sample, _clone, None)
             with torch.enable_grad():
                 run.cpu_out = _call(op, run.cpu_sample, seed)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not wants_grad:
                 raise
-            run.grad_ok, run.grad_problem = False, f"cpu reference raised with inputs that require grad: " \
-                                                   f"{type(exc).__name__}: {_short(exc)}"
+            run.grad_ok, run.grad_problem = (
+                False,
+                f"cpu reference raised with inputs that require grad: {type(exc).__name__}: {_short(exc)}",
+            )
             run.cpu_sample = _map_sample(sample, _no_grad_clone, None)
             with torch.no_grad():
                 run.cpu_out = _call(op, run.cpu_sample, seed)
@@ -319,23 +353,39 @@ def forward(op: Any, dtype: torch.dtype, sample: Any, seed: int, ctx: Context, r
     except Exception as exc:  # noqa: BLE001 - the reference itself cannot run this sample
         raise _Skip(UpstreamSkip.REFERENCE_ERROR, f"cpu reference raised {type(exc).__name__}: {_short(exc)}")
     if not _same(run.cpu_out, again):
-        raise _Skip(UpstreamSkip.REFERENCE_ERROR, "cpu reference is not deterministic: two runs with the same "
-                                                  "seed differ (eager_two_runs_differ)")
+        raise _Skip(
+            UpstreamSkip.REFERENCE_ERROR,
+            "cpu reference is not deterministic: two runs with the same seed differ (eager_two_runs_differ)",
+        )
     del again
     grad_mode = torch.enable_grad() if (wants_grad and run.grad_ok) else torch.no_grad()
     use_grad = wants_grad and run.grad_ok
     try:
-        run.dev_sample = _map_sample(sample, lambda t: t.detach().to(ctx.device, copy=True).requires_grad_(
-            t.requires_grad and use_grad), ctx.device, keep)
+        run.dev_sample = _map_sample(
+            sample,
+            lambda t: t.detach().to(ctx.device, copy=True).requires_grad_(t.requires_grad and use_grad),
+            ctx.device,
+            keep,
+        )
     except Exception as exc:  # noqa: BLE001
         feature = declared_unsupported(exc)
         if feature:
             raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
-        return _stage("forward", Status.ERROR, t0, reason="inputs could not be moved to the device",
-                      error_class=type(exc).__name__, message=_short(exc), failing_op="aten._to_copy.default")
+        return _stage(
+            "forward",
+            Status.ERROR,
+            t0,
+            reason="inputs could not be moved to the device",
+            error_class=type(exc).__name__,
+            message=_short(exc),
+            failing_op="aten._to_copy.default",
+        )
     if not _names_device(run.dev_sample, ctx.device_type):
-        raise _Skip(UpstreamSkip.PYTORCH_APPLICABILITY, "op_db's sample names no device (a factory call without "
-                    "device=): nothing of it runs on the device")
+        raise _Skip(
+            UpstreamSkip.PYTORCH_APPLICABILITY,
+            "op_db's sample names no device (a factory call without "
+            "device=): nothing of it runs on the device",
+        )
     try:
         with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch, grad_mode:
             run.dev_out = _call(op, run.dev_sample, seed, ctx.device_type)
@@ -343,63 +393,131 @@ def forward(op: Any, dtype: torch.dtype, sample: Any, seed: int, ctx: Context, r
         feature = declared_unsupported(exc)
         if feature:
             raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
-        return _stage("forward", Status.ERROR, t0, reason="op raised on the backend", error_class=type(exc).__name__,
-                      message=_short(exc), failing_op=opinfos.full_name(op))
+        return _stage(
+            "forward",
+            Status.ERROR,
+            t0,
+            reason="op raised on the backend",
+            error_class=type(exc).__name__,
+            message=_short(exc),
+            failing_op=opinfos.full_name(op),
+        )
     events.extend(fell)
     problem, err = compare(run.dev_out, run.cpu_out, ctx.mode, _seen(watch), override, ctx.device_type)
     return _judged("forward", t0, op, problem, err, fell, ctx)
 
 
-def _judged(stage: str, t0: float, op: Any, problem: str | None, err: float | None,
-            fell: list[dict[str, Any]], ctx: Context) -> StageResult:
+def _judged(
+    stage: str,
+    t0: float,
+    op: Any,
+    problem: str | None,
+    err: float | None,
+    fell: list[dict[str, Any]],
+    ctx: Context,
+) -> StageResult:
     """A stage that ran: fail on a mismatch, else no-native-lowering if an op fell back, else pass
     (a backend that cannot report fallbacks passes; its rows say fallback_count null)."""
     reported = ctx.adapter.reports_fallbacks
-    metrics = {"fallback_ops": fallback_ops(fell), "fallback_count": fallback_count(fell) if reported else None,
-               "max_abs_err": err}
+    metrics = {
+        "fallback_ops": fallback_ops(fell),
+        "fallback_count": fallback_count(fell) if reported else None,
+        "max_abs_err": err,
+    }
     if problem:
-        return _stage(stage, Status.FAIL, t0, reason=f"mismatch: {problem}", failing_op=opinfos.full_name(op),
-                      metrics=metrics)
+        return _stage(
+            stage,
+            Status.FAIL,
+            t0,
+            reason=f"mismatch: {problem}",
+            failing_op=opinfos.full_name(op),
+            metrics=metrics,
+        )
     if fell:
-        return _stage(stage, Status.SKIPPED, t0, reason=UpstreamSkip.NO_NATIVE_LOWERING.value,
-                      message=f"matched the CPU through a CPU fallback of {', '.join(metrics['fallback_ops'])}"[:300],
-                      metrics=metrics)
+        return _stage(
+            stage,
+            Status.SKIPPED,
+            t0,
+            reason=UpstreamSkip.NO_NATIVE_LOWERING.value,
+            message=f"matched the CPU through a CPU fallback of {', '.join(metrics['fallback_ops'])}"[:300],
+            metrics=metrics,
+        )
     return _stage(stage, Status.PASS, t0, metrics=metrics)
 
 
 def _grad_inputs(sample: Any) -> list[torch.Tensor]:
-    return [t for t in _leaves([sample.input, list(sample.args), dict(sample.kwargs)])
-            if isinstance(t, torch.Tensor) and t.requires_grad]
+    return [
+        t
+        for t in _leaves([sample.input, list(sample.args), dict(sample.kwargs)])
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
 
 
 def _grad_outputs(out: Any) -> list[torch.Tensor]:
-    return [t for t in _leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad
-            and (t.dtype.is_floating_point or t.dtype.is_complex)]
+    return [
+        t
+        for t in _leaves(out)
+        if isinstance(t, torch.Tensor)
+        and t.requires_grad
+        and (t.dtype.is_floating_point or t.dtype.is_complex)
+    ]
 
 
-def backward(op: Any, dtype: torch.dtype, seed: int, ctx: Context, run: _Run, override: Any,
-             events: list[dict[str, Any]]) -> StageResult:
+def backward(
+    op: Any,
+    dtype: torch.dtype,
+    seed: int,
+    ctx: Context,
+    run: _Run,
+    override: Any,
+    events: list[dict[str, Any]],
+) -> StageResult:
     t0 = time.perf_counter()
     if not run.grad_ok:
-        return _stage("backward", Status.SKIPPED, t0, reason=UpstreamSkip.REFERENCE_ERROR.value,
-                      message=run.grad_problem[:300])
+        return _stage(
+            "backward",
+            Status.SKIPPED,
+            t0,
+            reason=UpstreamSkip.REFERENCE_ERROR.value,
+            message=run.grad_problem[:300],
+        )
     inputs, outputs = _grad_inputs(run.cpu_sample), _grad_outputs(run.cpu_out)
     if not inputs or not outputs:
         what = "no input of the sample requires grad" if not inputs else "no differentiable output"
-        return _stage("backward", Status.SKIPPED, t0, reason=UpstreamSkip.PYTORCH_APPLICABILITY.value,
-                      message=f"op_db sample: {what}")
+        return _stage(
+            "backward",
+            Status.SKIPPED,
+            t0,
+            reason=UpstreamSkip.PYTORCH_APPLICABILITY.value,
+            message=f"op_db sample: {what}",
+        )
     gen = torch.Generator().manual_seed(seed)
-    grads_out = [torch.randn(o.shape, generator=gen, dtype=o.dtype) if o.dtype.is_floating_point or o.dtype.is_complex
-                 else torch.ones_like(o) for o in outputs]
+    grads_out = [
+        torch.randn(o.shape, generator=gen, dtype=o.dtype)
+        if o.dtype.is_floating_point or o.dtype.is_complex
+        else torch.ones_like(o)
+        for o in outputs
+    ]
     try:
         expected = torch.autograd.grad(outputs, inputs, grads_out, allow_unused=True)
     except Exception as exc:  # noqa: BLE001
-        return _stage("backward", Status.SKIPPED, t0, reason=UpstreamSkip.REFERENCE_ERROR.value,
-                      message=f"cpu backward raised {type(exc).__name__}: {_short(exc)}")
+        return _stage(
+            "backward",
+            Status.SKIPPED,
+            t0,
+            reason=UpstreamSkip.REFERENCE_ERROR.value,
+            message=f"cpu backward raised {type(exc).__name__}: {_short(exc)}",
+        )
     dev_inputs, dev_outputs = _grad_inputs(run.dev_sample), _grad_outputs(run.dev_out)
     if len(dev_inputs) != len(inputs) or len(dev_outputs) != len(outputs):
-        return _stage("backward", Status.FAIL, t0, reason=f"mismatch: {len(dev_outputs)} differentiable outputs "
-                      f"on the device, {len(outputs)} on cpu", failing_op=opinfos.full_name(op))
+        return _stage(
+            "backward",
+            Status.FAIL,
+            t0,
+            reason=f"mismatch: {len(dev_outputs)} differentiable outputs "
+            f"on the device, {len(outputs)} on cpu",
+            failing_op=opinfos.full_name(op),
+        )
     try:
         dev_grads_out = [g.to(ctx.device) for g in grads_out]
         with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch:
@@ -407,19 +525,37 @@ def backward(op: Any, dtype: torch.dtype, seed: int, ctx: Context, run: _Run, ov
     except Exception as exc:  # noqa: BLE001
         feature = declared_unsupported(exc)
         if feature:
-            return _stage("backward", Status.SKIPPED, t0, reason=UpstreamSkip.BACKEND_UNSUPPORTED.value,
-                          message=f"{feature}: {_short(exc)}")
-        return _stage("backward", Status.ERROR, t0, reason="backward raised on the backend",
-                      error_class=type(exc).__name__, message=_short(exc), failing_op=opinfos.full_name(op))
+            return _stage(
+                "backward",
+                Status.SKIPPED,
+                t0,
+                reason=UpstreamSkip.BACKEND_UNSUPPORTED.value,
+                message=f"{feature}: {_short(exc)}",
+            )
+        return _stage(
+            "backward",
+            Status.ERROR,
+            t0,
+            reason="backward raised on the backend",
+            error_class=type(exc).__name__,
+            message=_short(exc),
+            failing_op=opinfos.full_name(op),
+        )
     events.extend(fell)
     for i, (a, e) in enumerate(zip(actual, expected)):
         if (a is None) != (e is None):
-            return _stage("backward", Status.FAIL, t0, failing_op=opinfos.full_name(op),
-                          reason=f"mismatch: gradient {i} is {'missing' if a is None else 'present'} on the "
-                                 f"device, {'present' if e is not None else 'missing'} on cpu")
+            return _stage(
+                "backward",
+                Status.FAIL,
+                t0,
+                failing_op=opinfos.full_name(op),
+                reason=f"mismatch: gradient {i} is {'missing' if a is None else 'present'} on the "
+                f"device, {'present' if e is not None else 'missing'} on cpu",
+            )
     pairs = [(a, e) for a, e in zip(actual, expected) if e is not None]
-    problem, err = compare([a for a, _ in pairs], [e for _, e in pairs], ctx.mode, _seen(watch), override,
-                           ctx.device_type)
+    problem, err = compare(
+        [a for a, _ in pairs], [e for _, e in pairs], ctx.mode, _seen(watch), override, ctx.device_type
+    )
     return _judged("backward", t0, op, problem, err, fell, ctx)
 
 
@@ -455,24 +591,43 @@ def run_case(payload: dict[str, Any], ctx: Context) -> tuple[list[StageResult], 
     try:
         samples = ctx.samples_of(op, dtype)
     except Exception as exc:  # noqa: BLE001
-        return _skip_rows(UpstreamSkip.REFERENCE_ERROR, f"sample generation raised {type(exc).__name__}: "
-                                                        f"{_short(exc)}", wants_grad), events
+        return _skip_rows(
+            UpstreamSkip.REFERENCE_ERROR,
+            f"sample generation raised {type(exc).__name__}: {_short(exc)}",
+            wants_grad,
+        ), events
     index = int(info["sample"])
     at = listed_sample(samples, index, payload.get("hash"))
     if at is None:
-        return _skip_rows(UpstreamSkip.REFERENCE_ERROR, "op_db's sample generator is not reproducible: "
-                          "the sample differs from the one listed", wants_grad), events
+        return _skip_rows(
+            UpstreamSkip.REFERENCE_ERROR,
+            "op_db's sample generator is not reproducible: the sample differs from the one listed",
+            wants_grad,
+        ), events
     seed = opinfos.seed_of(info["op"], info.get("variant", ""), info["dtype"], index)
     override = opinfos.tolerance_override(op, dtype, ctx.device_type)
     run = _Run()
     try:
-        fwd = forward(op, dtype, samples[at], seed, ctx, run, override, events,
-                      ctx.pinned_of(op, dtype, at) if ctx.device_type != "cpu" else frozenset())
+        fwd = forward(
+            op,
+            dtype,
+            samples[at],
+            seed,
+            ctx,
+            run,
+            override,
+            events,
+            ctx.pinned_of(op, dtype, at) if ctx.device_type != "cpu" else frozenset(),
+        )
     except _Skip as skip:
         return _skip_rows(skip.reason, skip.message, wants_grad), events
     if not wants_grad:
-        bwd = StageResult("backward", Status.SKIPPED, reason=UpstreamSkip.PYTORCH_APPLICABILITY.value,
-                          message="op_db does not check gradients of this op and dtype")
+        bwd = StageResult(
+            "backward",
+            Status.SKIPPED,
+            reason=UpstreamSkip.PYTORCH_APPLICABILITY.value,
+            message="op_db does not check gradients of this op and dtype",
+        )
     elif fwd.status in (Status.ERROR,):
         bwd = StageResult("backward", Status.NOT_ATTEMPTED, reason="forward raised on the backend")
     else:

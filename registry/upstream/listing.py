@@ -22,10 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from contracts.status import UpstreamSkip
 
@@ -55,6 +56,7 @@ class Group:
 
 # ------------------------------------------------------------------------------------ child side
 
+
 def _child(names: list[list[str]], dtypes: list[str] | None) -> None:
     """Print one JSON line per op ("begin": every dtype it declares) and per group it lists,
     flushed, so a crash keeps what was done."""
@@ -71,16 +73,28 @@ def _child(names: list[list[str]], dtypes: list[str] | None) -> None:
         except Exception:  # noqa: BLE001 - an OpInfo whose CUDA dtypes cannot be computed here
             elsewhere = []
         todo = [d for d in cpu if wanted is None or d in wanted]
-        print(json.dumps({"begin": [name, variant], "dtypes": sorted(cpu + elsewhere), "todo": todo}), flush=True)
+        print(
+            json.dumps({"begin": [name, variant], "dtypes": sorted(cpu + elsewhere), "todo": todo}),
+            flush=True,
+        )
         for d in elsewhere:
             if wanted is None or d in wanted:
-                g = Group(name, variant, d, fam, status="skipped", reason=UpstreamSkip.PYTORCH_APPLICABILITY.value,
-                          message="op_db declares this dtype for CUDA but not for the CPU reference")
+                g = Group(
+                    name,
+                    variant,
+                    d,
+                    fam,
+                    status="skipped",
+                    reason=UpstreamSkip.PYTORCH_APPLICABILITY.value,
+                    message="op_db declares this dtype for CUDA but not for the CPU reference",
+                )
                 print(json.dumps(asdict(g)), flush=True)
         for d in todo:
             g = Group(name, variant, d, fam)
             try:
-                g.hashes = [opinfos.fingerprint(s) for s in opinfos.generate_samples(op, opinfos.parse_dtype(d))]
+                g.hashes = [
+                    opinfos.fingerprint(s) for s in opinfos.generate_samples(op, opinfos.parse_dtype(d))
+                ]
             except Exception as exc:  # noqa: BLE001 - the sample generator itself failed
                 g.status, g.reason = "skipped", UpstreamSkip.REFERENCE_ERROR.value
                 first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
@@ -90,13 +104,20 @@ def _child(names: list[list[str]], dtypes: list[str] | None) -> None:
 
 # ----------------------------------------------------------------------------------- parent side
 
+
 def _env() -> dict[str, str]:
     # PYTHONHASHSEED: a sample generator iterating a set must list the same samples in every process
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-            "PYTHONHASHSEED": "0", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        "PYTHONHASHSEED": "0",
+        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+    }
 
 
-def _run_child(names: list[list[str]], dtypes: list[str] | None, op_timeout: float) -> tuple[list[dict], str | None]:
+def _run_child(
+    names: list[list[str]], dtypes: list[str] | None, op_timeout: float
+) -> tuple[list[dict], str | None]:
     """Run a listing child; its JSON lines and how it ended (None: cleanly). The deadline is per
     op (reset by each op's "begin" line), so a long chunk on a loaded machine is not a hang."""
     import queue
@@ -105,9 +126,10 @@ def _run_child(names: list[list[str]], dtypes: list[str] | None, op_timeout: flo
     spec = json.dumps({"names": names, "dtypes": dtypes})
     cmd = [sys.executable, "-W", "ignore", "-m", "registry.upstream.listing", "--child"]
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                                env=_env(), cwd=ROOT)
-        lines: "queue.Queue[str | None]" = queue.Queue()
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=_env(), cwd=ROOT
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
 
         def read() -> None:
             for line in proc.stdout:  # type: ignore[union-attr]
@@ -168,8 +190,10 @@ def _chunk(names: list[list[str]], dtypes: list[str] | None, timeout: float) -> 
     kills its own process gets crash, or timeout, groups for the dtypes not listed) and the ops
     after it go on in a new child."""
     lines, failure = _run_child(names, dtypes, timeout)
-    out = _Listed([Group(**d) for d in lines if "begin" not in d],
-                  {tuple(d["begin"]): d["dtypes"] for d in lines if "begin" in d})
+    out = _Listed(
+        [Group(**d) for d in lines if "begin" not in d],
+        {tuple(d["begin"]): d["dtypes"] for d in lines if "begin" in d},
+    )
     if failure is None:
         return out
     begun = [d for d in lines if "begin" in d]
@@ -177,14 +201,22 @@ def _chunk(names: list[list[str]], dtypes: list[str] | None, timeout: float) -> 
         suspect, rest = names[0], names[1:]
     else:
         suspect = list(begun[-1]["begin"])
-        rest = names[[list(n) for n in names].index(suspect) + 1:]
+        rest = names[[list(n) for n in names].index(suspect) + 1 :]
     if len(names) == 1:  # it died alone: what it listed stands, the rest of its dtypes get the death
         todo = begun[-1]["todo"] if begun else ["all"]  # died before naming its dtypes: one row says so
         finished = {g.dtype for g in out.groups}
         status = "timeout" if failure == "timeout" else "crash"
         for d in (d for d in todo if d not in finished):
-            out.groups.append(Group(suspect[0], suspect[1], d, status=status, reason=f"sample generation: {failure}"[:300],
-                                    message=f"listing the op's samples killed its process ({failure})"[:300]))
+            out.groups.append(
+                Group(
+                    suspect[0],
+                    suspect[1],
+                    d,
+                    status=status,
+                    reason=f"sample generation: {failure}"[:300],
+                    message=f"listing the op's samples killed its process ({failure})"[:300],
+                )
+            )
         return out
     out.groups = [g for g in out.groups if [g.op, g.variant] != suspect]
     for part in ([suspect], rest):
@@ -246,17 +278,30 @@ def _append_cache(path: Path, listed: _Listed) -> None:
 
 def _all_names() -> list[list[str]]:
     """[name, variant] of every OpInfo, op_db order (in a child: the runner never imports op_db)."""
-    code = ("import json; from registry.upstream.opinfos import op_db; "
-            "print(json.dumps([[o.name, o.variant_test_name] for o in op_db()]))")
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
-                          env=_env(), cwd=ROOT, timeout=600)
+    code = (
+        "import json; from registry.upstream.opinfos import op_db; "
+        "print(json.dumps([[o.name, o.variant_test_name] for o in op_db()]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=600,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"cannot read op_db: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def list_groups(ops: str | None = None, dtypes: Iterable[str] | None = None, workers: int = 1,
-                use_cache: bool = True, progress: bool = False) -> list[Group]:
+def list_groups(
+    ops: str | None = None,
+    dtypes: Iterable[str] | None = None,
+    workers: int = 1,
+    use_cache: bool = True,
+    progress: bool = False,
+) -> list[Group]:
     """Every (op, variant, dtype) group of the selection, in op_db order, dtypes by name."""
     wanted = sorted({d.strip().removeprefix("torch.") for d in dtypes if d.strip()}) if dtypes else None
     from registry.upstream.opinfos import matches
@@ -269,23 +314,29 @@ def list_groups(ops: str | None = None, dtypes: Iterable[str] | None = None, wor
             _append_cache(path, _Listed(names=listed.names))
     names = [n for n in listed.names if matches(n[0], n[1], ops)]
     if not names:
-        raise ValueError(f"no OpInfo of op_db matches --ops {ops!r} (globs over name or name.variant, "
-                         f"comma-separated; e.g. 'add,nn.functional.*')")
+        raise ValueError(
+            f"no OpInfo of op_db matches --ops {ops!r} (globs over name or name.variant, "
+            f"comma-separated; e.g. 'add,nn.functional.*')"
+        )
     if wanted:
         import torch
 
         unknown = [d for d in wanted if not isinstance(getattr(torch, d, None), torch.dtype)]
         if unknown:
-            raise ValueError(f"--dtypes: not torch dtypes: {', '.join(unknown)} (e.g. float32,bfloat16,int64)")
+            raise ValueError(
+                f"--dtypes: not torch dtypes: {', '.join(unknown)} (e.g. float32,bfloat16,int64)"
+            )
     have = {g.key for g in listed.groups}
 
     def missing(n: list[str]) -> bool:
         declared = listed.op_dtypes.get((n[0], n[1]))
-        return declared is None or any((n[0], n[1], d) not in have for d in declared if wanted is None or d in wanted)
+        return declared is None or any(
+            (n[0], n[1], d) not in have for d in declared if wanted is None or d in wanted
+        )
 
     todo = [n for n in names if missing(n)]
     if todo:
-        parts = [todo[i:i + _CHUNK_OPS] for i in range(0, len(todo), _CHUNK_OPS)]
+        parts = [todo[i : i + _CHUNK_OPS] for i in range(0, len(todo), _CHUNK_OPS)]
         t0, done = time.monotonic(), 0
         fresh = _Listed()
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -298,8 +349,11 @@ def list_groups(ops: str | None = None, dtypes: Iterable[str] | None = None, wor
                     _append_cache(path, got)
                 done += len(got.op_dtypes)
                 if progress:
-                    print(f"upstream: listed the samples of {done}/{len(todo)} ops ({time.monotonic() - t0:.0f}s)",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"upstream: listed the samples of {done}/{len(todo)} ops ({time.monotonic() - t0:.0f}s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         listed.groups.extend(fresh.groups)
     by_op: dict[tuple[str, str], dict[str, Group]] = {}
     for g in listed.groups:  # later lines win: a group listed again replaces the cached one
@@ -320,12 +374,21 @@ def to_cases(groups: Iterable[Group]) -> list[Any]:
     for g in groups:
         base = {"op": g.op, "variant": g.variant, "dtype": g.dtype, "family": g.family}
         if g.hashes is None or g.status:
-            payload = {"info": {**base, "sample": None}, "hash": None,
-                       "listing": {"status": g.status or "skipped", "reason": g.reason, "message": g.message}}
+            payload = {
+                "info": {**base, "sample": None},
+                "hash": None,
+                "listing": {"status": g.status or "skipped", "reason": g.reason, "message": g.message},
+            }
             cases.append(Case(case_id(g.op, g.variant, g.dtype, None, None), TIER, payload))
             continue
-        for i, h in enumerate(g.hashes):  # "info": what the case is, and the labels of its rows (a crash's too)
-            cases.append(Case(case_id(g.op, g.variant, g.dtype, i, h), TIER, {"info": {**base, "sample": i}, "hash": h}))
+        for i, h in enumerate(
+            g.hashes
+        ):  # "info": what the case is, and the labels of its rows (a crash's too)
+            cases.append(
+                Case(
+                    case_id(g.op, g.variant, g.dtype, i, h), TIER, {"info": {**base, "sample": i}, "hash": h}
+                )
+            )
     return cases
 
 

@@ -19,9 +19,10 @@ import json
 import random
 import re
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 import yaml
@@ -54,7 +55,9 @@ def find(name: str, variant: str = "") -> Any:
     try:
         return by_name()[(name, variant)]
     except KeyError:
-        raise KeyError(f"no OpInfo {name!r} (variant {variant!r}) in op_db of torch {torch.__version__}") from None
+        raise KeyError(
+            f"no OpInfo {name!r} (variant {variant!r}) in op_db of torch {torch.__version__}"
+        ) from None
 
 
 def matches(name: str, variant: str, pattern: str | Iterable[str] | None) -> bool:
@@ -103,6 +106,7 @@ def wants_backward(op: Any, dtype: torch.dtype) -> bool:
 
 
 # ------------------------------------------------------------------------------------- decorators
+
 
 def _skip_reason(fn: Any) -> str | None:
     """The reason of a ``unittest.skip(...)`` / expectedFailure decorator; None for anything else."""
@@ -204,6 +208,7 @@ def tolerance_override(op: Any, dtype: torch.dtype, device_type: str) -> Toleran
 
 # ---------------------------------------------------------------------------------------- families
 
+
 @functools.cache
 def _family_rules() -> dict[str, Any]:
     return yaml.safe_load(resources.files("registry").joinpath("data/upstream_families.yaml").read_text())
@@ -220,6 +225,7 @@ def family(op: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------ samples
+
 
 def seed_of(*parts: Any) -> int:
     """A stable 31-bit seed from the parts (crc32: the same in every process and Python version)."""
@@ -278,8 +284,11 @@ def cpu_pinned(op: Any, dtype: torch.dtype, samples: list[Any]) -> list[frozense
     return pinned
 
 
-def map_sample(sample: Any, on_tensor: Callable[[int, torch.Tensor], Any],
-               on_other: Callable[[str | None, Any], Any] | None = None) -> Any:
+def map_sample(
+    sample: Any,
+    on_tensor: Callable[[int, torch.Tensor], Any],
+    on_other: Callable[[str | None, Any], Any] | None = None,
+) -> Any:
     """A copy of the sample with ``on_tensor(position, tensor)`` for each tensor, positions counted
     in one fixed order (input, args, kwargs; named tuples are opaque), and ``on_other(key, value)``
     for every other leaf (key: its kwarg name, if any)."""
@@ -300,9 +309,14 @@ def map_sample(sample: Any, on_tensor: Callable[[int, torch.Tensor], Any],
             return {k: walk(v, k) for k, v in x.items()}
         return x
 
-    return SampleInput(walk(sample.input), args=walk(tuple(sample.args)), kwargs=walk(dict(sample.kwargs)),
-                       output_process_fn_grad=sample.output_process_fn_grad,
-                       broadcasts_input=sample.broadcasts_input, name=sample.name)
+    return SampleInput(
+        walk(sample.input),
+        args=walk(tuple(sample.args)),
+        kwargs=walk(dict(sample.kwargs)),
+        output_process_fn_grad=sample.output_process_fn_grad,
+        broadcasts_input=sample.broadcasts_input,
+        name=sample.name,
+    )
 
 
 def _describe(value: Any) -> Any:
@@ -323,8 +337,11 @@ def _describe(value: Any) -> Any:
 def fingerprint(sample: Any) -> str:
     """8 hex digits over the sample's structure: tensor shapes, dtypes and layouts, and the
     non-tensor arguments (a dim, a reduction mode). Values are not hashed (they come from seeds)."""
-    text = json.dumps([_describe(sample.input), _describe(list(sample.args)), _describe(dict(sample.kwargs))],
-                      sort_keys=True, default=str)
+    text = json.dumps(
+        [_describe(sample.input), _describe(list(sample.args)), _describe(dict(sample.kwargs))],
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 

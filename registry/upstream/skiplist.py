@@ -65,25 +65,46 @@ def load(path: str | os.PathLike | None = None, backend: str = "neuron") -> Skip
     for key, entry in (data.get("expected_failures") or {}).items():
         if not isinstance(entry, dict) or not entry.get("reason"):
             raise ValueError(f"{path}: expected failure {key!r} needs a reason")
-    return SkipList(str(data.get("backend", backend)), dict(data.get("skips") or {}),
-                    dict(data.get("expected_failures") or {}), dict(data.get("source") or {}))
+    return SkipList(
+        str(data.get("backend", backend)),
+        dict(data.get("skips") or {}),
+        dict(data.get("expected_failures") or {}),
+        dict(data.get("source") or {}),
+    )
 
 
 def save(skips: SkipList, path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"schema_version": SCHEMA_VERSION, "backend": skips.backend, "source": skips.source,
-            "skips": {op: dict(sorted(d.items())) for op, d in sorted(skips.skips.items())},
-            "expected_failures": dict(sorted(skips.expected_failures.items()))}
-    text = HEADER.format(backend=skips.backend) + yaml.safe_dump(body, sort_keys=False, width=120, allow_unicode=True)
+    body = {
+        "schema_version": SCHEMA_VERSION,
+        "backend": skips.backend,
+        "source": skips.source,
+        "skips": {op: dict(sorted(d.items())) for op, d in sorted(skips.skips.items())},
+        "expected_failures": dict(sorted(skips.expected_failures.items())),
+    }
+    text = HEADER.format(backend=skips.backend) + yaml.safe_dump(
+        body, sort_keys=False, width=120, allow_unicode=True
+    )
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return path
 
 
-_COLUMNS = ["tier", "case_id", "stage", "status", "reason", "error_class", "message", "fallback_ops", "op",
-            "variant", "dtype"]
+_COLUMNS = [
+    "tier",
+    "case_id",
+    "stage",
+    "status",
+    "reason",
+    "error_class",
+    "message",
+    "fallback_ops",
+    "op",
+    "variant",
+    "dtype",
+]
 
 
 def _rows(rundir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -91,12 +112,17 @@ def _rows(rundir: str | os.PathLike) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     rundir = Path(rundir)
-    path = next((p for p in (rundir / "results.parquet", rundir / "upstream" / "results.parquet") if p.is_file()), None)
+    path = next(
+        (p for p in (rundir / "results.parquet", rundir / "upstream" / "results.parquet") if p.is_file()),
+        None,
+    )
     if path is None:
         raise FileNotFoundError(f"{rundir}: no results.parquet here or in {rundir / 'upstream'}")
     rows = [r for r in pq.read_table(path, columns=_COLUMNS).to_pylist() if r["tier"] == "upstream"]
     if not rows:
-        raise ValueError(f"{rundir}: no upstream-tier results (run `harness run --tier upstream --out {rundir}`)")
+        raise ValueError(
+            f"{rundir}: no upstream-tier results (run `harness run --tier upstream --out {rundir}`)"
+        )
     return rows
 
 
@@ -119,7 +145,9 @@ def from_rows(rows: list[dict[str, Any]], backend: str, source: dict[str, Any] |
         samples[key] += 1
         if r["status"] == "skipped" and r.get("reason") in BACKEND_REASONS:
             counts[key][r["reason"]] += 1
-            ops[key].update(str(o) for o in (r.get("fallback_ops") if r.get("fallback_ops") is not None else []))
+            ops[key].update(
+                str(o) for o in (r.get("fallback_ops") if r.get("fallback_ops") is not None else [])
+            )
         elif r["status"] in FAILING:
             failures[f"{r['case_id']}|{r['stage']}"] = {"status": str(r["status"]), "reason": _why(r)}
     skips: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -132,8 +160,9 @@ def from_rows(rows: list[dict[str, Any]], backend: str, source: dict[str, Any] |
     return SkipList(backend, dict(skips), failures, dict(source or {}))
 
 
-def update_from_run(rundir: str | os.PathLike, backend: str = "neuron", path: str | os.PathLike | None = None
-                    ) -> dict[str, Any]:
+def update_from_run(
+    rundir: str | os.PathLike, backend: str = "neuron", path: str | os.PathLike | None = None
+) -> dict[str, Any]:
     """Rewrite the skip list from a run; returns what changed.
 
     Only the OpInfos the run covered are rewritten: a run of some ops (`--ops`, a shard) leaves
@@ -154,12 +183,16 @@ def update_from_run(rundir: str | os.PathLike, backend: str = "neuron", path: st
     save(new, path)
     old_groups = {(op, d) for op, ds in old.skips.items() for d in ds}
     new_groups = {(op, d) for op, ds in new.skips.items() for d in ds}
-    return {"path": str(path), "skipped_groups": len(new_groups), "expected_failures": len(new.expected_failures),
-            "ops_rewritten": len(covered_ops),
-            "groups_added": sorted(f"{o}/{d}" for o, d in new_groups - old_groups),
-            "groups_removed": sorted(f"{o}/{d}" for o, d in old_groups - new_groups),
-            "failures_added": sorted(set(new.expected_failures) - set(old.expected_failures)),
-            "failures_removed": sorted(set(old.expected_failures) - set(new.expected_failures))}
+    return {
+        "path": str(path),
+        "skipped_groups": len(new_groups),
+        "expected_failures": len(new.expected_failures),
+        "ops_rewritten": len(covered_ops),
+        "groups_added": sorted(f"{o}/{d}" for o, d in new_groups - old_groups),
+        "groups_removed": sorted(f"{o}/{d}" for o, d in old_groups - new_groups),
+        "failures_added": sorted(set(new.expected_failures) - set(old.expected_failures)),
+        "failures_removed": sorted(set(old.expected_failures) - set(new.expected_failures)),
+    }
 
 
 def label(case_id: str, stage: str, status: str, skips: SkipList) -> str:
@@ -171,8 +204,12 @@ def label(case_id: str, stage: str, status: str, skips: SkipList) -> str:
     return "SKIPPED"
 
 
-def check_run(rundir: str | os.PathLike, backend: str = "neuron", path: str | os.PathLike | None = None,
-              limit: int = 200) -> dict[str, Any]:
+def check_run(
+    rundir: str | os.PathLike,
+    backend: str = "neuron",
+    path: str | os.PathLike | None = None,
+    limit: int = 200,
+) -> dict[str, Any]:
     """Label every upstream case-stage of a run against the skip list."""
     skips = load(path, backend)
     rows = _rows(rundir)
@@ -184,7 +221,9 @@ def check_run(rundir: str | os.PathLike, backend: str = "neuron", path: str | os
         if lab in listed:
             listed[lab].append(f"{r['case_id']}|{r['stage']}")
     now = from_rows(rows, backend)
-    ran = {(_op(r), str(r["dtype"])) for r in rows}  # a subset or a shard says nothing of the groups it did not run
+    ran = {
+        (_op(r), str(r["dtype"])) for r in rows
+    }  # a subset or a shard says nothing of the groups it did not run
     changed = []
     for op in sorted(set(skips.skips) | set(now.skips)):
         for dtype in sorted(set(skips.skips.get(op, {})) | set(now.skips.get(op, {}))):
@@ -192,9 +231,20 @@ def check_run(rundir: str | os.PathLike, backend: str = "neuron", path: str | os
                 continue
             was, is_ = skips.skips.get(op, {}).get(dtype, {}), now.skips.get(op, {}).get(dtype, {})
             if any(int(was.get(r, 0)) != int(is_.get(r, 0)) for r in BACKEND_REASONS):
-                changed.append({"op": op, "dtype": dtype, **{f"{r}_listed": int(was.get(r, 0)) for r in BACKEND_REASONS},
-                                **{f"{r}_now": int(is_.get(r, 0)) for r in BACKEND_REASONS}})
-    return {"labels": dict(sorted(labels.items())), "new_failures": sorted(listed["FAIL"])[:limit],
-            "new_failures_total": len(listed["FAIL"]), "improved": sorted(listed["IMPROVED"])[:limit],
-            "improved_total": len(listed["IMPROVED"]), "skips_changed": changed[:limit],
-            "skips_changed_total": len(changed)}
+                changed.append(
+                    {
+                        "op": op,
+                        "dtype": dtype,
+                        **{f"{r}_listed": int(was.get(r, 0)) for r in BACKEND_REASONS},
+                        **{f"{r}_now": int(is_.get(r, 0)) for r in BACKEND_REASONS},
+                    }
+                )
+    return {
+        "labels": dict(sorted(labels.items())),
+        "new_failures": sorted(listed["FAIL"])[:limit],
+        "new_failures_total": len(listed["FAIL"]),
+        "improved": sorted(listed["IMPROVED"])[:limit],
+        "improved_total": len(listed["IMPROVED"]),
+        "skips_changed": changed[:limit],
+        "skips_changed_total": len(changed),
+    }

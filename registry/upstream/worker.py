@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from contracts.backends import fallback_count, fallback_ops
 from contracts.records import CaseOutcome, StageResult
@@ -37,20 +38,38 @@ def labels(payload: dict[str, Any]) -> dict[str, Any]:
     return {k: info.get(k) for k in ("op", "variant", "dtype", "sample", "family")}
 
 
-def _outcome(case_id: str, payload: dict[str, Any], rows: list[StageResult], events: list[dict[str, Any]],
-             seconds: float) -> CaseOutcome:
-    return CaseOutcome(case_id=case_id, tier="upstream", stages=[r.to_dict() for r in rows],
-                       fallback_count=fallback_count(events), fallback_ops=fallback_ops(events),
-                       fallback_events=events, seconds=seconds, info=labels(payload))
+def _outcome(
+    case_id: str,
+    payload: dict[str, Any],
+    rows: list[StageResult],
+    events: list[dict[str, Any]],
+    seconds: float,
+) -> CaseOutcome:
+    return CaseOutcome(
+        case_id=case_id,
+        tier="upstream",
+        stages=[r.to_dict() for r in rows],
+        fallback_count=fallback_count(events),
+        fallback_ops=fallback_ops(events),
+        fallback_events=events,
+        seconds=seconds,
+        info=labels(payload),
+    )
 
 
 def _listing_failure(payload: dict[str, Any]) -> list[StageResult] | None:
     """Rows of a group whose listing crashed or hung: the death is the finding, not re-run here."""
     listed = payload.get("listing") or {}
     if listed.get("status") in (Status.CRASH.value, Status.TIMEOUT.value):
-        return [StageResult("forward", Status(listed["status"]), reason=listed.get("reason") or "sample generation died",
-                            message=listed.get("message", "")),
-                StageResult("backward", Status.NOT_ATTEMPTED, reason="sample generation died")]
+        return [
+            StageResult(
+                "forward",
+                Status(listed["status"]),
+                reason=listed.get("reason") or "sample generation died",
+                message=listed.get("message", ""),
+            ),
+            StageResult("backward", Status.NOT_ATTEMPTED, reason="sample generation died"),
+        ]
     return None
 
 
@@ -61,8 +80,16 @@ def execute_many(items: Iterable[tuple[str, dict[str, Any]]], backend: str) -> l
         ctx = context(backend)
     except Exception as exc:  # noqa: BLE001 - a backend that cannot load: every case says so
         msg = str(exc).splitlines()[0][:300] if str(exc) else ""
-        rows = [StageResult(s, Status.NOT_ATTEMPTED, reason=f"backend {backend!r} failed to load",
-                            error_class=type(exc).__name__, message=msg) for s in STAGES]
+        rows = [
+            StageResult(
+                s,
+                Status.NOT_ATTEMPTED,
+                reason=f"backend {backend!r} failed to load",
+                error_class=type(exc).__name__,
+                message=msg,
+            )
+            for s in STAGES
+        ]
         return [_outcome(cid, p, rows, [], 0.0) for cid, p in items]
     out = []
     for cid, payload in items:
@@ -73,9 +100,18 @@ def execute_many(items: Iterable[tuple[str, dict[str, Any]]], backend: str) -> l
             try:
                 rows, events = execute.run_case(payload, ctx)
             except Exception as exc:  # noqa: BLE001 - last line of defence: one outcome per case
-                rows = [StageResult("forward", Status.ERROR, reason="harness error while running the sample",
-                                    error_class=type(exc).__name__, message=execute._short(exc)),
-                        StageResult("backward", Status.NOT_ATTEMPTED, reason="harness error in the forward stage")]
+                rows = [
+                    StageResult(
+                        "forward",
+                        Status.ERROR,
+                        reason="harness error while running the sample",
+                        error_class=type(exc).__name__,
+                        message=execute._short(exc),
+                    ),
+                    StageResult(
+                        "backward", Status.NOT_ATTEMPTED, reason="harness error in the forward stage"
+                    ),
+                ]
         for r in rows:  # each stage counts its own fallbacks (0 when it did not run on the device)
             r.metrics.setdefault("fallback_count", 0 if ctx.adapter.reports_fallbacks else None)
             r.metrics.setdefault("fallback_ops", [])

@@ -6,11 +6,11 @@ import json
 
 import pandas as pd
 import pytest
+from fakes.openai_server import FakeOpenAI
 
 from agents.store import ModelRecord, write_store
 from agents.traits import TRAIT_NAMES, reset_profiles
 from agents.vocabulary import UNKNOWN
-from fakes.openai_server import FakeOpenAI
 
 
 @pytest.fixture()
@@ -27,21 +27,59 @@ def small_store(directory) -> None:
     def cfg(**kw):
         return json.dumps(kw)
 
-    write_store(directory, [
-        ModelRecord(id="org/llama-gqa", source="hub", downloads=500, model_type="llama",
-                    architectures=["LlamaForCausalLM"], config_level="full",
-                    config=cfg(model_type="llama", num_attention_heads=32, num_key_value_heads=8, hidden_size=64,
-                               num_hidden_layers=2, vocab_size=100)),
-        ModelRecord(id="org/bert", source="hub", downloads=900, model_type="bert", architectures=["BertForMaskedLM"],
-                    config_level="arch_only", config=cfg(model_type="bert")),
-        ModelRecord(id="org/t5", source="hub", downloads=40, model_type="t5",
-                    architectures=["T5ForConditionalGeneration"], config_level="partial",
-                    config=cfg(model_type="t5", num_heads=8, d_model=64, num_layers=2)),
-        ModelRecord(id="org/mystery", source="hub", downloads=7, model_type="acme_mystery",
-                    architectures=["AcmeForCausalLM"], config_level="full", status="broken",
-                    broken_reason="unknown_model_type", config=cfg(model_type="acme_mystery")),
-        ModelRecord(id="org/nothing", source="hub", downloads=3, status="broken", broken_reason="no_config"),
-    ])
+    write_store(
+        directory,
+        [
+            ModelRecord(
+                id="org/llama-gqa",
+                source="hub",
+                downloads=500,
+                model_type="llama",
+                architectures=["LlamaForCausalLM"],
+                config_level="full",
+                config=cfg(
+                    model_type="llama",
+                    num_attention_heads=32,
+                    num_key_value_heads=8,
+                    hidden_size=64,
+                    num_hidden_layers=2,
+                    vocab_size=100,
+                ),
+            ),
+            ModelRecord(
+                id="org/bert",
+                source="hub",
+                downloads=900,
+                model_type="bert",
+                architectures=["BertForMaskedLM"],
+                config_level="arch_only",
+                config=cfg(model_type="bert"),
+            ),
+            ModelRecord(
+                id="org/t5",
+                source="hub",
+                downloads=40,
+                model_type="t5",
+                architectures=["T5ForConditionalGeneration"],
+                config_level="partial",
+                config=cfg(model_type="t5", num_heads=8, d_model=64, num_layers=2),
+            ),
+            ModelRecord(
+                id="org/mystery",
+                source="hub",
+                downloads=7,
+                model_type="acme_mystery",
+                architectures=["AcmeForCausalLM"],
+                config_level="full",
+                status="broken",
+                broken_reason="unknown_model_type",
+                config=cfg(model_type="acme_mystery"),
+            ),
+            ModelRecord(
+                id="org/nothing", source="hub", downloads=3, status="broken", broken_reason="no_config"
+            ),
+        ],
+    )
 
 
 def test_classify_then_select_write_parquet_and_one_json_summary(tmp_path, cache, capsys):
@@ -59,9 +97,18 @@ def test_classify_then_select_write_parquet_and_one_json_summary(tmp_path, cache
 
     assert main(["select", "--in", str(tmp_path), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)  # exactly one JSON object on stdout
-    for key in ("population", "broken_by_reason", "trait_values", "representatives", "download_weighted_coverage"):
+    for key in (
+        "population",
+        "broken_by_reason",
+        "trait_values",
+        "representatives",
+        "download_weighted_coverage",
+    ):
         assert key in summary
-    assert summary["population"] == 5 and summary["broken_by_reason"] == {"no_config": 1, "unknown_model_type": 1}
+    assert summary["population"] == 5 and summary["broken_by_reason"] == {
+        "no_config": 1,
+        "unknown_model_type": 1,
+    }
     reps = pd.read_parquet(tmp_path / "representatives.parquet")
     assert set(reps["id"]) == {"org/llama-gqa", "org/bert", "org/t5"}  # three families, none broken
     assert reps["cluster_download_share"].sum() == pytest.approx(1.0)

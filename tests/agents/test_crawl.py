@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes.hub_server import HubModel, HubServer
 
 from agents.crawl import STATE_FILE, CrawlError, HubOptions, crawl_hub
 from agents.store import read_store
-from fakes.hub_server import HubModel, HubServer
 
 TOKEN = "hf_SECRETtokenDoNotLog123"
 WEIGHTS = {"model.safetensors": b"\0" * 64, "pytorch_model.bin": b"\0" * 64}
@@ -22,28 +22,56 @@ def _good(i: int, **kw) -> HubModel:
     kw.setdefault("pipeline_tag", "text-generation" if i % 2 == 0 else "fill-mask")
     mt = "gpt2" if kw["pipeline_tag"] == "text-generation" else "bert"
     arch = "GPT2LMHeadModel" if mt == "gpt2" else "BertForMaskedLM"
-    return HubModel(f"org/good-{i:02d}", downloads=1000 - i, likes=i, tags=["pytorch"],
-                    config={"model_type": mt, "architectures": [arch], "vocab_size": 1000},
-                    files=dict(WEIGHTS), **kw)
+    return HubModel(
+        f"org/good-{i:02d}",
+        downloads=1000 - i,
+        likes=i,
+        tags=["pytorch"],
+        config={"model_type": mt, "architectures": [arch], "vocab_size": 1000},
+        files=dict(WEIGHTS),
+        **kw,
+    )
 
 
 def population() -> list[HubModel]:
     """12 good models and one of each kind of broken one, interleaved by downloads."""
     models = [_good(i) for i in range(12)]
     models += [
-        HubModel("org/malformed", downloads=995, config=b'{"model_type": "bert", "hidden_size": ', files=dict(WEIGHTS)),
-        HubModel("org/remote-code", downloads=993, tags=["custom_code"],
-                 config={"model_type": "my_custom", "architectures": ["MyCustomModel"],
-                         "auto_map": {"AutoModel": "modeling_custom.MyCustomModel"}},
-                 files={"modeling_custom.py": b"raise SystemExit('never run me')", **WEIGHTS}),
+        HubModel(
+            "org/malformed",
+            downloads=995,
+            config=b'{"model_type": "bert", "hidden_size": ',
+            files=dict(WEIGHTS),
+        ),
+        HubModel(
+            "org/remote-code",
+            downloads=993,
+            tags=["custom_code"],
+            config={
+                "model_type": "my_custom",
+                "architectures": ["MyCustomModel"],
+                "auto_map": {"AutoModel": "modeling_custom.MyCustomModel"},
+            },
+            files={"modeling_custom.py": b"raise SystemExit('never run me')", **WEIGHTS},
+        ),
         HubModel("org/gated", downloads=991, gated=True, config={"model_type": "gpt2"}, files=dict(WEIGHTS)),
         HubModel("org/no-config", downloads=989, library_name="diffusers", config=None, files=dict(WEIGHTS)),
         HubModel("org/unknown-type", downloads=987, config={"model_type": "not_a_real_type"}),
-        HubModel("org/bad-arch", downloads=985, config={"model_type": "bert", "architectures": ["BertForTimeTravel"]}),
+        HubModel(
+            "org/bad-arch",
+            downloads=985,
+            config={"model_type": "bert", "architectures": ["BertForTimeTravel"]},
+        ),
         HubModel("org/bad-values", downloads=983, config={"model_type": "llama", "hidden_size": "big"}),
-        HubModel("org/native-auto-map", downloads=981,
-                 config={"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
-                         "auto_map": {"AutoModelForCausalLM": "modeling_gpt2.GPT2LMHeadModel"}}),
+        HubModel(
+            "org/native-auto-map",
+            downloads=981,
+            config={
+                "model_type": "gpt2",
+                "architectures": ["GPT2LMHeadModel"],
+                "auto_map": {"AutoModelForCausalLM": "modeling_gpt2.GPT2LMHeadModel"},
+            },
+        ),
     ]
     return models
 
@@ -98,9 +126,18 @@ def test_full_crawl_pages_triages_and_never_fetches_weights(hub, tmp_path):
     assert "401" in by_id["org/gated"].broken_detail  # no token at all
     # metadata the listing gave is stored
     good = by_id["org/good-00"]
-    assert (good.downloads, good.likes, good.pipeline_tag, good.library_name) == (1000, 0, "text-generation", "transformers")
+    assert (good.downloads, good.likes, good.pipeline_tag, good.library_name) == (
+        1000,
+        0,
+        "text-generation",
+        "transformers",
+    )
     assert good.sha == hub.models["org/good-00"].sha and "pytorch" in good.tags
-    assert good.model_type == "gpt2" and good.architectures == ["GPT2LMHeadModel"] and good.config_level == "full"
+    assert (
+        good.model_type == "gpt2"
+        and good.architectures == ["GPT2LMHeadModel"]
+        and good.config_level == "full"
+    )
     assert json.loads(good.config)["vocab_size"] == 1000
     # only config.json was ever requested: no weights, no custom code
     files = {r.path.rsplit("/", 1)[-1] for r in hub.requests_to(r"/resolve/")}
@@ -136,7 +173,7 @@ def test_interrupted_crawl_resumes_where_it_stopped(hub, tmp_path):
     ids = [r.id for r in read_store(out)]
     assert len(ids) == len(set(ids)) == len(hub.models)
     # no config of the first seven was downloaded again
-    after = hub.requests_to(r"/resolve/", "GET")[len(fetched_before):]
+    after = hub.requests_to(r"/resolve/", "GET")[len(fetched_before) :]
     refetched = {r.path.split("/resolve/")[0].lstrip("/") for r in after} & set(seen)
     assert refetched == set()
 
@@ -201,9 +238,12 @@ def test_listing_error_stops_with_state_saved_then_resumes(hub, tmp_path):
 
 
 def test_token_is_sent_for_gated_repos_and_never_written(tmp_path):
-    models = [HubModel("org/gated-ok", downloads=2, gated=True, config={"model_type": "gpt2"}),
-              HubModel("org/gated-no", downloads=1, gated=True, config={"model_type": "gpt2"},
-                       token_has_access=False)]
+    models = [
+        HubModel("org/gated-ok", downloads=2, gated=True, config={"model_type": "gpt2"}),
+        HubModel(
+            "org/gated-no", downloads=1, gated=True, config={"model_type": "gpt2"}, token_has_access=False
+        ),
+    ]
     with HubServer(models, tokens=(TOKEN,)) as server:
         crawl_hub(tmp_path / "out", _opts(server, tmp_path, token=TOKEN))
         auth = {r.headers.get("authorization") or r.headers.get("Authorization") for r in server.requests}
@@ -227,9 +267,23 @@ def test_cli_uses_hf_endpoint_and_hf_token_from_the_environment(hub, tmp_path):
     env = dict(os.environ, HF_ENDPOINT=hub.url, HF_TOKEN=TOKEN, HF_HOME=str(tmp_path / "hf-home"))
     env.pop("HF_HUB_OFFLINE", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "crawl", "--source", "hub", "--out", str(tmp_path / "out"),
-         "--limit", "6", "--json"],
-        env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "crawl",
+            "--source",
+            "hub",
+            "--out",
+            str(tmp_path / "out"),
+            "--limit",
+            "6",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
@@ -237,8 +291,9 @@ def test_cli_uses_hf_endpoint_and_hf_token_from_the_environment(hub, tmp_path):
     assert summary["ok"] + summary["broken"] == 6
     assert hub.requests_to(r"^/api/models$"), "HF_ENDPOINT was not used"
     model_api = hub.requests_to(r"^/api/models$") + hub.requests_to(r"/resolve/")
-    assert all(r.headers.get("authorization", r.headers.get("Authorization")) == f"Bearer {TOKEN}"
-               for r in model_api)
+    assert all(
+        r.headers.get("authorization", r.headers.get("Authorization")) == f"Bearer {TOKEN}" for r in model_api
+    )
     assert TOKEN not in proc.stdout + proc.stderr
 
 
@@ -247,6 +302,5 @@ def test_two_crawls_in_one_dir_do_not_interleave(hub, tmp_path):
 
     out = tmp_path / "out"
     out.mkdir()
-    with FileLock(str(out / ".crawl.lock")):
-        with pytest.raises(CrawlError, match="another crawl"):
-            crawl_hub(out, _opts(hub, tmp_path))
+    with FileLock(str(out / ".crawl.lock")), pytest.raises(CrawlError, match="another crawl"):
+        crawl_hub(out, _opts(hub, tmp_path))

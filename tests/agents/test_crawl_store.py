@@ -14,14 +14,42 @@ from agents.store import ModelRecord, read_frame, read_store, read_table, write_
 
 def _records() -> list[ModelRecord]:
     return [
-        ModelRecord(id="org/a", source="hub", downloads=10, likes=2, pipeline_tag="text-generation",
-                    library_name="transformers", tags=["pytorch", "llama"], sha="abc", model_type="llama",
-                    architectures=["LlamaForCausalLM"], config=json.dumps({"model_type": "llama"}),
-                    config_level="full", last_modified="2026-01-01T00:00:00+00:00"),
-        ModelRecord(id="org/b", source="snapshot", config_level=None, status="broken", broken_reason="no_config",
-                    broken_detail="nothing known", downloads_snapshot="2022-07", config_source=None),
-        ModelRecord(id="catalog/bert/BertModel", source="catalog", downloads=0, is_base=True, head="base",
-                    model_type="bert", architectures=["BertModel"], config="{}", config_level="default"),
+        ModelRecord(
+            id="org/a",
+            source="hub",
+            downloads=10,
+            likes=2,
+            pipeline_tag="text-generation",
+            library_name="transformers",
+            tags=["pytorch", "llama"],
+            sha="abc",
+            model_type="llama",
+            architectures=["LlamaForCausalLM"],
+            config=json.dumps({"model_type": "llama"}),
+            config_level="full",
+            last_modified="2026-01-01T00:00:00+00:00",
+        ),
+        ModelRecord(
+            id="org/b",
+            source="snapshot",
+            config_level=None,
+            status="broken",
+            broken_reason="no_config",
+            broken_detail="nothing known",
+            downloads_snapshot="2022-07",
+            config_source=None,
+        ),
+        ModelRecord(
+            id="catalog/bert/BertModel",
+            source="catalog",
+            downloads=0,
+            is_base=True,
+            head="base",
+            model_type="bert",
+            architectures=["BertModel"],
+            config="{}",
+            config_level="default",
+        ),
     ]
 
 
@@ -52,7 +80,8 @@ def test_columns_have_the_documented_types(tmp_path):
 
 def test_newer_major_version_is_refused(tmp_path):
     table = store.records_to_table(_records()).replace_schema_metadata(
-        {b"harness.store.schema_version": b"99.0"})
+        {b"harness.store.schema_version": b"99.0"}
+    )
     pq.write_table(table, tmp_path / "models.parquet")
     with pytest.raises(ValueError, match="schema version 99.0"):
         read_table(tmp_path)
@@ -86,12 +115,15 @@ def test_missing_store_is_a_clear_error(tmp_path):
         read_store(tmp_path)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"source": "web"}, "source"),
-    ({"status": "maybe"}, "status"),
-    ({"config_level": "huge"}, "config_level"),
-    ({"status": "broken"}, "broken_reason"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"source": "web"}, "source"),
+        ({"status": "maybe"}, "status"),
+        ({"config_level": "huge"}, "config_level"),
+        ({"status": "broken"}, "broken_reason"),
+    ],
+)
 def test_record_validation(kwargs, match):
     kwargs.setdefault("source", "hub")
     with pytest.raises(ValueError, match=match):
@@ -106,5 +138,10 @@ def test_config_dict_helper():
 
 def test_record_to_model_spec():
     spec = _records()[0].to_spec()
-    assert (spec.model_id, spec.model_type, spec.architecture, spec.source) == ("org/a", "llama", "LlamaForCausalLM", "hub")
+    assert (spec.model_id, spec.model_type, spec.architecture, spec.source) == (
+        "org/a",
+        "llama",
+        "LlamaForCausalLM",
+        "hub",
+    )
     assert spec.config == {"model_type": "llama"} and spec.downloads == 10

@@ -6,22 +6,37 @@ import json
 
 import pandas as pd
 import pytest
+from fakes.openai_server import FakeOpenAI
 
 from agents.crawl_triage import TRIAGE_FILE
 from agents.llm import DECISIONS_FILE
-from fakes.openai_server import FakeOpenAI
 from harness.cli import main
 
 ROWS = [
-    {"id": "ok/llama", "downloads": 5, "model_type": "llama", "config_level": "full",
-     "config": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64}},
+    {
+        "id": "ok/llama",
+        "downloads": 5,
+        "model_type": "llama",
+        "config_level": "full",
+        "config": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64},
+    },
     {"id": "b/none", "downloads": 1, "config": None},
-    {"id": "b/custom", "downloads": 2, "config_level": "full",
-     "config": {"model_type": "acme", "auto_map": {"AutoModel": "modeling_acme.AcmeModel"}}},
+    {
+        "id": "b/custom",
+        "downloads": 2,
+        "config_level": "full",
+        "config": {"model_type": "acme", "auto_map": {"AutoModel": "modeling_acme.AcmeModel"}},
+    },
     {"id": "b/odd", "downloads": 3, "config_level": "full", "config": {"model_type": "zzzodd"}},
 ]
 EXPECTED = {"b/none": "no_config", "b/custom": "trust_remote_code", "b/odd": "unknown_model_type"}
-LLM_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "HARNESS_LLM_MODEL", "HARNESS_LLM_MAX_RETRIES", "HARNESS_LLM_TIMEOUT")
+LLM_ENV = (
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "HARNESS_LLM_MODEL",
+    "HARNESS_LLM_MAX_RETRIES",
+    "HARNESS_LLM_TIMEOUT",
+)
 
 
 @pytest.fixture()
@@ -56,8 +71,14 @@ def test_crawl_writes_rule_triage_for_every_broken_model(snapshot, tmp_path, cap
 
 
 def test_crawl_triage_uses_the_configured_llm(snapshot, tmp_path, capsys, monkeypatch):
-    answers = [{"content": json.dumps({"category": "unknown_model_type",
-                                       "explanation": f"LLM says {i}: a custom architecture."})} for i in range(3)]
+    answers = [
+        {
+            "content": json.dumps(
+                {"category": "unknown_model_type", "explanation": f"LLM says {i}: a custom architecture."}
+            )
+        }
+        for i in range(3)
+    ]
     with FakeOpenAI(answers) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-wiring")
@@ -76,7 +97,9 @@ def test_crawl_triage_uses_the_configured_llm(snapshot, tmp_path, capsys, monkey
     assert list(log["use"]) == ["triage"] * 3 and log["accepted"].all()
 
 
-def test_dead_llm_endpoint_falls_back_to_rules_and_the_crawl_succeeds(snapshot, tmp_path, capsys, monkeypatch):
+def test_dead_llm_endpoint_falls_back_to_rules_and_the_crawl_succeeds(
+    snapshot, tmp_path, capsys, monkeypatch
+):
     with FakeOpenAI(default={"status": 503}) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
         monkeypatch.setenv("HARNESS_LLM_MODEL", "fake-model")

@@ -9,20 +9,43 @@ import math
 import pandas as pd
 import pytest
 
-from agents.select import (cover_traits, elements_of, estimate_params, harmonic, interacting_pairs,
-                           load_representatives, select, write_selection)
+from agents.select import (
+    cover_traits,
+    elements_of,
+    estimate_params,
+    harmonic,
+    interacting_pairs,
+    load_representatives,
+    select,
+    write_selection,
+)
 from agents.traits import TRAIT_NAMES
 from agents.vocabulary import UNKNOWN
 
 
 def model(mid: str, downloads: int = 0, hidden: int = 64, status: str = "ok", **traits) -> dict:
     base = {t: "x" for t in TRAIT_NAMES}
-    base.update(model_type="fam", attention="mha", position="rope", structure="decoder", head="causal_lm",
-                modality="text", moe="dense")
+    base.update(
+        model_type="fam",
+        attention="mha",
+        position="rope",
+        structure="decoder",
+        head="causal_lm",
+        modality="text",
+        moe="dense",
+    )
     base.update(traits)
     cfg = {"model_type": base["model_type"], "hidden_size": hidden, "num_hidden_layers": 2, "vocab_size": 100}
-    return {"id": mid, **base, "downloads": downloads, "config": json.dumps(cfg), "architecture": "FamForCausalLM",
-            "source": "hub", "status": status, "broken_reason": None if status == "ok" else "no_config"}
+    return {
+        "id": mid,
+        **base,
+        "downloads": downloads,
+        "config": json.dumps(cfg),
+        "architecture": "FamForCausalLM",
+        "source": "hub",
+        "status": status,
+        "broken_reason": None if status == "ok" else "no_config",
+    }
 
 
 def population() -> pd.DataFrame:
@@ -31,7 +54,14 @@ def population() -> pd.DataFrame:
         model("b/obscure", 1, attention="gqa-4"),  # same signature as a/popular, fewer downloads
         model("c/mla", 50, attention="mla", moe="moe+shared"),
         model("d/enc", 10, structure="encoder", head="masked_lm", position="absolute"),
-        model("e/vision", 0, modality="vision", structure="encoder", head="image_classification", position="absolute"),
+        model(
+            "e/vision",
+            0,
+            modality="vision",
+            structure="encoder",
+            head="image_classification",
+            position="absolute",
+        ),
         model("f/unknowns", 5, attention=UNKNOWN, norm=UNKNOWN),
         model("g/broken", 10**9, attention="exotic", status="broken"),
     ]
@@ -62,7 +92,9 @@ def test_every_value_and_interacting_pair_is_covered():
 def test_prefers_most_downloaded_then_smallest_then_id():
     ids = {r.id for r in select(population()).representatives}
     assert "a/popular" in ids and "b/obscure" not in ids
-    twins = pd.DataFrame([model("z/big", 7, hidden=4096), model("y/small", 7, hidden=64), model("x/small", 7, hidden=64)])
+    twins = pd.DataFrame(
+        [model("z/big", 7, hidden=4096), model("y/small", 7, hidden=64), model("x/small", 7, hidden=64)]
+    )
     assert [r.id for r in select(twins).representatives] == ["x/small"]
 
 
@@ -77,14 +109,19 @@ def test_deterministic_under_row_order():
 def test_greedy_cover_is_within_its_bound_of_the_optimum():
     frame = population()
     sel = select(frame)
-    assert sel.max_set_size == max(len(elements_of(r)) for r in frame[list(TRAIT_NAMES)].to_dict("records")[:-1])
+    assert sel.max_set_size == max(
+        len(elements_of(r)) for r in frame[list(TRAIT_NAMES)].to_dict("records")[:-1]
+    )
     assert sel.greedy_bound == pytest.approx(harmonic(sel.max_set_size))
     # brute-force the smallest cover of this tiny population: greedy costs <= 2 H(d) x optimum
     ok = frame[frame["status"] == "ok"]
     sets = [set(elements_of(r)) for r in ok[list(TRAIT_NAMES)].to_dict("records")]
     target = set().union(*sets)
-    best = next(k for k in range(1, len(sets) + 1)
-                if any(set().union(*c) == target for c in itertools.combinations(sets, k)))
+    best = next(
+        k
+        for k in range(1, len(sets) + 1)
+        if any(set().union(*c) == target for c in itertools.combinations(sets, k))
+    )
     assert best <= len(sel.representatives) <= 2 * sel.greedy_bound * best
 
 
@@ -104,9 +141,12 @@ def test_cluster_shares_and_download_weighted_coverage():
 
 
 def test_coverage_target_adds_popular_signatures():
-    rows = [model("a", 100, attention="gqa-4", activation="silu"), model("b", 90, attention="gqa-4", activation="gelu"),
-            model("c", 1000, attention="gqa-4", activation="silu", dtype="bfloat16"),
-            model("d", 5, attention="gqa-4", activation="gelu", dtype="bfloat16")]
+    rows = [
+        model("a", 100, attention="gqa-4", activation="silu"),
+        model("b", 90, attention="gqa-4", activation="gelu"),
+        model("c", 1000, attention="gqa-4", activation="silu", dtype="bfloat16"),
+        model("d", 5, attention="gqa-4", activation="gelu", dtype="bfloat16"),
+    ]
     frame = pd.DataFrame(rows)
     plain = select(frame)
     more = select(frame, coverage_target=1.0)
@@ -121,7 +161,15 @@ def test_write_and_load_representatives_as_model_specs(tmp_path):
     sel = select(population())
     write_selection(tmp_path, sel)
     df = pd.read_parquet(tmp_path / "representatives.parquet")
-    assert {"id", "model_type", "architecture", "config", "downloads", "covers", "cluster_download_share"} <= set(df.columns)
+    assert {
+        "id",
+        "model_type",
+        "architecture",
+        "config",
+        "downloads",
+        "covers",
+        "cluster_download_share",
+    } <= set(df.columns)
     summary = json.loads((tmp_path / "selection.json").read_text())
     assert summary["representatives"] == len(sel.representatives)
     specs = load_representatives(tmp_path)
@@ -134,7 +182,9 @@ def test_estimate_params_needs_size_fields():
     assert estimate_params(None) == math.inf
     assert estimate_params(json.dumps({"model_type": "bert"})) == math.inf
     small = estimate_params(json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10}))
-    large = estimate_params(json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_experts": 8}))
+    large = estimate_params(
+        json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_experts": 8})
+    )
     assert 0 < small < large
 
 
@@ -168,10 +218,17 @@ def test_default_representatives_are_read_from_the_disk_cache(tmp_path, monkeypa
 
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
     reset_profiles()
-    row = {"id": "catalog/bert/BertModel", "model_type": "bert", "architecture": "BertModel",
-           "config": json.dumps({"model_type": "bert"}), "downloads": 0, "source": "catalog"}
+    row = {
+        "id": "catalog/bert/BertModel",
+        "model_type": "bert",
+        "architecture": "BertModel",
+        "config": json.dumps({"model_type": "bert"}),
+        "downloads": 0,
+        "source": "catalog",
+    }
     default_cache_path().write_text(json.dumps([row]))
     specs = default_representatives()
-    assert [(s.model_id, s.architecture, s.config, s.source) for s in specs] == \
-        [("catalog/bert/BertModel", "BertModel", {"model_type": "bert"}, "catalog")]
+    assert [(s.model_id, s.architecture, s.config, s.source) for s in specs] == [
+        ("catalog/bert/BertModel", "BertModel", {"model_type": "bert"}, "catalog")
+    ]
     reset_profiles()

@@ -17,13 +17,32 @@ from agents.store import read_store
 from agents.triage import reason_codes
 
 ROWS = [
-    {"id": "org/llama-ish", "downloads": 50, "likes": 3, "pipeline_tag": "text-generation", "library_name": None,
-     "tags": None, "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-     "config": {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64}, "config_level": "partial",
-     "config_source": "some_listing", "downloads_snapshot": "2026-05"},
-    {"id": "org/bert-arch", "downloads": "12", "likes": None, "pipeline_tag": "<NA>", "library_name": "transformers",
-     "tags": ["pytorch", "bert"], "model_type": None, "architectures": ["BertForSequenceClassification"],
-     "config": {"architectures": ["BertForSequenceClassification"]}, "config_level": "arch_only"},
+    {
+        "id": "org/llama-ish",
+        "downloads": 50,
+        "likes": 3,
+        "pipeline_tag": "text-generation",
+        "library_name": None,
+        "tags": None,
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "config": {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64},
+        "config_level": "partial",
+        "config_source": "some_listing",
+        "downloads_snapshot": "2026-05",
+    },
+    {
+        "id": "org/bert-arch",
+        "downloads": "12",
+        "likes": None,
+        "pipeline_tag": "<NA>",
+        "library_name": "transformers",
+        "tags": ["pytorch", "bert"],
+        "model_type": None,
+        "architectures": ["BertForSequenceClassification"],
+        "config": {"architectures": ["BertForSequenceClassification"]},
+        "config_level": "arch_only",
+    },
     {"id": "org/nothing", "downloads": 7, "config": None, "config_level": None},
     {"id": "org/llama-ish", "downloads": 1},  # a duplicate id: the first wins
 ]
@@ -46,7 +65,12 @@ def test_rows_become_triaged_records(tmp_path):
     for r in records:
         by_id.setdefault(r.id, r)
     llama = by_id["org/llama-ish"]
-    assert (llama.status, llama.config_level, llama.model_type, llama.downloads) == ("ok", "partial", "llama", 50)
+    assert (llama.status, llama.config_level, llama.model_type, llama.downloads) == (
+        "ok",
+        "partial",
+        "llama",
+        50,
+    )
     assert json.loads(llama.config)["num_hidden_layers"] == 4
     assert (llama.config_source, llama.downloads_snapshot) == ("some_listing", "2026-05")
     bert = by_id["org/bert-arch"]
@@ -58,13 +82,18 @@ def test_rows_become_triaged_records(tmp_path):
 
 
 def test_parquet_dump_reads_like_jsonl(tmp_path):
-    rows = [dict(r, downloads=int(r["downloads"]), config=json.dumps(r["config"]) if r.get("config") else None)
-            for r in ROWS[:3]]
-    table = pa.Table.from_pylist([{k: r.get(k) for k in ("id", "downloads", "model_type", "config", "config_level")}
-                                  for r in rows])
+    rows = [
+        dict(r, downloads=int(r["downloads"]), config=json.dumps(r["config"]) if r.get("config") else None)
+        for r in ROWS[:3]
+    ]
+    table = pa.Table.from_pylist(
+        [{k: r.get(k) for k in ("id", "downloads", "model_type", "config", "config_level")} for r in rows]
+    )
     pq.write_table(table, tmp_path / "dump.parquet")
     jsonl = _write_jsonl(tmp_path / "dump.jsonl", ROWS[:3])
-    from_parquet = [(r.id, r.status, r.broken_reason, r.model_type) for r in iter_snapshot(tmp_path / "dump.parquet")]
+    from_parquet = [
+        (r.id, r.status, r.broken_reason, r.model_type) for r in iter_snapshot(tmp_path / "dump.parquet")
+    ]
     from_jsonl = [(r.id, r.status, r.broken_reason, r.model_type) for r in iter_snapshot(jsonl)]
     assert from_parquet == from_jsonl
 
@@ -89,13 +118,19 @@ def test_cli_snapshot_source(tmp_path, capsys):
     assert main(["crawl", "--source", f"snapshot:{path}", "--out", str(tmp_path / "out"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["source"], summary["total"], summary["ok"]) == ("snapshot", 3, 2)
-    assert main(["crawl", "--source", f"snapshot:{tmp_path / 'missing.jsonl'}", "--out", str(tmp_path), "--json"]) == 1
+    assert (
+        main(
+            ["crawl", "--source", f"snapshot:{tmp_path / 'missing.jsonl'}", "--out", str(tmp_path), "--json"]
+        )
+        == 1
+    )
     assert "does not exist" in json.loads(capsys.readouterr().out)["error"]
     assert main(["crawl", "--source", "ftp", "--out", str(tmp_path), "--json"]) == 1
     assert "unknown --source" in json.loads(capsys.readouterr().out)["error"]
 
 
 # -- the real dump (../shared/data) ----------------------------------------------------------------
+
 
 def _raw(path, n=None):
     with gzip.open(path, "rt") as f:

@@ -16,18 +16,34 @@ HIDDEN, LAYERS, HEADS, VOCAB = 64, 2, 4, 512
 def _bert():
     from transformers import BertConfig, BertForMaskedLM
 
-    return BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                                      num_attention_heads=HEADS, intermediate_size=4 * HIDDEN,
-                                      max_position_embeddings=64, hidden_dropout_prob=0.0,
-                                      attention_probs_dropout_prob=0.0))
+    return BertForMaskedLM(
+        BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            intermediate_size=4 * HIDDEN,
+            max_position_embeddings=64,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+    )
 
 
 def _llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                                        num_attention_heads=HEADS, num_key_value_heads=HEADS,
-                                        intermediate_size=4 * HIDDEN, max_position_embeddings=64))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=HEADS,
+            intermediate_size=4 * HIDDEN,
+            max_position_embeddings=64,
+        )
+    )
 
 
 def _step(model, ids, device):
@@ -38,7 +54,10 @@ def _step(model, ids, device):
 
 
 # tolerances: default precision rounds matmul inputs to bf16 (relative error ~2^-8 per input)
-TOL = {"bf16": dict(loss=2e-3, grad_rtol=5e-2, grad_atol=2e-3), "exact": dict(loss=1e-5, grad_rtol=1e-4, grad_atol=1e-5)}
+TOL = {
+    "bf16": dict(loss=2e-3, grad_rtol=5e-2, grad_atol=2e-3),
+    "exact": dict(loss=1e-5, grad_rtol=1e-4, grad_atol=1e-5),
+}
 
 
 @pytest.mark.parametrize("build", [_bert, _llama], ids=["bert", "llama"])

@@ -18,14 +18,20 @@ import backend
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(code: str, env: dict | None = None, timeout: int = 120, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def _run(
+    code: str, env: dict | None = None, timeout: int = 120, cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
     import os
 
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=full_env,
     )
 
 
@@ -58,8 +64,13 @@ def test_import_torch_alone_autoloads_the_device_and_reimport_is_safe_in_a_fresh
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"device": "neuron:0", "values": [1, 2, 3, 4], "available": True,
-                   "loaded_by_torch": True, "after_reload": 0.0}
+    assert out == {
+        "device": "neuron:0",
+        "values": [1, 2, 3, 4],
+        "available": True,
+        "loaded_by_torch": True,
+        "after_reload": 0.0,
+    }
 
 
 def test_import_backend_before_torch_in_a_fresh_process():
@@ -150,9 +161,23 @@ def test_device_works_in_two_pytest_xdist_workers(tmp_path):
         )
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
-         "--rootdir", str(tmp_path), str(test_file)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "2",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(test_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -167,7 +192,8 @@ def test_device_strings(name):
 def _fake_backend_first(tmp_path: Path, device_name: str) -> dict:
     """A fake other backend installed beside this one: its `torch.backends` entry point loads first
     (its dist-info is earlier on sys.path) and claims PrivateUse1 under `device_name`."""
-    (tmp_path / "fake_other_device.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "fake_other_device.py").write_text(
+        textwrap.dedent(f"""
         import types, torch
 
         def load():
@@ -175,7 +201,8 @@ def _fake_backend_first(tmp_path: Path, device_name: str) -> dict:
             module = types.ModuleType("fake_other_device.module")
             module.is_available = lambda: True
             torch._register_device_module({device_name!r}, module)
-    """))
+    """)
+    )
     dist = tmp_path / "fake_other_device-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-other-device\nVersion: 1.0\n")
@@ -200,7 +227,8 @@ def test_autoload_steps_aside_when_another_backend_owns_the_device(tmp_path, dev
                           "stepped_aside": backend.stepped_aside,
                           "warnings": [str(w.message) for w in caught]}))
         """,
-        env=_fake_backend_first(tmp_path, device_name), cwd=tmp_path,
+        env=_fake_backend_first(tmp_path, device_name),
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr  # `import torch` still works for the whole venv
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -223,7 +251,8 @@ def test_the_harness_adapter_refuses_a_device_the_simulator_does_not_own(tmp_pat
         except RuntimeError as exc:
             print("refused:", exc)
         """,
-        env=_fake_backend_first(tmp_path, "neuron"), cwd=tmp_path,
+        env=_fake_backend_first(tmp_path, "neuron"),
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     assert "refused: the simulated neuron device is not registered" in proc.stdout

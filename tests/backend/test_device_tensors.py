@@ -9,7 +9,7 @@ import io
 import pytest
 import torch
 
-import backend  # noqa: F401 - registers the device
+import backend
 
 
 def test_tensor_is_a_plain_privateuse1_tensor_not_a_subclass():
@@ -176,4 +176,6 @@ def test_python_scalars_in_tensor_positions():
     """Composite kernels pass wrapped numbers (x * 2.0); they reach Python as plain numbers."""
     x = torch.tensor([-1.5, 2.0, 3.0])
     assert torch.equal(torch.copysign(x.to("neuron"), -2.0).cpu(), torch.copysign(x, -2.0))
-    assert torch.equal(torch.remainder(torch.arange(5).to("neuron"), 3).cpu(), torch.remainder(torch.arange(5), 3))
+    assert torch.equal(
+        torch.remainder(torch.arange(5).to("neuron"), 3).cpu(), torch.remainder(torch.arange(5), 3)
+    )

@@ -109,7 +109,11 @@ def test_collectors_nest_and_only_see_their_block():
             x.masked_select(x > 0)
         torch.nonzero(x)
     assert [e.op for e in inner] == ["aten.masked_select.default"]
-    assert sorted(e.op for e in outer) == ["aten.masked_select.default", "aten.nonzero.default", "aten.nonzero.default"]
+    assert sorted(e.op for e in outer) == [
+        "aten.masked_select.default",
+        "aten.nonzero.default",
+        "aten.nonzero.default",
+    ]
 
 
 @pytest.mark.parametrize("thread", ["caller", "device"])
@@ -189,8 +193,9 @@ def test_env_var_selects_error_mode_in_a_new_process():
         """
     )
     env = {**os.environ, "NEURON_FALLBACK_MODE": "error"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"mode": "error", "outcome": ["aten.nonzero.default", "data-dependent-shape"]}

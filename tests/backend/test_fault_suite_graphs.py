@@ -21,15 +21,24 @@ transformers = pytest.importorskip("transformers")
 
 
 def _tiny_models():
-    bert = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                                   vocab_size=128)
-    llama = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     num_key_value_heads=1, intermediate_size=64, vocab_size=128)
+    bert = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=128
+    )
+    llama = transformers.LlamaConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        vocab_size=128,
+    )
     return [transformers.BertForMaskedLM(bert), transformers.LlamaForCausalLM(llama)]
 
 
 @pytest.mark.slow
-def test_every_compile_only_fault_of_the_suite_targets_an_op_of_a_compiled_training_step(monkeypatch, tmp_path):
+def test_every_compile_only_fault_of_the_suite_targets_an_op_of_a_compiled_training_step(
+    monkeypatch, tmp_path
+):
     monkeypatch.setenv("NEURON_CACHE_DIR", str(tmp_path / "neff"))
     faults.clear()
     graph_ops: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -51,6 +60,9 @@ def test_every_compile_only_fault_of_the_suite_targets_an_op_of_a_compiled_train
     assert "aten._safe_softmax.default" in graph_ops["forward"] and "aten._softmax.default" not in held
     compiled_only = [f for f in faults.load_suite() if f.scope == "compiled"]
     assert compiled_only
-    missing = [(f.name, f.op) for f in compiled_only if f.op not in held and not any(
-        op.startswith(f.op + ".") for op in held)]
+    missing = [
+        (f.name, f.op)
+        for f in compiled_only
+        if f.op not in held and not any(op.startswith(f.op + ".") for op in held)
+    ]
     assert missing == [], f"compile-only faults on ops no compiled graph holds: {missing}"

@@ -35,6 +35,7 @@ def _x(*shape, seed=0):
 
 # --------------------------------------------------------------------------- effects, eager
 
+
 def test_perturb_changes_values_by_the_stated_relative_error():
     x = _x(4, 16)
     clean = torch.softmax(x.to("neuron"), -1).cpu()
@@ -59,8 +60,14 @@ def test_perturb_scale_pattern_and_output_selection():
         return x.grad.cpu(), w.grad.cpu(), b.grad.cpu()
 
     clean = grads()
-    with faults.planted(name="lnw", op="aten.native_layer_norm_backward.default", kind="perturb", rel=0.02,
-                        pattern="scale", output=1):
+    with faults.planted(
+        name="lnw",
+        op="aten.native_layer_norm_backward.default",
+        kind="perturb",
+        rel=0.02,
+        pattern="scale",
+        output=1,
+    ):
         bad = grads()
     assert torch.equal(bad[0], clean[0]) and torch.equal(bad[2], clean[2])  # only the weight gradient
     assert torch.allclose(bad[1], clean[1] * 1.02, rtol=1e-6)
@@ -69,19 +76,33 @@ def test_perturb_scale_pattern_and_output_selection():
 def test_input_slice_fault_only_touches_the_last_row():
     weight = _x(10, 4).to("neuron")
     before = weight.cpu().clone()
-    with faults.planted(name="last", op="aten.embedding.default", kind="perturb", rel=0.1, input="weight",
-                        index={"dim": 0, "at": "last"}):
+    with faults.planted(
+        name="last",
+        op="aten.embedding.default",
+        kind="perturb",
+        rel=0.1,
+        input="weight",
+        index={"dim": 0, "at": "last"},
+    ):
         out = torch.nn.functional.embedding(torch.tensor([0, 9, 3, 9], device="neuron"), weight).cpu()
         assert faults.hits() == {"last": 1}
     ref = weight.cpu()[[0, 9, 3, 9]]
     assert torch.equal(out[[0, 2]], ref[[0, 2]])
-    assert torch.allclose(((out[[1, 3]] - ref[[1, 3]]) / ref[[1, 3]]).abs(), torch.full((2, 4), 0.1), atol=1e-5)
+    assert torch.allclose(
+        ((out[[1, 3]] - ref[[1, 3]]) / ref[[1, 3]]).abs(), torch.full((2, 4), 0.1), atol=1e-5
+    )
     assert torch.equal(weight.cpu(), before)  # the real weight is untouched
 
 
 def test_output_slice_and_shape_and_dtype_predicates():
-    with faults.planted(name="mm", op="aten.mm", kind="nan", index={"dim": -1, "at": "last"},
-                        when=[{"arg": "self", "dim": 1, "min": 64}], dtypes=["float32"]):
+    with faults.planted(
+        name="mm",
+        op="aten.mm",
+        kind="nan",
+        index={"dim": -1, "at": "last"},
+        when=[{"arg": "self", "dim": 1, "min": 64}],
+        dtypes=["float32"],
+    ):
         small = (_x(4, 32).to("neuron") @ _x(32, 5).to("neuron")).cpu()
         assert not small.isnan().any()  # K = 32: the shape predicate does not hold
         half = (_x(4, 64).to("neuron").half() @ _x(64, 5).to("neuron").half()).cpu()
@@ -93,7 +114,9 @@ def test_output_slice_and_shape_and_dtype_predicates():
 
 def test_substitute_runs_the_op_with_other_arguments():
     x = _x(5, 7)
-    with faults.planted(name="tanh", op="aten.gelu.default", kind="substitute", kwargs={"approximate": "tanh"}):
+    with faults.planted(
+        name="tanh", op="aten.gelu.default", kind="substitute", kwargs={"approximate": "tanh"}
+    ):
         out = torch.nn.functional.gelu(x.to("neuron")).cpu()
     assert torch.equal(out, torch.nn.functional.gelu(x, approximate="tanh"))
     assert not torch.equal(out, torch.nn.functional.gelu(x))
@@ -114,7 +137,10 @@ def test_fallback_records_a_lost_lowering():
     with backend.collect_fallbacks() as clean:
         torch.nn.functional.gelu(x)
     assert clean == []
-    with faults.planted(name="lost", op="aten.gelu.default", kind="fallback"), backend.collect_fallbacks() as events:
+    with (
+        faults.planted(name="lost", op="aten.gelu.default", kind="fallback"),
+        backend.collect_fallbacks() as events,
+    ):
         out = torch.nn.functional.gelu(x).cpu()
     assert [(e.op, e.reason) for e in events] == [("aten.gelu.default", "no-lowering")]
     assert torch.equal(out, torch.nn.functional.gelu(x.cpu()))  # still computed, on the host
@@ -131,8 +157,14 @@ def test_finite_hang_returns_after_its_seconds():
 
 def _python(code: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def _fault_file(tmp_path, *entries) -> str:
@@ -146,21 +178,28 @@ def _fault_file(tmp_path, *entries) -> str:
 def test_hang_never_returns(tmp_path):
     path = _fault_file(tmp_path, {"name": "stuck", "op": "aten.abs.default", "kind": "hang"})
     with pytest.raises(subprocess.TimeoutExpired):
-        _python("import torch, backend; torch.ones(2, device='neuron').abs(); print('returned')",
-                {"NEURON_FAULTS": path}, timeout=8)
+        _python(
+            "import torch, backend; torch.ones(2, device='neuron').abs(); print('returned')",
+            {"NEURON_FAULTS": path},
+            timeout=8,
+        )
 
 
 def test_crash_kills_the_process_and_env_loading_logs_what_fired(tmp_path):
     path = _fault_file(tmp_path, {"name": "segv", "op": "aten.sort", "kind": "crash"})
     log = tmp_path / "fired.jsonl"
-    proc = _python("import torch, backend; torch.ones(3, device='neuron').sort(); print('survived')",
-                   {"NEURON_FAULTS": path, "NEURON_FAULT_LOG": str(log)}, timeout=60)
+    proc = _python(
+        "import torch, backend; torch.ones(3, device='neuron').sort(); print('survived')",
+        {"NEURON_FAULTS": path, "NEURON_FAULT_LOG": str(log)},
+        timeout=60,
+    )
     assert proc.returncode == -signal.SIGSEGV, proc.stderr[-500:]
     assert "survived" not in proc.stdout
     assert [json.loads(line)["fault"] for line in log.read_text().splitlines()] == ["segv"]
 
 
 # --------------------------------------------------------------------------------- compiled
+
 
 class _Net(torch.nn.Module):
     def __init__(self) -> None:
@@ -177,8 +216,10 @@ def _net_and_input():
     return _Net().to("neuron"), _x(4, 8).to("neuron")
 
 
-@pytest.mark.parametrize("scope,eager_changes,compiled_changes",
-                         [("both", True, True), ("compiled", False, True), ("eager", True, False)])
+@pytest.mark.parametrize(
+    "scope,eager_changes,compiled_changes",
+    [("both", True, True), ("compiled", False, True), ("eager", True, False)],
+)
 def test_scope_decides_eager_and_compiled(scope, eager_changes, compiled_changes):
     torch._dynamo.reset()
     model, x = _net_and_input()
@@ -206,8 +247,15 @@ def test_compiled_backward_fault_and_compiled_raise():
         return model.norm.weight.grad.cpu().clone()
 
     clean = weight_grad(model)
-    with faults.planted(name="lnw", op="aten.native_layer_norm_backward.default", kind="perturb", rel=0.02,
-                        output=1, pattern="scale", scope="compiled"):
+    with faults.planted(
+        name="lnw",
+        op="aten.native_layer_norm_backward.default",
+        kind="perturb",
+        rel=0.02,
+        output=1,
+        pattern="scale",
+        scope="compiled",
+    ):
         assert torch.equal(weight_grad(model), clean)
         assert torch.allclose(weight_grad(compiled), clean * 1.02, rtol=1e-5)
     with faults.planted(name="addmm", op="aten.addmm.default", kind="raise", scope="compiled"):
@@ -230,17 +278,30 @@ def test_compiled_fallback_fault_is_a_recorded_fallback():
 
 # ------------------------------------------------------------------------ files and checks
 
-@pytest.mark.parametrize("entry,needle", [
-    ({"name": "a", "op": "aten.mm.default", "kind": "explode"}, "kind must be one of"),
-    ({"name": "b", "op": "aten.no_such_op", "kind": "nan"}, "does not exist"),
-    ({"name": "c", "op": "aten.mm.default", "kind": "perturb"}, "needs 'rel'"),
-    ({"name": "d", "op": "aten.mm.default", "kind": "nan", "when": [{"arg": "weight", "rank": 2}]}, "no argument"),
-    ({"name": "e", "op": "aten.mm.default", "kind": "crash", "index": {"dim": 0, "at": "last"}}, "only applies"),
-    ({"name": "f", "op": "aten.clone.default", "kind": "nan"}, "explicit device kernel"),
-    ({"name": "g", "op": "aten.transpose.int", "kind": "nan"}, "is a view"),
-    ({"name": "h", "op": "aten.mm.default", "kind": "nan", "colour": "red"}, "unknown key 'colour'"),
-    ({"name": "i", "op": "aten.gelu.default", "kind": "substitute", "kwargs": {"approx": "tanh"}}, "no argument"),
-])
+
+@pytest.mark.parametrize(
+    "entry,needle",
+    [
+        ({"name": "a", "op": "aten.mm.default", "kind": "explode"}, "kind must be one of"),
+        ({"name": "b", "op": "aten.no_such_op", "kind": "nan"}, "does not exist"),
+        ({"name": "c", "op": "aten.mm.default", "kind": "perturb"}, "needs 'rel'"),
+        (
+            {"name": "d", "op": "aten.mm.default", "kind": "nan", "when": [{"arg": "weight", "rank": 2}]},
+            "no argument",
+        ),
+        (
+            {"name": "e", "op": "aten.mm.default", "kind": "crash", "index": {"dim": 0, "at": "last"}},
+            "only applies",
+        ),
+        ({"name": "f", "op": "aten.clone.default", "kind": "nan"}, "explicit device kernel"),
+        ({"name": "g", "op": "aten.transpose.int", "kind": "nan"}, "is a view"),
+        ({"name": "h", "op": "aten.mm.default", "kind": "nan", "colour": "red"}, "unknown key 'colour'"),
+        (
+            {"name": "i", "op": "aten.gelu.default", "kind": "substitute", "kwargs": {"approx": "tanh"}},
+            "no argument",
+        ),
+    ],
+)
 def test_malformed_fault_names_the_entry(tmp_path, entry, needle):
     path = _fault_file(tmp_path, {"name": "fine", "op": "aten.mm.default", "kind": "nan"}, entry)
     with pytest.raises(FaultFileError) as info:
@@ -251,8 +312,11 @@ def test_malformed_fault_names_the_entry(tmp_path, entry, needle):
 
 
 def test_malformed_files_duplicate_names_and_bad_yaml(tmp_path):
-    dup = _fault_file(tmp_path, {"name": "x", "op": "aten.mm", "kind": "nan"}, {"name": "x", "op": "aten.mm",
-                                                                                "kind": "raise"})
+    dup = _fault_file(
+        tmp_path,
+        {"name": "x", "op": "aten.mm", "kind": "nan"},
+        {"name": "x", "op": "aten.mm", "kind": "raise"},
+    )
     with pytest.raises(FaultFileError, match="entry 'x': duplicate"):
         faults.load(dup)
     nameless = _fault_file(tmp_path, {"op": "aten.mm", "kind": "nan"})
@@ -268,14 +332,24 @@ def test_malformed_env_file_fails_the_import_clearly(tmp_path):
     path = _fault_file(tmp_path, {"name": "typo", "op": "aten.softmaxx", "kind": "nan"})
     proc = _python("import backend", {"NEURON_FAULTS": path}, timeout=120)
     assert proc.returncode != 0
-    assert "FaultFileError" in proc.stderr and "entry 'typo'" in proc.stderr and "does not exist" in proc.stderr
+    assert (
+        "FaultFileError" in proc.stderr and "entry 'typo'" in proc.stderr and "does not exist" in proc.stderr
+    )
 
 
 def test_bundled_suite_loads_and_covers_every_class():
     suite = faults.load_suite()
     assert len(suite) >= 25
-    assert {f.category for f in suite} >= {"numerics", "boundary", "backward", "compile", "shape", "hang", "crash",
-                                           "fallback"}
+    assert {f.category for f in suite} >= {
+        "numerics",
+        "boundary",
+        "backward",
+        "compile",
+        "shape",
+        "hang",
+        "crash",
+        "fallback",
+    }
     assert {f.kind for f in suite} >= {"perturb", "nan", "raise", "hang", "crash", "fallback", "substitute"}
     assert [faults.parse_fault(f.to_dict()) for f in suite] == suite  # the file format round-trips
     faults.load(faults.suite_path())

@@ -38,7 +38,10 @@ def test_a_planted_fault_changes_only_its_ops():
     before = op_fingerprints()
     with faults.planted(name="g", op="aten.gelu.default", kind="perturb", rel=0.01):
         during = op_fingerprints()
-    assert _changed(before, during) == {"aten.gelu.default", "aten.gelu.out"}  # a fault arms the out= variant too
+    assert _changed(before, during) == {
+        "aten.gelu.default",
+        "aten.gelu.out",
+    }  # a fault arms the out= variant too
     with faults.planted(name="m", op="aten.mm", kind="nan"):
         packet = op_fingerprints()
     assert "aten.mm" in _changed(before, packet) and "aten.mm.default" in _changed(before, packet)

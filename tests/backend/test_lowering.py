@@ -85,7 +85,10 @@ def test_exported_table_roundtrips_through_to_dict(tmp_path, restore_table):
         ({"ops": {"aten.mm": ["float32"]}}, "version"),
         ({"version": "1"}, "ops"),
         ({"version": "1", "ops": {"aten.mm": ["float32"]}, "extra": 1}, "extra"),
-        ({"version": "1", "ops": {"aten.mm": ["float32"]}, "data_dependent_shape": {"aten.mm": ""}}, "aten.mm"),
+        (
+            {"version": "1", "ops": {"aten.mm": ["float32"]}, "data_dependent_shape": {"aten.mm": ""}},
+            "aten.mm",
+        ),
         ({"version": "1", "dtype_groups": {"f": ["float99"]}, "ops": {"aten.mm": ["f"]}}, "dtype_groups.f"),
         ("version: 1\nops: [unclosed\n", "line"),
     ],
@@ -117,8 +120,9 @@ def test_env_var_replaces_the_table_in_a_new_process(tmp_path):
         """
     )
     env = {**os.environ, "NEURON_LOWERING_TABLE": str(path)}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"version": "from-env", "fallbacks": ["aten.add.Tensor"]}

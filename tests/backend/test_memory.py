@@ -108,8 +108,9 @@ def test_default_capacity_is_96_gib_and_env_var_sets_it():
     )
     env = {**os.environ, "NEURON_MEMORY_CAPACITY": "1MiB"}
     env.pop("NEURON_PRECISION", None)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"capacity": 1 << 20, "outcome": "NeuronOutOfMemoryError"}

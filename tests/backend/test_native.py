@@ -17,7 +17,9 @@ from backend import native
 
 ROOT = Path(__file__).resolve().parents[2]
 
-needs_native = pytest.mark.skipif(native.module() is None, reason=f"backend.native not loaded: {native.status()['reason']}")
+needs_native = pytest.mark.skipif(
+    native.module() is None, reason=f"backend.native not loaded: {native.status()['reason']}"
+)
 
 
 def test_the_native_path_builds_where_a_compiler_is_present():
@@ -26,14 +28,16 @@ def test_the_native_path_builds_where_a_compiler_is_present():
     status = native.status()
     missing = ("no C++ compiler", "ninja not found", "no Python headers")
     if not status["loaded"] and status["reason"].startswith(missing):
-        pytest.skip(f"no toolchain on this machine, the device runs on the pure-Python path: {status['reason']}")
+        pytest.skip(
+            f"no toolchain on this machine, the device runs on the pure-Python path: {status['reason']}"
+        )
     assert status["loaded"], status["reason"]
     assert native.module().is_installed()
 
 
 #: one process per mode: a tiny BERT and Llama training step (AdamW) on neuron, with a table
 #: that lacks gelu (fallbacks with frames) and a planted host-kernel gap (histc on int)
-_WORKLOAD = r'''
+_WORKLOAD = r"""
 import json, sys
 import torch, backend
 from backend import lowering
@@ -79,13 +83,14 @@ for name, build in builders.items():
         "error": error,
     }
 print(json.dumps({"native": backend.native.module() is not None, "out": out}))
-'''
+"""
 
 
 def _run(native_on: bool) -> dict:
     env = {**os.environ, "NEURON_NATIVE": "1" if native_on else "0", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", _WORKLOAD], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _WORKLOAD], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -22,15 +22,15 @@ from backend import native
 
 ROOT = Path(__file__).resolve().parents[2]
 
-_PROBE = r'''
+_PROBE = r"""
 import json, torch
 from backend import native
 x = torch.arange(6.0, device="neuron").reshape(2, 3)
 print(json.dumps({"status": native.status(), "result": (x * 2 + 1).sum(0).cpu().tolist()}))
-'''
+"""
 _EXPECTED = [8.0, 12.0, 16.0]  # (x * 2 + 1).sum(0) on the CPU
 
-_FAKE_CXX = r'''#!/bin/sh
+_FAKE_CXX = r"""#!/bin/sh
 # stands in for c++: records each compile (optionally slow or failing), links by copying a real build
 mode=other; out=; dep=; prev=
 for a in "$@"; do
@@ -49,7 +49,7 @@ case $mode in
   link) cp "$FAKE_CXX_SO" "$out" ;;
   *) command -v g++ >/dev/null && exec g++ "$@"; exit 0 ;;
 esac
-'''
+"""
 
 
 def _env(ext_dir: Path, **extra: str) -> dict:
@@ -68,8 +68,15 @@ def _fake_cxx(tmp_path: Path, name: str = "c++") -> Path:
 
 
 def _start(env: dict, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _PROBE], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-c", _PROBE],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[dict, str]:
@@ -140,8 +147,13 @@ def test_a_cached_build_that_does_not_load_is_rebuilt(tmp_path):
 @pytest.mark.slow
 def test_processes_that_start_at_once_build_once(tmp_path):
     so, log = _real_build(), tmp_path / "compiles"
-    env = _env(tmp_path / "ext", CXX=str(_fake_cxx(tmp_path)), FAKE_CXX_LOG=str(log), FAKE_CXX_SO=so,
-               FAKE_CXX_DELAY="3")
+    env = _env(
+        tmp_path / "ext",
+        CXX=str(_fake_cxx(tmp_path)),
+        FAKE_CXX_LOG=str(log),
+        FAKE_CXX_SO=so,
+        FAKE_CXX_DELAY="3",
+    )
     procs = [_start(env) for _ in range(3)]
     results = [_finish(p)[0] for p in procs]
     assert [r["result"] for r in results] == [_EXPECTED] * 3

@@ -47,7 +47,9 @@ def test_default_mode_rounds_matmul_inputs_to_bf16_with_fp32_accumulation(precis
     torch.testing.assert_close(bmm[0], _bf16(a) @ _bf16(b), rtol=0, atol=0)
     conv_in, conv_w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
     conv = torch.nn.functional.conv2d(conv_in.to("neuron"), conv_w.to("neuron")).cpu()
-    torch.testing.assert_close(conv, torch.nn.functional.conv2d(_bf16(conv_in), _bf16(conv_w)), rtol=0, atol=0)
+    torch.testing.assert_close(
+        conv, torch.nn.functional.conv2d(_bf16(conv_in), _bf16(conv_w)), rtol=0, atol=0
+    )
 
 
 def test_non_matmul_ops_and_other_dtypes_are_exact(precision):
@@ -62,7 +64,9 @@ def test_exact_mode_matches_cpu_bit_for_bit(precision):
     precision("exact")
     a, b, bias = _inputs()
     assert torch.equal((a.to("neuron") @ b.to("neuron")).cpu(), a @ b)
-    assert torch.equal(torch.addmm(bias.to("neuron"), a.to("neuron"), b.to("neuron")).cpu(), torch.addmm(bias, a, b))
+    assert torch.equal(
+        torch.addmm(bias.to("neuron"), a.to("neuron"), b.to("neuron")).cpu(), torch.addmm(bias, a, b)
+    )
 
 
 def test_bad_precision_is_rejected(precision):
@@ -80,7 +84,8 @@ def test_env_var_selects_exact_mode_in_a_new_process():
         """
     )
     env = {**os.environ, "NEURON_PRECISION": "exact"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"precision": "exact", "same": True}

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
-
 from neff_helpers import RuleTable, mlp_with_cumsum
+from torch.fx.experimental.proxy_tensor import make_fx
 
 
 @pytest.fixture(autouse=True)

@@ -33,15 +33,25 @@ def tiny_transformer(kind: str):
     torch.manual_seed(0)
     if kind == "bert":
         cfg = transformers.BertConfig(
-            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-            vocab_size=512, max_position_embeddings=64, hidden_dropout_prob=0.0,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            vocab_size=512,
+            max_position_embeddings=64,
+            hidden_dropout_prob=0.0,
             attention_probs_dropout_prob=0.0,
         )
         model = transformers.BertForMaskedLM(cfg)
     else:
         cfg = transformers.LlamaConfig(
-            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            intermediate_size=128, vocab_size=512, max_position_embeddings=64,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            vocab_size=512,
+            max_position_embeddings=64,
         )
         model = transformers.LlamaForCausalLM(cfg)
     ids = torch.randint(0, 512, (2, 16))
@@ -52,7 +62,11 @@ def training_step(model, batch):
     """Forward + backward; returns loss, logits and gradients on the host, and clears grads."""
     out = model(**batch)
     out.loss.backward()
-    grads = {n.removeprefix("_orig_mod."): p.grad.cpu().clone() for n, p in model.named_parameters() if p.grad is not None}
+    grads = {
+        n.removeprefix("_orig_mod."): p.grad.cpu().clone()
+        for n, p in model.named_parameters()
+        if p.grad is not None
+    }
     for p in model.parameters():
         p.grad = None
     return out.loss.detach().cpu(), out.logits.detach().cpu(), grads

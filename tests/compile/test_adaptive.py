@@ -4,10 +4,10 @@ sync points flush, fallbacks are recorded as in eager."""
 from __future__ import annotations
 
 import torch
+from neff_helpers import mlp_step, small_mlp, tiny_transformer, training_step
 
 import backend
 from backend import adaptive, lowering
-from neff_helpers import mlp_step, small_mlp, tiny_transformer, training_step
 
 
 def test_bert_training_steps_equal_plain_eager_and_reuse_compiled_runs():

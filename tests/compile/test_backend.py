@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from neff_helpers import mlp_step, small_mlp, tiny_transformer, training_step
 
 import backend
 import backend.compile as neuron_compile
 from backend.cache import get_cache
-from neff_helpers import mlp_step, small_mlp, tiny_transformer, training_step
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -60,7 +60,6 @@ def test_tiny_transformer_compiles_and_matches_eager(kind):
     assert grads.keys() == eager_grads.keys() and len(grads) > 10
     for name in grads:
         torch.testing.assert_close(grads[name], eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
-
 
 
 def test_unsupported_op_gives_partitions_and_eager_identical_fallbacks(table_without_gelu):
@@ -249,8 +248,12 @@ def test_a_view_functionalization_restrides_in_place_compiles_and_matches_eager(
 def test_in_place_view_ops_change_the_device_tensors_metadata_as_on_cpu():
     x = torch.arange(20.0).reshape(4, 5)
     n = x.to("neuron")
-    for op in (lambda t: t.as_strided_((3, 2), (1, 3), 2), lambda t: t.t_(), lambda t: t.unsqueeze_(0),
-               lambda t: t.transpose_(0, 2)):
+    for op in (
+        lambda t: t.as_strided_((3, 2), (1, 3), 2),
+        lambda t: t.t_(),
+        lambda t: t.unsqueeze_(0),
+        lambda t: t.transpose_(0, 2),
+    ):
         op(x), op(n)
         assert n.shape == x.shape and n.stride() == x.stride() and n.storage_offset() == x.storage_offset()
         assert torch.equal(n.to("cpu"), x)
@@ -260,6 +263,7 @@ def _wrapped(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)
+
     return wrapper
 
 
@@ -295,6 +299,7 @@ def test_a_graph_aot_autograd_cannot_trace_is_traced_once_however_many_frames_ha
         def call(gm, inputs, **k):
             traced.append(len(gm.graph.nodes))
             return inner(gm, inputs, **k)
+
         return call
 
     def spy(gm, inputs, **k):

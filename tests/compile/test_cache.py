@@ -93,7 +93,10 @@ def test_compile_in_flight_is_not_started_twice(tmp_path, monkeypatch):
     key, compile_fn, calls = _partition()
     cache = _cache(tmp_path)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(cache.get_or_compile(key, compile_fn))) for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: results.append(cache.get_or_compile(key, compile_fn)))
+        for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -145,7 +148,13 @@ def test_two_processes_racing_on_one_graph_compile_it_once(tmp_path):
     env = {**os.environ, "NEURON_CACHE_DIR": str(tmp_path / "race"), "NEURON_COMPILE_COST_SCALE": "200"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     procs = [
-        subprocess.Popen([sys.executable, "-c", _RACER, str(job)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(job)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     for p in procs:  # both imported and waiting: the compiles really race

@@ -18,7 +18,9 @@ def _fill_one_artifact():
     gm = make_fx(lambda x: x.exp() + 1)(torch.ones(2, 2))
     specs = [TensorSpec((2, 2), (2, 1), "float32")]
     planned = plan(gm, specs, "t1", CompilerFlags())
-    get_cache().get_or_compile(planned[0], lambda: compile_partition(gm, specs, [], "t1", CompilerFlags(), planned=planned))
+    get_cache().get_or_compile(
+        planned[0], lambda: compile_partition(gm, specs, [], "t1", CompilerFlags(), planned=planned)
+    )
     return planned[0]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import backend  # noqa: F401  (registers the device)
+import backend
 import backend.kernels
 import backend.storage
 from contracts.records import ModelSpec
@@ -60,13 +60,33 @@ def test_a_compile_verdict_is_the_same_alone_and_after_other_models():
     from harness.stages.check import check_model
 
     stages = ["load", "forward", "backward", "compile"]
-    check_model(ModelSpec("catalog/dinov3_vit/DINOv3ViTBackbone", "dinov3_vit", "DINOv3ViTBackbone"),
-                backend="neuron", stages=stages)
-    after = check_model(ModelSpec("catalog/hubert/HubertForCTC", "hubert", "HubertForCTC"), backend="neuron",
-                        stages=stages)
-    alone = subprocess.run([sys.executable, "-m", "harness", "check", "hubert", "--architecture", "HubertForCTC",
-                            "--backend", "neuron", "--stages", *stages, "--json"],
-                           capture_output=True, text=True, timeout=900)
+    check_model(
+        ModelSpec("catalog/dinov3_vit/DINOv3ViTBackbone", "dinov3_vit", "DINOv3ViTBackbone"),
+        backend="neuron",
+        stages=stages,
+    )
+    after = check_model(
+        ModelSpec("catalog/hubert/HubertForCTC", "hubert", "HubertForCTC"), backend="neuron", stages=stages
+    )
+    alone = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "check",
+            "hubert",
+            "--architecture",
+            "HubertForCTC",
+            "--backend",
+            "neuron",
+            "--stages",
+            *stages,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert alone.returncode in (0, 1), alone.stderr[-2000:]
     alone_stages = {n: s["status"] for n, s in json.loads(alone.stdout)["stages"].items()}
     assert {n: r.status.value for n, r in after.stages.items()} == alone_stages

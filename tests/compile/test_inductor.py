@@ -10,13 +10,12 @@ import json
 
 import pytest
 import torch
+from neff_helpers import mlp_step, small_mlp, tiny_transformer, training_step
 
 import backend
-import backend.compile as neuron_compile
 from backend import faults
 from backend.cache import get_cache
 from backend.neff import Artifact
-from neff_helpers import mlp_step, small_mlp, tiny_transformer, training_step
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +76,6 @@ def test_key_differs_from_the_interpreters(monkeypatch):
         CompilerFlags.current()
 
 
-
 def test_declined_ops_still_run_eagerly_and_are_recorded(table_without_gelu):
     model = small_mlp().to("neuron")
     x = torch.randn(4, 8).to("neuron")
@@ -98,7 +96,9 @@ def test_a_compile_only_fault_fires_in_an_inductor_compiled_graph():
     clean, _ = mlp_step(torch.compile(model, backend="neuron"), x)
     torch._dynamo.reset()
     faults.reset_hits()
-    with faults.planted(op="aten.gelu.default", kind="substitute", kwargs={"approximate": "tanh"}, scope="compiled"):
+    with faults.planted(
+        op="aten.gelu.default", kind="substitute", kwargs={"approximate": "tanh"}, scope="compiled"
+    ):
         faulted_out, _ = mlp_step(torch.compile(model, backend="neuron"), x)
         eager_out, _ = mlp_step(model, x)  # scope compiled: eager is untouched
     assert any(n > 0 for n in faults.hits().values())

@@ -8,7 +8,14 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from backend.neff import Artifact, CompilerFlags, CorruptArtifactError, TensorSpec, compile_partition, load_executable
+from backend.neff import (
+    Artifact,
+    CompilerFlags,
+    CorruptArtifactError,
+    TensorSpec,
+    compile_partition,
+    load_executable,
+)
 from backend.neff.compiler import compile_seconds, plan
 
 
@@ -26,7 +33,9 @@ def _specs(args):
 
 def test_artifact_round_trip_runs_in_a_fresh_executable():
     gm, args, f = _graph()
-    art = compile_partition(gm, _specs(args), [TensorSpec.of(f(*args))], "t1", CompilerFlags(precision="exact"))
+    art = compile_partition(
+        gm, _specs(args), [TensorSpec.of(f(*args))], "t1", CompilerFlags(precision="exact")
+    )
     blob = art.to_bytes()
     loaded = Artifact.from_bytes(blob, expected_key=art.key)
     body = json.loads(blob.partition(b"\n")[2])

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+from neff_helpers import RuleTable, mlp_with_cumsum
 
 from backend.cache import get_cache
 from backend.compile import compile_graph
-from neff_helpers import RuleTable, mlp_with_cumsum
 
 
 def test_unsupported_op_splits_the_graph(host_graph, rule_table, exact_precision):
@@ -48,13 +48,20 @@ def _partition_nodes(fn, x):
     from backend.neff.partition import partition_graph
 
     parted = partition_graph(_graph(fn, x), RuleTable())
-    return {name: [str(n.target).split(".")[1] for n in getattr(parted.module, name).graph.nodes
-                   if n.op == "call_function"] for name in parted.partitions}
+    return {
+        name: [
+            str(n.target).split(".")[1]
+            for n in getattr(parted.module, name).graph.nodes
+            if n.op == "call_function"
+        ]
+        for name in parted.partitions
+    }
 
 
 def test_nodes_independent_of_the_declined_op_share_its_upstream_partition(exact_precision):
     """Branches that do not depend on a declined op join one partition, whatever their position:
     partitions follow how many declined ops lie before a node, not graph order."""
+
     def fn(x):
         before = x * 2
         after = torch.cumsum(before, 0) + 1
@@ -74,6 +81,7 @@ def test_nodes_independent_of_the_declined_op_share_its_upstream_partition(exact
 def test_a_node_fed_by_both_sides_of_a_declined_op_is_not_fused_with_its_producer(exact_precision):
     """a -> cumsum -> c and a -> c: fusing a and c would make the partition need its own output
     (a cycle through the host op). They must land in two partitions and still compute the same."""
+
     def fn(x):
         a = x.sin()
         c = a + torch.cumsum(a, 0)

@@ -11,34 +11,63 @@ import pytest
 from contracts import backends, settings
 from contracts.errors import classify
 from contracts.records import Case, CaseOutcome, FallbackRow, ModelSpec, ResultRow, StageResult, column_names
-from contracts.status import (FAILING, FAILING_VALUES, NEUTRAL, OK, UNFINISHED, Blame, Status, UpstreamSkip,
-                              Verdict, headline_status)
+from contracts.status import (
+    FAILING,
+    FAILING_VALUES,
+    NEUTRAL,
+    OK,
+    UNFINISHED,
+    Blame,
+    Status,
+    UpstreamSkip,
+    Verdict,
+    headline_status,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_status_sets_partition_the_vocabulary():
-    assert FAILING == UNFINISHED | {Status.FAIL}
+    assert UNFINISHED | {Status.FAIL} == FAILING
     assert FAILING | NEUTRAL | {Status.PASS} == set(Status) and not FAILING & NEUTRAL
-    assert OK == {Status.PASS, Status.SKIPPED}
-    assert FAILING_VALUES == {"fail", "error", "timeout", "oom", "crash"}
+    assert {Status.PASS, Status.SKIPPED} == OK
+    assert {"fail", "error", "timeout", "oom", "crash"} == FAILING_VALUES
 
 
 def test_closed_vocabularies_of_other_issues_have_one_home():
     assert [b.value for b in Blame] == ["backend", "upstream", "environment", "harness"]
-    assert [u.value for u in UpstreamSkip] == ["pytorch-applicability", "backend-unsupported",
-                                               "no-native-lowering", "reference-error"]
-    assert [v.value for v in Verdict] == ["PASS", "FAIL", "XFAIL", "IMPROVED", "MISSING", "FLAKY",
-                                          "FALLBACK_REGRESSION"]
+    assert [u.value for u in UpstreamSkip] == [
+        "pytorch-applicability",
+        "backend-unsupported",
+        "no-native-lowering",
+        "reference-error",
+    ]
+    assert [v.value for v in Verdict] == [
+        "PASS",
+        "FAIL",
+        "XFAIL",
+        "IMPROVED",
+        "MISSING",
+        "FLAKY",
+        "FALLBACK_REGRESSION",
+    ]
 
 
-@pytest.mark.parametrize("stages, expected", [
-    (["pass", "skipped", "pass"], "pass"), (["skipped"], "skipped"), ([], "pass"),
-    (["pass", "not_attempted", "fail"], "not_attempted"), (["pass", "oom", "fail"], "oom"),
-])
+@pytest.mark.parametrize(
+    "stages, expected",
+    [
+        (["pass", "skipped", "pass"], "pass"),
+        (["skipped"], "skipped"),
+        ([], "pass"),
+        (["pass", "not_attempted", "fail"], "not_attempted"),
+        (["pass", "oom", "fail"], "oom"),
+    ],
+)
 def test_headline_status_is_the_first_stage_that_is_neither_pass_nor_skipped(stages, expected):
     assert headline_status(stages) == expected
-    outcome = CaseOutcome("c", "t", [StageResult(f"s{i}", s, reason="r").to_dict() for i, s in enumerate(stages)])
+    outcome = CaseOutcome(
+        "c", "t", [StageResult(f"s{i}", s, reason="r").to_dict() for i, s in enumerate(stages)]
+    )
     assert outcome.status == expected
 
 
@@ -47,7 +76,9 @@ def test_a_model_case_carries_its_spec():
     case = Case.for_spec(spec, "full", info={"signature": "abc"})
     assert (case.case_id, case.model_ids, case.weight) == ("org/m", ["org/m"], 5.0)
     assert case.spec() == spec and case.payload["info"] == {"signature": "abc"}
-    assert ModelSpec.from_dict({"model_id": "x", "model_type": "gpt2", "unknown": 1}) == ModelSpec("x", "gpt2")
+    assert ModelSpec.from_dict({"model_id": "x", "model_type": "gpt2", "unknown": 1}) == ModelSpec(
+        "x", "gpt2"
+    )
 
 
 def test_the_row_records_are_the_tables_columns():
@@ -62,11 +93,18 @@ def test_the_row_records_are_the_tables_columns():
 
 
 def test_settings_resolve_each_variable_with_one_rule(tmp_path):
-    s = settings.Settings.from_env({"HARNESS_REGISTRY": str(tmp_path / "r.parquet"), "HARNESS_REPLAY_MAX_NUMEL": "7",
-                                    "HARNESS_CACHE_DIR": str(tmp_path)})
+    s = settings.Settings.from_env(
+        {
+            "HARNESS_REGISTRY": str(tmp_path / "r.parquet"),
+            "HARNESS_REPLAY_MAX_NUMEL": "7",
+            "HARNESS_CACHE_DIR": str(tmp_path),
+        }
+    )
     assert s.registry == tmp_path / "r.parquet" and s.replay_max_numel == 7 and s.cache_dir == tmp_path
     empty = settings.Settings.from_env({})
-    assert empty.registry is None and empty.baseline_dir == Path.cwd() / "baseline" and empty.backend == "neuron"
+    assert (
+        empty.registry is None and empty.baseline_dir == Path.cwd() / "baseline" and empty.backend == "neuron"
+    )
     with pytest.raises(ValueError, match="HARNESS_REPLAY_MAX_NUMEL"):
         settings.Settings.from_env({"HARNESS_REPLAY_MAX_NUMEL": "lots"}).replay_max_numel
 
@@ -77,15 +115,26 @@ def test_limits_explicit_then_the_tiers_then_the_default():
 
     assert settings.resolve_limits(Tier(), 9.0, None) == (9.0, 7)
     assert settings.resolve_limits(Tier()) == (5.0, 7)
-    assert settings.resolve_limits(object()) == (settings.DEFAULT_CASE_TIMEOUT, settings.DEFAULT_MAX_CASES_PER_WORKER)
+    assert settings.resolve_limits(object()) == (
+        settings.DEFAULT_CASE_TIMEOUT,
+        settings.DEFAULT_MAX_CASES_PER_WORKER,
+    )
 
 
 def test_backends_are_found_by_name_and_declare_what_they_can_do():
     cpu = backends.get_backend("cpu")
-    assert isinstance(cpu, backends.Backend) and cpu.reports_fallbacks is False and cpu.precision_mode() == "exact"
+    assert (
+        isinstance(cpu, backends.Backend)
+        and cpu.reports_fallbacks is False
+        and cpu.precision_mode() == "exact"
+    )
     assert "neuron" in backends.backend_names()  # the bundled adapter, through the entry point
     neuron = backends.get_backend("neuron")
-    assert isinstance(neuron, backends.Backend) and neuron.simulated is True and neuron.compile_backend == "neuron"
+    assert (
+        isinstance(neuron, backends.Backend)
+        and neuron.simulated is True
+        and neuron.compile_backend == "neuron"
+    )
     with pytest.raises(ValueError, match="MODULE:DEVICE"):
         backends.get_backend("no-such-backend")
 
@@ -121,8 +170,10 @@ def test_one_classifier_for_every_path():
 
 
 def test_contracts_import_without_torch():
-    code = "import sys, contracts.status, contracts.records, contracts.settings, contracts.errors, " \
-           "contracts.backends, reports.schema; print('torch' in sys.modules)"
+    code = (
+        "import sys, contracts.status, contracts.records, contracts.settings, contracts.errors, "
+        "contracts.backends, reports.schema; print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -131,16 +182,33 @@ def test_contracts_import_without_torch():
 def test_case_rows_carry_the_columns_later_issues_fill():
     from contracts.rows import case_rows, result_row
 
-    stages = [dict(StageResult("op", Status.FAIL, reason="mismatch").to_dict(), blame="backend",
-                   blame_evidence={"cpu": "pass"})]
-    out = CaseOutcome("add/f32/0", "upstream", stages, info={"op": "add", "dtype": "float32", "variant": "", "sample": 0})
+    stages = [
+        dict(
+            StageResult("op", Status.FAIL, reason="mismatch").to_dict(),
+            blame="backend",
+            blame_evidence={"cpu": "pass"},
+        )
+    ]
+    out = CaseOutcome(
+        "add/f32/0", "upstream", stages, info={"op": "add", "dtype": "float32", "variant": "", "sample": 0}
+    )
     (row,) = case_rows(out, "r1").rows
-    assert (row.blame, row.blame_evidence, row.op, row.dtype, row.variant, row.sample) == \
-        ("backend", '{"cpu": "pass"}', "add", "float32", "", 0)
+    assert (row.blame, row.blame_evidence, row.op, row.dtype, row.variant, row.sample) == (
+        "backend",
+        '{"cpu": "pass"}',
+        "add",
+        "float32",
+        "",
+        0,
+    )
     with pytest.warns(UserWarning, match="unknown blame"):
-        bad = result_row({"tier": "t", "case_id": "c", "stage": "s", "status": "fail", "blame": "cosmic rays"}, "r")
+        bad = result_row(
+            {"tier": "t", "case_id": "c", "stage": "s", "status": "fail", "blame": "cosmic rays"}, "r"
+        )
     assert bad.blame is None and "cosmic rays" in bad.extra
     with pytest.warns(UserWarning, match="unknown status"):
-        assert result_row({"tier": "t", "case_id": "c", "stage": "s", "status": "weird"}, "r").status == "error"
+        assert (
+            result_row({"tier": "t", "case_id": "c", "stage": "s", "status": "weird"}, "r").status == "error"
+        )
     with pytest.raises(ValueError, match="lacks"):
         result_row({"tier": "t", "case_id": "c", "status": "pass"}, "r")

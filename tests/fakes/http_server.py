@@ -37,7 +37,7 @@ class Response:
     truncate: bool = False  # send Content-Length of the whole body but only half of it, then close
 
     @classmethod
-    def json(cls, value: Any, status: int = 200, headers: dict[str, str] | None = None) -> "Response":
+    def json(cls, value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
         h = {"Content-Type": "application/json"}
         h.update(headers or {})
         return cls(status, json.dumps(value).encode(), h)
@@ -67,21 +67,36 @@ class FakeHTTPServer:
         raise NotImplementedError
 
     # -- scripting ----------------------------------------------------------------------------
-    def fail(self, path_regex: str, status: int = 500, *, times: int = 1, method: str | None = None,
-             headers: dict[str, str] | None = None, body: bytes = b"", truncate: bool = False) -> Fault:
+    def fail(
+        self,
+        path_regex: str,
+        status: int = 500,
+        *,
+        times: int = 1,
+        method: str | None = None,
+        headers: dict[str, str] | None = None,
+        body: bytes = b"",
+        truncate: bool = False,
+    ) -> Fault:
         """Serve this response instead of the real one for the next `times` matching requests.
 
         With truncate=True the real answer is sent with its full Content-Length but half its body.
         """
-        fault = Fault(re.compile(path_regex), Response(status, body, dict(headers or {}), truncate), times,
-                      method.upper() if method else None)
+        fault = Fault(
+            re.compile(path_regex),
+            Response(status, body, dict(headers or {}), truncate),
+            times,
+            method.upper() if method else None,
+        )
         with self._lock:
             self._faults.append(fault)
         return fault
 
     def requests_to(self, path_regex: str, method: str | None = None) -> list[Request]:
         rx = re.compile(path_regex)
-        return [r for r in list(self.requests) if rx.search(r.path) and (method is None or r.method == method)]
+        return [
+            r for r in list(self.requests) if rx.search(r.path) and (method is None or r.method == method)
+        ]
 
     @property
     def url(self) -> str:
@@ -90,7 +105,7 @@ class FakeHTTPServer:
         return f"http://{host}:{port}"
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> "FakeHTTPServer":
+    def start(self) -> FakeHTTPServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -103,7 +118,9 @@ class FakeHTTPServer:
                 split = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                req = Request(self.command, split.path, parse_qs(split.query), dict(self.headers.items()), body)
+                req = Request(
+                    self.command, split.path, parse_qs(split.query), dict(self.headers.items()), body
+                )
                 with server._lock:
                     server.requests.append(req)
                 fault = server._take_fault(req)
@@ -140,7 +157,9 @@ class FakeHTTPServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name=type(self).__name__, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name=type(self).__name__, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -150,7 +169,7 @@ class FakeHTTPServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> "FakeHTTPServer":
+    def __enter__(self) -> FakeHTTPServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

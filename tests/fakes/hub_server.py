@@ -57,10 +57,18 @@ class HubModel:
 
     def listing(self) -> dict[str, Any]:
         return {
-            "_id": self.sha[:24], "id": self.id, "modelId": self.id, "downloads": self.downloads,
-            "likes": self.likes, "pipeline_tag": self.pipeline_tag, "library_name": self.library_name,
-            "tags": list(self.tags), "sha": self.sha, "lastModified": "2026-01-01T00:00:00.000Z",
-            "gated": "manual" if self.gated else False, "private": self.private,
+            "_id": self.sha[:24],
+            "id": self.id,
+            "modelId": self.id,
+            "downloads": self.downloads,
+            "likes": self.likes,
+            "pipeline_tag": self.pipeline_tag,
+            "library_name": self.library_name,
+            "tags": list(self.tags),
+            "sha": self.sha,
+            "lastModified": "2026-01-01T00:00:00.000Z",
+            "gated": "manual" if self.gated else False,
+            "private": self.private,
         }
 
 
@@ -91,7 +99,7 @@ class HubServer(FakeHTTPServer):
         models.sort(key=lambda m: (-m.downloads, m.id))
         start = int(q.get("cursor", ["0"])[0])
         size = min(int(q.get("limit", [self.page_size])[0]), self.page_size)
-        page = models[start:start + size]
+        page = models[start : start + size]
         headers = {}
         if start + size < len(models):
             params = {k: v for k, v in q.items() if k != "cursor"}
@@ -105,9 +113,14 @@ class HubServer(FakeHTTPServer):
         if not (model.gated or model.private) or (token in self.tokens and model.token_has_access):
             return None
         if model.private:
-            return Response(401, b"", {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
-        return Response(403 if token else 401, b"",
-                        {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access to model is restricted"})
+            return Response(
+                401, b"", {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"}
+            )
+        return Response(
+            403 if token else 401,
+            b"",
+            {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access to model is restricted"},
+        )
 
     def _info(self, request: Request, repo: str) -> Response:
         model = self.models.get(repo)
@@ -124,7 +137,9 @@ class HubServer(FakeHTTPServer):
     def _resolve(self, request: Request, repo: str, filename: str) -> Response:
         model = self.models.get(repo)
         if model is None:
-            return Response(404, b"", {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
+            return Response(
+                404, b"", {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"}
+            )
         denied = self._denied(request, model)
         if denied is not None:
             return denied
@@ -132,5 +147,8 @@ class HubServer(FakeHTTPServer):
         if data is None:
             return Response(404, b"", {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"})
         etag = hashlib.sha256(data).hexdigest()
-        return Response(200, data, {"X-Repo-Commit": model.sha, "ETag": f'"{etag}"',
-                                    "Content-Type": "application/octet-stream"})
+        return Response(
+            200,
+            data,
+            {"X-Repo-Commit": model.sha, "ETag": f'"{etag}"', "Content-Type": "application/octet-stream"},
+        )

@@ -21,8 +21,12 @@ from typing import Any
 
 
 class FakeOpenAI:
-    def __init__(self, script: list[dict[str, Any]] | None = None, default: dict[str, Any] | None = None,
-                 model: str = "fake-model") -> None:
+    def __init__(
+        self,
+        script: list[dict[str, Any]] | None = None,
+        default: dict[str, Any] | None = None,
+        model: str = "fake-model",
+    ) -> None:
         self.script = list(script or [])
         self.default = default or {"status": 500, "body": {"error": {"message": "script exhausted"}}}
         self.model = model
@@ -40,14 +44,14 @@ class FakeOpenAI:
         with self._lock:
             return self.script.pop(0) if self.script else self.default
 
-    def start(self) -> "FakeOpenAI":
+    def start(self) -> FakeOpenAI:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length)
                 try:
@@ -55,8 +59,13 @@ class FakeOpenAI:
                 except ValueError:
                     body = {"_raw": raw.decode(errors="replace")}
                 with fake._lock:
-                    fake.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                                          "body": body})
+                    fake.requests.append(
+                        {
+                            "path": self.path,
+                            "headers": {k.lower(): v for k, v in self.headers.items()},
+                            "body": body,
+                        }
+                    )
                 if not self.path.endswith("/chat/completions"):
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 step = fake._next_step()
@@ -64,18 +73,29 @@ class FakeOpenAI:
                     time.sleep(float(step["delay"]))
                 status = int(step.get("status", 200))
                 if status != 200:
-                    return self._send(status, step.get("body") or {"error": {"message": f"status {status}",
-                                                                              "type": "fake"}},
-                                      step.get("headers") or {})
+                    return self._send(
+                        status,
+                        step.get("body") or {"error": {"message": f"status {status}", "type": "fake"}},
+                        step.get("headers") or {},
+                    )
                 content = step.get("content", "")
                 reply = {
-                    "id": f"chatcmpl-fake-{len(fake.requests)}", "object": "chat.completion",
-                    "created": int(time.time()), "model": body.get("model", fake.model),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": step.get("prompt_tokens", 50),
-                              "completion_tokens": step.get("completion_tokens", 20),
-                              "total_tokens": step.get("prompt_tokens", 50) + step.get("completion_tokens", 20)},
+                    "id": f"chatcmpl-fake-{len(fake.requests)}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model", fake.model),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": content},
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": step.get("prompt_tokens", 50),
+                        "completion_tokens": step.get("completion_tokens", 20),
+                        "total_tokens": step.get("prompt_tokens", 50) + step.get("completion_tokens", 20),
+                    },
                 }
                 self._send(200, reply)
 
@@ -104,7 +124,7 @@ class FakeOpenAI:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -23,8 +23,11 @@ def test_the_compile_reference_follows_the_devices_pipeline():
 
 
 def _rows(ref_compile, forward="pass", backward="pass"):
-    ref = {"forward": StageResult("forward", forward), "backward": StageResult("backward", backward),
-           "compile": ref_compile}
+    ref = {
+        "forward": StageResult("forward", forward),
+        "backward": StageResult("backward", backward),
+        "compile": ref_compile,
+    }
     ref_compile.metrics["compile_backend"] = "aot_eager"
     return ref
 
@@ -34,7 +37,10 @@ def test_a_compile_error_the_reference_pipeline_shares_while_eager_passes_is_ups
     same = StageResult("compile", Status.ERROR, error_class="RuntimeError", message=VIEW)
     blame, ev = judge_compile_pipeline(device, same, _rows(same))
     assert blame == "upstream" and ev["rule"] == "upstream.compile_pipeline"
-    assert ev["compile_backend"] == "aot_eager" and ev["eager_on_reference"] == {"forward": "pass", "backward": "pass"}
+    assert ev["compile_backend"] == "aot_eager" and ev["eager_on_reference"] == {
+        "forward": "pass",
+        "backward": "pass",
+    }
     assert "view size" in ev["device_error"] and "view size" in ev["reference_error"]
     # otherwise the other rules judge (the row stays the harness' when nothing else pins it)
     other = StageResult("compile", Status.ERROR, error_class="RuntimeError", message="another error")
@@ -45,8 +51,12 @@ def test_a_compile_error_the_reference_pipeline_shares_while_eager_passes_is_ups
 
 
 def _wrong(tensor):
-    return StageResult("compile", Status.FAIL, reason=f"compiled step differs from eager: {tensor}: max abs error 3",
-                       metrics={"vs_eager": {"passed": False, "name": tensor}})
+    return StageResult(
+        "compile",
+        Status.FAIL,
+        reason=f"compiled step differs from eager: {tensor}: max abs error 3",
+        metrics={"vs_eager": {"passed": False, "name": tensor}},
+    )
 
 
 def test_a_wrong_tensor_the_reference_pipeline_shares_while_eager_passes_is_upstream():
@@ -94,8 +104,14 @@ def test_the_reference_compile_compares_gradients_as_the_device_compile_does(mon
 
     monkeypatch.setattr(blame_probe, "reference_stages", spy)
     spec = ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM")
-    with faults.planted(name="planted", op="aten.native_layer_norm_backward.default", kind="perturb", rel=0.02,
-                        output=1, scope="compiled"):
+    with faults.planted(
+        name="planted",
+        op="aten.native_layer_norm_backward.default",
+        kind="perturb",
+        rel=0.02,
+        output=1,
+        scope="compiled",
+    ):
         result = check_with_blame(spec, "neuron", ["compile"])
     row = result.stages["compile"]
     assert row.status is Status.FAIL and "gradient of" in row.reason
@@ -107,13 +123,18 @@ def test_the_reference_compile_compares_gradients_as_the_device_compile_does(mon
 
 # ----------------------------------------------------------- the device's kernels on the compiled graph
 
+
 def _failed_run(tensor="step 1 gradient of encoder.k.bias", rmse=0.0146, method="rmse"):
     from types import SimpleNamespace
 
     from contracts.records import ModelCheck
 
-    row = StageResult("compile", Status.FAIL, reason=f"compiled step differs from eager: {tensor}",
-                      metrics={"vs_eager": {"passed": False, "name": tensor, "rmse": rmse, "method": method}})
+    row = StageResult(
+        "compile",
+        Status.FAIL,
+        reason=f"compiled step differs from eager: {tensor}",
+        metrics={"vs_eager": {"passed": False, "name": tensor, "rmse": rmse, "method": method}},
+    )
     result = ModelCheck(model_id="m", backend="neuron", stages={"compile": row}, graphs=3)
     adapter = SimpleNamespace(name="neuron", compile_backend="neuron", reference_compile_backend="aot_eager")
     return SimpleNamespace(result=result, adapter=adapter, model=object(), fallback_events=["kept"])
@@ -127,6 +148,7 @@ def _stage(status, tensor="", rmse=None, reason="", method="rmse"):
         probe.fallback_events.append("probe's")
         metrics = {"vs_eager": {"name": tensor, "rmse": rmse, "method": method}} if tensor else {}
         return StageResult("compile", status, reason=reason, metrics=metrics)
+
     return run_stage
 
 
@@ -146,13 +168,16 @@ def test_the_device_graph_probe_tells_the_compilers_difference_from_the_graphs()
     assert run.adapter.compile_backend == "neuron" and run.fallback_events == ["kept"]
     passes = device_graph_evidence(_failed_run(), _stage(Status.PASS))
     assert passes["reproduces"] is False and passes["note"].endswith("the difference is the compiler's own")
-    further = device_graph_evidence(_failed_run(), _stage(Status.FAIL, "step 1 gradient of encoder.k.bias", 0.02))
+    further = device_graph_evidence(
+        _failed_run(), _stage(Status.FAIL, "step 1 gradient of encoder.k.bias", 0.02)
+    )
     assert further["reproduces"] is False and "a difference of its own" in further["note"]
     elsewhere = device_graph_evidence(_failed_run(), _stage(Status.FAIL, "step 1 output logits", 0.0146))
     assert elsewhere["reproduces"] is False and elsewhere["tensor"] == "output logits"
     # judged another way (a non-finite value where the device was merely off) is no reproduction
-    nonfinite = device_graph_evidence(_failed_run(), _stage(Status.FAIL, "step 1 gradient of encoder.k.bias", 0.0146,
-                                                            method="nonfinite"))
+    nonfinite = device_graph_evidence(
+        _failed_run(), _stage(Status.FAIL, "step 1 gradient of encoder.k.bias", 0.0146, method="nonfinite")
+    )
     assert nonfinite["reproduces"] is False and "nonfinite" in nonfinite["note"]
     broken = device_graph_evidence(_failed_run(), _stage(Status.ERROR, reason="InternalTorchDynamoError: x"))
     assert broken["reproduces"] is False and "could not be compared (error" in broken["note"]
@@ -162,10 +187,14 @@ def test_the_device_graph_probe_runs_only_where_it_can_tell_something():
     from harness.blame.compile import device_graph_evidence
 
     error = _failed_run()
-    error.result.stages["compile"] = StageResult("compile", Status.ERROR, error_class="RuntimeError", message="x")
+    error.result.stages["compile"] = StageResult(
+        "compile", Status.ERROR, error_class="RuntimeError", message="x"
+    )
     assert device_graph_evidence(error, _never) is None  # an exception is no comparison
     own = _failed_run()
-    own.adapter.compile_backend = "aot_eager"  # a backend that compiles with that pipeline: nothing to tell apart
+    own.adapter.compile_backend = (
+        "aot_eager"  # a backend that compiles with that pipeline: nothing to tell apart
+    )
     assert device_graph_evidence(own, _never) is None
     undeclared = _failed_run()
     del undeclared.adapter.reference_compile_backend  # a backend that declares no such pipeline
@@ -208,13 +237,17 @@ def test_a_fault_planted_in_the_compiler_is_the_compilers_own_difference():
     from backend import faults
 
     faults.clear()
-    with faults.planted(name="compiled-softmax", op="aten._safe_softmax.default", kind="perturb", rel=0.01,
-                        scope="compiled"):
-        result = check_with_blame(ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM"),
-                                  stages=["compile"])
+    with faults.planted(
+        name="compiled-softmax", op="aten._safe_softmax.default", kind="perturb", rel=0.01, scope="compiled"
+    ):
+        result = check_with_blame(
+            ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM"), stages=["compile"]
+        )
     row = result.stages["compile"]
     assert row.status == Status.FAIL and row.blame == "backend", row.reason
     graph = row.blame_evidence["device_graph"]
-    assert graph["compile_backend"] == "aot_eager" and graph["status"] == "pass" and graph["reproduces"] is False
+    assert (
+        graph["compile_backend"] == "aot_eager" and graph["status"] == "pass" and graph["reproduces"] is False
+    )
     assert row.blame_evidence["why"].endswith("the difference is the compiler's own")
     faults.clear()

@@ -121,7 +121,11 @@ def test_a_missing_input_is_always_the_harness(monkeypatch):
 
     monkeypatch.setattr(check, "make_inputs", without_ids)
     fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
-    assert fwd.status is Status.ERROR and fwd.blame == "harness" and fwd.blame_evidence["rule"] == "harness_message"
+    assert (
+        fwd.status is Status.ERROR
+        and fwd.blame == "harness"
+        and fwd.blame_evidence["rule"] == "harness_message"
+    )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("natten") is not None, reason="natten is installed here")
@@ -135,27 +139,39 @@ def test_a_missing_optional_package_is_the_environment():
 
 def test_missing_package_only_when_it_is_really_missing():
     assert missing_package("No module named 'surely_not_installed_pkg'") == "surely_not_installed_pkg"
-    assert missing_package("X requires the natten_fake library but it was not found in your environment") \
+    assert (
+        missing_package("X requires the natten_fake library but it was not found in your environment")
         == "natten_fake"
+    )
     assert missing_package("No module named 'torch'") == ""  # installed: an import bug, not the environment
     assert missing_package("cannot import name 'Foo' from 'transformers'") == ""
     # a module transformers imports only when available, then uses unguarded (SAM-3: torchvision)
     if importlib.util.find_spec("torchvision") is None:
         assert missing_package("name 'torchvision' is not defined") == "torchvision"
-    assert missing_package("name 'torch' is not defined") == ""            # installed
+    assert missing_package("name 'torch' is not defined") == ""  # installed
     assert missing_package("name 'surely_not_a_module' is not defined") == ""  # a plain NameError
 
 
 def test_same_way_masks_sizes_but_not_the_failure():
     from contracts.records import StageResult
 
-    row = StageResult("forward", "error", reason="r", error_class="RuntimeError",
-                      message="The size of tensor a (16) must match the size of tensor b (32) at dimension 1")
-    probe = {"status": "error", "error_class": "RuntimeError",
-             "message": "The size of tensor a (768) must match the size of tensor b (1024) at dimension 1"}
+    row = StageResult(
+        "forward",
+        "error",
+        reason="r",
+        error_class="RuntimeError",
+        message="The size of tensor a (16) must match the size of tensor b (32) at dimension 1",
+    )
+    probe = {
+        "status": "error",
+        "error_class": "RuntimeError",
+        "message": "The size of tensor a (768) must match the size of tensor b (1024) at dimension 1",
+    }
     assert same_way(row, probe)
     assert not same_way(row, {**probe, "error_class": "ValueError"})
-    assert not same_way(row, {**probe, "message": "mat1 and mat2 shapes cannot be multiplied (2x16 and 32x8)"})
+    assert not same_way(
+        row, {**probe, "message": "mat1 and mat2 shapes cannot be multiplied (2x16 and 32x8)"}
+    )
     assert not same_way(row, {"status": "pass"})
 
 
@@ -164,23 +180,44 @@ def test_same_way_knows_the_fake_kernels_wording_of_a_matmul_width_mismatch():
     Speech's projector takes 1408 wide encoder states, its default encoder gives 1024)."""
     from contracts.records import StageResult
 
-    row = StageResult("forward", "error", reason="r", error_class="RuntimeError",
-                      message="mat1 and mat2 shapes cannot be multiplied (150x32 and 1408x32)")
-    fake = {"status": "error", "error_class": "RuntimeError",
-            "message": "a and b must have same reduction dim, but got [150, 1024] X [1408, 768]."}
+    row = StageResult(
+        "forward",
+        "error",
+        reason="r",
+        error_class="RuntimeError",
+        message="mat1 and mat2 shapes cannot be multiplied (150x32 and 1408x32)",
+    )
+    fake = {
+        "status": "error",
+        "error_class": "RuntimeError",
+        "message": "a and b must have same reduction dim, but got [150, 1024] X [1408, 768].",
+    }
     assert same_way(row, fake)
-    assert not same_way(row, {**fake, "message": "The size of tensor a (7) must match the size of tensor b (8)"})
+    assert not same_way(
+        row, {**fake, "message": "The size of tensor a (7) must match the size of tensor b (8)"}
+    )
 
 
 def test_one_error_worded_by_the_real_kernel_and_by_the_fake_one_is_the_same_way():
     """LW-DETR's default has no projector scales, so its forward concatenates no feature level:
     the CPU kernel says "torch.cat(): expected a non-empty list of Tensors", the FakeTensorMode
     probe of the unshrunk default "cat expects at least one tensor, but received zero!"."""
-    row = StageResult("forward", "error", reason="r", error_class="ValueError",
-                      message="torch.cat(): expected a non-empty list of Tensors")
-    probe = {"status": "error", "error_class": "ValueError", "message": "cat expects at least one tensor, but received zero!"}
+    row = StageResult(
+        "forward",
+        "error",
+        reason="r",
+        error_class="ValueError",
+        message="torch.cat(): expected a non-empty list of Tensors",
+    )
+    probe = {
+        "status": "error",
+        "error_class": "ValueError",
+        "message": "cat expects at least one tensor, but received zero!",
+    }
     assert same_way(row, probe)
-    assert not same_way(row, {**probe, "message": "mat1 and mat2 shapes cannot be multiplied (2x16 and 32x8)"})
+    assert not same_way(
+        row, {**probe, "message": "mat1 and mat2 shapes cannot be multiplied (2x16 and 32x8)"}
+    )
 
 
 def test_a_default_that_concatenates_no_feature_level_is_upstream():
@@ -192,7 +229,9 @@ def test_a_default_that_concatenates_no_feature_level_is_upstream():
 
 def test_a_passing_model_has_no_blame():
     result = check_with_blame(BERT, "cpu", STAGES)
-    assert all(r.status is Status.PASS and r.blame == "" and r.blame_evidence == {} for r in result.stages.values())
+    assert all(
+        r.status is Status.PASS and r.blame == "" and r.blame_evidence == {} for r in result.stages.values()
+    )
     assert torch.is_grad_enabled()
 
 
@@ -207,9 +246,11 @@ def test_a_config_field_the_config_class_never_defines_is_upstream(monkeypatch):
     monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
     fwd = check_with_blame(BERT, "cpu", STAGES).stages["forward"]
     assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.config_attribute"
-    assert fwd.blame_evidence["config_attribute"] == {"config_class": "BertConfig",
-                                                      "attribute": "planted_field_nobody_defines",
-                                                      "status": "missing_in_default"}
+    assert fwd.blame_evidence["config_attribute"] == {
+        "config_class": "BertConfig",
+        "attribute": "planted_field_nobody_defines",
+        "status": "missing_in_default",
+    }
 
 
 def test_a_config_field_the_harness_removed_is_the_harness(monkeypatch):
@@ -264,7 +305,10 @@ def test_an_output_attribute_of_no_transformers_output_class_stays_the_harness()
     from harness.blame.probe import probe_output_attribute
 
     assert probe_output_attribute("'MyHarnessOutput' object has no attribute 'x'")["status"] == "inconclusive"
-    assert probe_output_attribute("'BaseModelOutput' object has no attribute 'hidden_states'")["status"] == "field"
+    assert (
+        probe_output_attribute("'BaseModelOutput' object has no attribute 'hidden_states'")["status"]
+        == "field"
+    )
     assert probe_output_attribute("'BertConfig' object has no attribute 'x'") == {}
 
 
@@ -321,8 +365,8 @@ def test_the_input_maker_raising_in_the_probe_too_is_the_harness(monkeypatch):
     """make_inputs notes a processor that fails and goes on, so an exception escaping it is the
     harness' own code; the fake run calls the same code and fails the same way, which is no
     evidence against transformers (MusicGen's ambiguous `get_text_config()` was blamed upstream)."""
-    import harness.stages.check
     import harness.build.inputs
+    import harness.stages.check
 
     def raising(*args, **kwargs):
         raise ValueError("the input maker broke")
@@ -399,7 +443,9 @@ def test_a_config_value_beyond_the_kernel_type_s_range_is_upstream(monkeypatch):
         raise RuntimeError("value cannot be converted to type float without overflow")
 
     monkeypatch.setattr(modeling_bert.BertModel, "forward", forward)
-    spec = ModelSpec("test/bert-huge-eps", "bert", "BertModel", {"model_type": "bert", "layer_norm_eps": 1e300})
+    spec = ModelSpec(
+        "test/bert-huge-eps", "bert", "BertModel", {"model_type": "bert", "layer_norm_eps": 1e300}
+    )
     fwd = check_with_blame(spec, "cpu", STAGES).stages["forward"]
     assert fwd.blame == "upstream" and fwd.blame_evidence["rule"] == "upstream.config_overflow"
     assert fwd.blame_evidence["config_overflow"]["fields"] == "layer_norm_eps = 1e+300"

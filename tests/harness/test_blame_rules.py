@@ -6,9 +6,15 @@ import pytest
 
 from contracts.records import CaseOutcome, StageResult
 from harness.blame import rules as blame
+
+
 def _outcome(tier, *rows, died=False):
-    stages = [StageResult(*r[:2], reason=r[2] if len(r) > 2 else ("r" if r[1] in ("skipped", "not_attempted")
-                                                                   else "")).to_dict() for r in rows]
+    stages = [
+        StageResult(
+            *r[:2], reason=r[2] if len(r) > 2 else ("r" if r[1] in ("skipped", "not_attempted") else "")
+        ).to_dict()
+        for r in rows
+    ]
     return CaseOutcome("c", tier, stages, worker={"died": "worker_crash:SIGSEGV"} if died else {})
 
 
@@ -17,18 +23,27 @@ def _blames(outcome):
 
 
 def test_the_rules_file_names_the_reference_and_valid_blames():
-    assert blame.reference_backend() == "cpu" and blame.is_reference("cpu") and not blame.is_reference("neuron")
+    assert (
+        blame.reference_backend() == "cpu" and blame.is_reference("cpu") and not blame.is_reference("neuron")
+    )
     assert blame.device_only("on_device") and not blame.device_only("forward")
 
 
-@pytest.mark.parametrize("row, on_neuron, on_cpu", [
-    (("op", "fail", "mismatch: max abs err 0.5"), "backend", "harness"),
-    (("op", "error", "op raised on the backend"), "backend", "harness"),
-    (("op", "skipped", "cpu reference raised RuntimeError: bad shape"), "harness", "harness"),
-    (("op", "skipped", "unreplayable: argument of type Generator cannot be rebuilt"), "harness", "harness"),
-    (("op", "error", "harness error while replaying"), "harness", "harness"),
-    (("op", "pass"), "", ""),
-])
+@pytest.mark.parametrize(
+    "row, on_neuron, on_cpu",
+    [
+        (("op", "fail", "mismatch: max abs err 0.5"), "backend", "harness"),
+        (("op", "error", "op raised on the backend"), "backend", "harness"),
+        (("op", "skipped", "cpu reference raised RuntimeError: bad shape"), "harness", "harness"),
+        (
+            ("op", "skipped", "unreplayable: argument of type Generator cannot be rebuilt"),
+            "harness",
+            "harness",
+        ),
+        (("op", "error", "harness error while replaying"), "harness", "harness"),
+        (("op", "pass"), "", ""),
+    ],
+)
 def test_unit_tier_blames_by_its_builtin_cpu_reference(row, on_neuron, on_cpu):
     """A unit case replays on the CPU first: a device failure after that is the backend's, a case the
     CPU itself rejects is the harness' (it recorded or rebuilt the case wrong); on cpu, backend is impossible."""
@@ -36,10 +51,15 @@ def test_unit_tier_blames_by_its_builtin_cpu_reference(row, on_neuron, on_cpu):
     assert _blames(blame.complete_outcome(_outcome("unit", row), "cpu"))["op"] == on_cpu
 
 
-@pytest.mark.parametrize("reason, expected", [
-    ("pytorch-applicability", ""), ("backend-unsupported", "backend"), ("no-native-lowering", "backend"),
-    ("reference-error", "harness"),
-])
+@pytest.mark.parametrize(
+    "reason, expected",
+    [
+        ("pytorch-applicability", ""),
+        ("backend-unsupported", "backend"),
+        ("no-native-lowering", "backend"),
+        ("reference-error", "harness"),
+    ],
+)
 def test_upstream_tier_skips_are_blamed_by_their_reason(reason, expected):
     out = blame.complete_outcome(_outcome("upstream", ("forward", "skipped", reason)), "neuron")
     assert _blames(out)["forward"] == expected
@@ -48,34 +68,55 @@ def test_upstream_tier_skips_are_blamed_by_their_reason(reason, expected):
 
 
 def test_not_attempted_rows_carry_the_blame_of_the_stage_that_stopped_them():
-    rows = [StageResult("load", "pass").to_dict(),
-            StageResult("forward", "error", reason="RuntimeError: x", blame="upstream",
-                        blame_evidence={"rule": "upstream.fake_run"}).to_dict(),
-            StageResult("backward", "not_attempted", reason="forward error").to_dict(),
-            StageResult("numerics", "not_attempted", reason="forward error").to_dict(),
-            StageResult("on_device", "not_attempted", reason="backend cpu cannot report CPU fallbacks").to_dict()]
+    rows = [
+        StageResult("load", "pass").to_dict(),
+        StageResult(
+            "forward",
+            "error",
+            reason="RuntimeError: x",
+            blame="upstream",
+            blame_evidence={"rule": "upstream.fake_run"},
+        ).to_dict(),
+        StageResult("backward", "not_attempted", reason="forward error").to_dict(),
+        StageResult("numerics", "not_attempted", reason="forward error").to_dict(),
+        StageResult("on_device", "not_attempted", reason="backend cpu cannot report CPU fallbacks").to_dict(),
+    ]
     blame.complete_stages(rows, tier="full", backend="cpu")
     assert [r["blame"] for r in rows] == ["", "upstream", "upstream", "upstream", ""]
     assert rows[2]["blame_evidence"] == {"rule": "blocked", "blocked_by": "forward"}
 
 
 def test_neutral_skips_are_nobodys_failure():
-    out = blame.complete_outcome(_outcome("full", ("load", "pass"), ("forward", "pass"),
-                                          ("backward", "skipped", "no output depends on a trainable parameter")),
-                                 "neuron")
+    out = blame.complete_outcome(
+        _outcome(
+            "full",
+            ("load", "pass"),
+            ("forward", "pass"),
+            ("backward", "skipped", "no output depends on a trainable parameter"),
+        ),
+        "neuron",
+    )
     assert _blames(out) == {"load": "", "forward": "", "backward": ""}
 
 
 def test_a_dead_worker_on_the_reference_is_the_harness_unless_killed_from_outside():
-    crash = blame.complete_outcome(_outcome("full", ("load", "crash", "worker_crash:SIGSEGV"), died=True), "cpu")
+    crash = blame.complete_outcome(
+        _outcome("full", ("load", "crash", "worker_crash:SIGSEGV"), died=True), "cpu"
+    )
     assert _blames(crash)["load"] == "harness"
-    killed = blame.complete_outcome(_outcome("full", ("load", "oom", "worker_killed:SIGKILL"), died=True), "cpu")
+    killed = blame.complete_outcome(
+        _outcome("full", ("load", "oom", "worker_killed:SIGKILL"), died=True), "cpu"
+    )
     assert _blames(killed)["load"] == "environment"
 
 
 def test_a_device_row_is_blamed_by_the_same_case_on_the_reference():
-    device = _outcome("full", ("load", "crash", "worker_crash:SIGSEGV"), ("forward", "crash", "worker_crash:SIGSEGV"),
-                      died=True)
+    device = _outcome(
+        "full",
+        ("load", "crash", "worker_crash:SIGSEGV"),
+        ("forward", "crash", "worker_crash:SIGSEGV"),
+        died=True,
+    )
     reference = _outcome("full", ("load", "pass"), ("forward", "error", "TypeError: missing past_values"))
     reference.stages[1].update(blame="harness", blame_evidence={"rule": "default"})
     out = blame.complete_outcome(device, "neuron", reference=reference)
@@ -83,27 +124,50 @@ def test_a_device_row_is_blamed_by_the_same_case_on_the_reference():
     assert out.stages[0]["blame_evidence"]["reference"]["status"] == "pass"
     assert out.stages[1]["blame_evidence"]["reference_evidence"] == {"rule": "default"}
     # without the reference re-run the row is still judged, and says why
-    alone = blame.complete_outcome(_outcome("full", ("load", "crash", "worker_crash:SIGSEGV"), died=True), "neuron")
-    assert _blames(alone)["load"] == "harness" and "not available" in alone.stages[0]["blame_evidence"]["note"]
+    alone = blame.complete_outcome(
+        _outcome("full", ("load", "crash", "worker_crash:SIGSEGV"), died=True), "neuron"
+    )
+    assert (
+        _blames(alone)["load"] == "harness" and "not available" in alone.stages[0]["blame_evidence"]["note"]
+    )
 
 
 def test_on_device_failures_are_always_the_devices():
-    assert blame.by_reference("on_device", {"status": "not_attempted", "reason": "cannot report"}, "cpu")[0] == "backend"
-    assert blame.by_reference("on_device", {"status": "not_attempted", "reason": "cannot report"}, "cpu",
-                              "fail")[0] == "backend"
+    assert (
+        blame.by_reference("on_device", {"status": "not_attempted", "reason": "cannot report"}, "cpu")[0]
+        == "backend"
+    )
+    assert (
+        blame.by_reference(
+            "on_device", {"status": "not_attempted", "reason": "cannot report"}, "cpu", "fail"
+        )[0]
+        == "backend"
+    )
 
 
 def test_a_timeout_on_the_device_and_on_the_reference_is_no_evidence_against_the_backend():
-    stages = [("load", "timeout", "worker_timeout"), ("forward", "timeout", "worker_timeout"),
-              ("on_device", "timeout", "worker_timeout")]
-    both = blame.complete_outcome(_outcome("representative", *stages, died=True), "neuron",
-                                  reference=_outcome("representative", *stages, died=True))
+    stages = [
+        ("load", "timeout", "worker_timeout"),
+        ("forward", "timeout", "worker_timeout"),
+        ("on_device", "timeout", "worker_timeout"),
+    ]
+    both = blame.complete_outcome(
+        _outcome("representative", *stages, died=True),
+        "neuron",
+        reference=_outcome("representative", *stages, died=True),
+    )
     assert set(_blames(both).values()) == {"harness"}  # the reference's verdict: its own timeout
     assert both.stages[2]["blame_evidence"]["reference"]["status"] == "timeout"
     # the reference finished the same case: the device's timeout is the device's
-    finished = _outcome("representative", ("load", "pass"), ("forward", "pass"),
-                        ("on_device", "not_attempted", "backend cpu cannot report CPU fallbacks"))
-    alone = blame.complete_outcome(_outcome("representative", *stages, died=True), "neuron", reference=finished)
+    finished = _outcome(
+        "representative",
+        ("load", "pass"),
+        ("forward", "pass"),
+        ("on_device", "not_attempted", "backend cpu cannot report CPU fallbacks"),
+    )
+    alone = blame.complete_outcome(
+        _outcome("representative", *stages, died=True), "neuron", reference=finished
+    )
     assert _blames(alone) == {"load": "backend", "forward": "backend", "on_device": "backend"}
     assert "finished where the device did not" in alone.stages[2]["blame_evidence"]["why"]
 
@@ -111,8 +175,12 @@ def test_a_timeout_on_the_device_and_on_the_reference_is_no_evidence_against_the
 def test_which_outcomes_need_the_runners_reference_pass():
     assert blame.needs_reference(_outcome("full", ("load", "crash", "w"), died=True), "neuron")
     assert not blame.needs_reference(_outcome("full", ("load", "crash", "w"), died=True), "cpu")
-    assert not blame.needs_reference(_outcome("unit", ("op", "fail", "mismatch")), "neuron")  # built-in reference
-    assert blame.needs_reference(_outcome("trivial", ("check", "fail", "mismatch")), "neuron")  # a plug-in tier
+    assert not blame.needs_reference(
+        _outcome("unit", ("op", "fail", "mismatch")), "neuron"
+    )  # built-in reference
+    assert blame.needs_reference(
+        _outcome("trivial", ("check", "fail", "mismatch")), "neuron"
+    )  # a plug-in tier
     judged = _outcome("full", ("forward", "error", "x"))
     judged.stages[0]["blame"] = "backend"
     assert not blame.needs_reference(judged, "neuron")
@@ -139,9 +207,16 @@ def test_a_device_timeout_is_the_backends_only_when_the_reference_had_room(refer
     """Killed at 120 s on the device, the cpu re-run passed: in 5 s the device hung or crawled
     (backend); in 56 s the 2x-slower device would need about the whole limit, so the limit decided."""
     stages = ("load", "forward")
-    device = CaseOutcome("c", "full", [StageResult(s, "timeout", reason="worker_timeout").to_dict() for s in stages],
-                         seconds=120.0, worker={"died": "worker_timeout"})
-    reference = CaseOutcome("c", "full", [StageResult(s, "pass").to_dict() for s in stages], seconds=reference_seconds)
+    device = CaseOutcome(
+        "c",
+        "full",
+        [StageResult(s, "timeout", reason="worker_timeout").to_dict() for s in stages],
+        seconds=120.0,
+        worker={"died": "worker_timeout"},
+    )
+    reference = CaseOutcome(
+        "c", "full", [StageResult(s, "pass").to_dict() for s in stages], seconds=reference_seconds
+    )
     out = blame.complete_outcome(device, "neuron", reference=reference)
     assert _blames(out) == {"load": expected, "forward": expected}
     ev = out.stages[0]["blame_evidence"]

@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from contracts.backends import get_backend
-from harness.stages.check import check_model
 from contracts.errors import classify, normalize
-from contracts.status import MODEL_STAGES, Status
 from contracts.records import ModelSpec
+from contracts.status import MODEL_STAGES, Status
+from harness.stages.check import check_model
 
 BERT = ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM")
 NO_COMPILE = [s for s in MODEL_STAGES if s != "compile"]
@@ -44,7 +44,9 @@ def test_an_op_removed_from_the_lowering_table_is_recorded_as_fallback(tmp_path,
     neuron()
     from backend import lowering
 
-    table = yaml.safe_load(lowering.resources.files("backend").joinpath(lowering.DEFAULT_RESOURCE).read_text())
+    table = yaml.safe_load(
+        lowering.resources.files("backend").joinpath(lowering.DEFAULT_RESOURCE).read_text()
+    )
     assert "aten.gelu" in table["ops"]
     del table["ops"]["aten.gelu"]
     path = tmp_path / "reduced.yaml"
@@ -52,8 +54,9 @@ def test_an_op_removed_from_the_lowering_table_is_recorded_as_fallback(tmp_path,
     monkeypatch.setenv(lowering.ENV_VAR, str(path))
     lowering.set_table(None)  # reload from the environment
     try:
-        result = check_model(ModelSpec("bert", "bert", "BertModel"), backend="neuron",
-                             stages=["forward", "on_device"])
+        result = check_model(
+            ModelSpec("bert", "bert", "BertModel"), backend="neuron", stages=["forward", "on_device"]
+        )
     finally:
         monkeypatch.delenv(lowering.ENV_VAR)
         lowering.set_table(None)
@@ -105,7 +108,10 @@ def test_error_classification():
     assert normalize("a\n b") == "a"
     # Dynamo's wrapper announces the error on the next line: the reason must name it
     wrapped = "backend='neuron' raised:\nRuntimeError: Cannot set version_counter for inference tensor\n\nWhile executing"
-    assert normalize(wrapped) == "backend='neuron' raised: RuntimeError: Cannot set version_counter for inference tensor"
+    assert (
+        normalize(wrapped)
+        == "backend='neuron' raised: RuntimeError: Cannot set version_counter for inference tensor"
+    )
     assert normalize("only a header:") == "only a header:"
 
     class WithOp(RuntimeError):
@@ -139,12 +145,26 @@ def test_cli_resolves_a_hub_id_from_a_snapshot(tmp_path, capsys):
     from harness.cli import main
 
     snap = tmp_path / "snap.jsonl"
-    rows = [{"id": "org/tiny-llama", "downloads": 5, "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-             "config": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_attention_heads": 8,
-                        "num_key_value_heads": 2}, "config_level": "full"},
-            {"id": "org/custom", "config": {"model_type": "custom_thing", "auto_map": {"AutoModel": "m.M"}}}]
+    rows = [
+        {
+            "id": "org/tiny-llama",
+            "downloads": 5,
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+            "config": {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "num_attention_heads": 8,
+                "num_key_value_heads": 2,
+            },
+            "config_level": "full",
+        },
+        {"id": "org/custom", "config": {"model_type": "custom_thing", "auto_map": {"AutoModel": "m.M"}}},
+    ]
     snap.write_text("\n".join(json.dumps(r) for r in rows))
-    code = main(["check", "org/tiny-llama", "--snapshot", str(snap), "--backend", "cpu", "--stages", "load", "--json"])
+    code = main(
+        ["check", "org/tiny-llama", "--snapshot", str(snap), "--backend", "cpu", "--stages", "load", "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["model_id"] == "org/tiny-llama" and out["architecture"] == "LlamaForCausalLM"
     code = main(["check", "org/custom", "--snapshot", str(snap), "--backend", "cpu", "--json"])

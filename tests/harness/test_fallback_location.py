@@ -20,7 +20,9 @@ def without_rsqrt(tmp_path, monkeypatch):
     get_backend("neuron")
     from backend import lowering
 
-    table = yaml.safe_load(lowering.resources.files("backend").joinpath(lowering.DEFAULT_RESOURCE).read_text())
+    table = yaml.safe_load(
+        lowering.resources.files("backend").joinpath(lowering.DEFAULT_RESOURCE).read_text()
+    )
     del table["ops"]["aten.rsqrt"]  # LlamaRMSNorm: hidden_states * torch.rsqrt(variance + eps)
     path = tmp_path / "reduced.yaml"
     path.write_text(yaml.safe_dump(table))
@@ -46,18 +48,25 @@ def test_a_fallback_event_points_into_the_modeling_file(without_rsqrt, tmp_path)
     for e in events:
         assert e["model_frame"].startswith("transformers/models/llama/modeling_llama.py:"), e
         assert "rsqrt" in _source_line(e["model_frame"])
-        assert "modeling_llama" not in e["frame"]  # the caller frame stays the harness line that ran the model
+        assert (
+            "modeling_llama" not in e["frame"]
+        )  # the caller frame stays the harness line that ran the model
 
     # through the runner's rows into fallbacks.parquet and the report's ranking
     from contracts.rows import case_rows
-    from harness.engine.rerun import blamed
     from contracts.tiers import from_result
+    from harness.engine.rerun import blamed
     from reports.coverage import summarize_run
     from reports.tables import read_table, write_run_tables
 
     case = Case.for_spec(LLAMA, "representative")
     record = {"outcome": from_result(case, result, ["forward"]).to_dict()}
-    meta = {"run_id": "r1", "backend": "neuron", "started_at": "2026-01-01T00:00:00+00:00", "tiers": ["representative"]}
+    meta = {
+        "run_id": "r1",
+        "backend": "neuron",
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "tiers": ["representative"],
+    }
     rows = case_rows(blamed(record, "neuron", {}), "r1")
     write_run_tables(tmp_path, meta, rows.rows, rows.fallback_events)
     table = read_table(tmp_path, "fallbacks")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from contracts.records import ModelSpec
 from harness.build.inputs import make_inputs, special_token_ids
 from harness.build.models import build_model, resolve_config
-from contracts.records import ModelSpec
 
 
 def built(model_type: str, architecture: str):
@@ -15,18 +15,21 @@ def built(model_type: str, architecture: str):
     return build_model(cfg, architecture, seed=0), cfg
 
 
-@pytest.mark.parametrize("model_type,architecture,main_input,label_shape", [
-    ("bert", "BertForMaskedLM", "input_ids", "tokens"),
-    ("bert", "BertForSequenceClassification", "input_ids", "batch"),
-    ("bert", "BertForTokenClassification", "input_ids", "tokens"),
-    ("bert", "BertForMultipleChoice", "input_ids", "batch"),
-    ("gpt2", "GPT2LMHeadModel", "input_ids", "tokens"),
-    ("t5", "T5ForConditionalGeneration", "input_ids", "decoder"),
-    ("vit", "ViTForImageClassification", "pixel_values", "batch"),
-    ("whisper", "WhisperForConditionalGeneration", "input_features", "decoder"),
-    ("wav2vec2", "Wav2Vec2ForCTC", "input_values", "ctc"),
-    ("wav2vec2", "Wav2Vec2ForSequenceClassification", "input_values", "batch"),
-])
+@pytest.mark.parametrize(
+    "model_type,architecture,main_input,label_shape",
+    [
+        ("bert", "BertForMaskedLM", "input_ids", "tokens"),
+        ("bert", "BertForSequenceClassification", "input_ids", "batch"),
+        ("bert", "BertForTokenClassification", "input_ids", "tokens"),
+        ("bert", "BertForMultipleChoice", "input_ids", "batch"),
+        ("gpt2", "GPT2LMHeadModel", "input_ids", "tokens"),
+        ("t5", "T5ForConditionalGeneration", "input_ids", "decoder"),
+        ("vit", "ViTForImageClassification", "pixel_values", "batch"),
+        ("whisper", "WhisperForConditionalGeneration", "input_features", "decoder"),
+        ("wav2vec2", "Wav2Vec2ForCTC", "input_values", "ctc"),
+        ("wav2vec2", "Wav2Vec2ForSequenceClassification", "input_values", "batch"),
+    ],
+)
 def test_inputs_run_and_give_a_loss(model_type, architecture, main_input, label_shape):
     model, cfg = built(model_type, architecture)
     batch = make_inputs(model, cfg, architecture, seed=0)

@@ -29,8 +29,11 @@ def trains(model, inputs) -> torch.Tensor:
     out = model(**inputs.kwargs)
     loss = getattr(out, "loss", None) if inputs.has_labels else None
     if loss is None:
-        floats = [v for v in (out.values() if hasattr(out, "values") else out)
-                  if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        floats = [
+            v
+            for v in (out.values() if hasattr(out, "values") else out)
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+        ]
         loss = sum(v.float().pow(2).mean() for v in floats)
     loss.backward()
     assert torch.isfinite(loss)
@@ -74,17 +77,21 @@ def test_an_image_stacked_with_its_prompt_is_half_the_configured_image():
 def test_segmentation_labels_are_the_input_images_mask():
     # the shrinker does not yet map `intermediate_hidden_state_indices` into the shrunk stack:
     # the test sets what the shrunk two-layer encoder's values would be
-    model, cfg, inputs = built("seggpt", "SegGptForImageSegmentation",
-                               merge_index=0, intermediate_hidden_state_indices=[0, 1])
+    model, cfg, inputs = built(
+        "seggpt", "SegGptForImageSegmentation", merge_index=0, intermediate_hidden_state_indices=[0, 1]
+    )
     assert inputs.labels == ["labels"]
     assert inputs.kwargs["labels"].shape == inputs.kwargs["prompt_masks"].shape
     trains(model, inputs)
 
 
-@pytest.mark.parametrize("model_type, architecture", [
-    ("glmasr", "GlmAsrForConditionalGeneration"),   # Whisper's extractor, a rotary encoder
-    ("glmasr_encoder", "GlmAsrEncoder"),
-])
+@pytest.mark.parametrize(
+    "model_type, architecture",
+    [
+        ("glmasr", "GlmAsrForConditionalGeneration"),  # Whisper's extractor, a rotary encoder
+        ("glmasr_encoder", "GlmAsrEncoder"),
+    ],
+)
 def test_an_extractor_length_formula_naming_a_missing_field_falls_back(model_type, architecture):
     # the Whisper extractor's length is 2 x max_source_positions frames; GLM-ASR's encoder has
     # none, so the next formula gives whole groups of 8 frames (its conv halves, its projector
@@ -106,10 +113,13 @@ def test_synthetic_audio_features_read_the_audio_sub_config():
     trains(model, inputs)
 
 
-@pytest.mark.parametrize("model_type, architecture", [
-    ("granite_speech5_ctc", "GraniteSpeech5ForCTC"),
-    ("granite_speech5_encoder", "GraniteSpeech5Encoder"),
-])
+@pytest.mark.parametrize(
+    "model_type, architecture",
+    [
+        ("granite_speech5_ctc", "GraniteSpeech5ForCTC"),
+        ("granite_speech5_encoder", "GraniteSpeech5Encoder"),
+    ],
+)
 def test_a_type_recipe_stands_in_for_an_extractor_that_needs_torchaudio(model_type, architecture):
     model, cfg, inputs = built(model_type, architecture)
     assert inputs.sources["input_features"] == f"recipe:{model_type}.input_features"
@@ -164,8 +174,9 @@ def test_a_head_whose_forward_builds_an_output_without_a_loss_gets_no_labels():
     # ShieldGemma-2's classifier hands `labels` on to the causal LM inside and returns only the
     # yes/no logits: (batch,) class labels reached the LM loss as a shape error. Its yes/no token
     # ids are hard-coded defaults the shrinker does not yet remap into the shrunk vocab: set here
-    model, cfg, inputs = built("shieldgemma2", "ShieldGemma2ForImageClassification",
-                               yes_token_index=5, no_token_index=6)
+    model, cfg, inputs = built(
+        "shieldgemma2", "ShieldGemma2ForImageClassification", yes_token_index=5, no_token_index=6
+    )
     assert not inputs.labels and "labels" not in inputs.kwargs
     assert any("no loss" in note for note in inputs.notes)
     trains(model, inputs)
@@ -187,11 +198,14 @@ def test_multi_codebook_decoder_ids_and_their_labels():
     trains(model, inputs)
 
 
-@pytest.mark.parametrize("model_type, architecture", [
-    ("fastspeech2_conformer", "FastSpeech2ConformerModel"),
-    # a wrapper config: the token vocab is its model_config's (the ids stayed below 100 before)
-    ("fastspeech2_conformer_with_hifigan", "FastSpeech2ConformerWithHifiGan"),
-])
+@pytest.mark.parametrize(
+    "model_type, architecture",
+    [
+        ("fastspeech2_conformer", "FastSpeech2ConformerModel"),
+        # a wrapper config: the token vocab is its model_config's (the ids stayed below 100 before)
+        ("fastspeech2_conformer_with_hifigan", "FastSpeech2ConformerWithHifiGan"),
+    ],
+)
 def test_a_tts_model_trains_on_aligned_duration_spectrogram_pitch_energy(model_type, architecture):
     model, cfg, inputs = built(model_type, architecture)
     kw = inputs.kwargs
@@ -206,18 +220,27 @@ def test_token_ids_with_a_code_per_audio_codebook():
     # Kyutai STT: each position holds its text token and one code per audio codebook
     model, cfg, inputs = built("kyutai_speech_to_text", "KyutaiSpeechToTextForConditionalGeneration")
     ids = inputs.kwargs["input_ids"]
-    assert ids.shape[-1] == 1 + cfg.num_codebooks and int(ids.max()) < min(cfg.vocab_size, cfg.codebook_vocab_size)
+    assert ids.shape[-1] == 1 + cfg.num_codebooks and int(ids.max()) < min(
+        cfg.vocab_size, cfg.codebook_vocab_size
+    )
     assert inputs.kwargs["attention_mask"].shape == ids.shape[:2]
     assert inputs.kwargs["labels"].shape == ids.shape[:2]
     trains(model, inputs)
 
 
-@pytest.mark.parametrize("model_type, architecture, renamed", [
-    # an audio tower naming its extractor's spectrogram and mask its own way (Gemma-3n)
-    ("gemma3n_audio", "Gemma3nAudioEncoder", {"audio_mel": "input_features", "audio_mel_mask": "input_features_mask"}),
-    # a vision tower taking its processor's patch positions under its own name (Gemma-4)
-    ("gemma4_vision", "Gemma4VisionModel", {"pixel_position_ids": "image_position_ids"}),
-])
+@pytest.mark.parametrize(
+    "model_type, architecture, renamed",
+    [
+        # an audio tower naming its extractor's spectrogram and mask its own way (Gemma-3n)
+        (
+            "gemma3n_audio",
+            "Gemma3nAudioEncoder",
+            {"audio_mel": "input_features", "audio_mel_mask": "input_features_mask"},
+        ),
+        # a vision tower taking its processor's patch positions under its own name (Gemma-4)
+        ("gemma4_vision", "Gemma4VisionModel", {"pixel_position_ids": "image_position_ids"}),
+    ],
+)
 def test_a_towers_own_names_for_its_processors_outputs(model_type, architecture, renamed):
     model, cfg, inputs = built(model_type, architecture)
     for name in renamed:
@@ -237,10 +260,13 @@ def test_a_processor_asked_for_what_the_pretraining_loss_needs():
     trains(model, inputs)
 
 
-@pytest.mark.parametrize("model_type, architecture", [
-    ("gradium_phonon_tts", "GradiumPhononTTSForConditionalGeneration"),
-    ("pocket_tts", "PocketTTSForConditionalGeneration"),
-])
+@pytest.mark.parametrize(
+    "model_type, architecture",
+    [
+        ("gradium_phonon_tts", "GradiumPhononTTSForConditionalGeneration"),
+        ("pocket_tts", "PocketTTSForConditionalGeneration"),
+    ],
+)
 def test_tts_latent_labels_with_their_audio_positions(model_type, architecture):
     # Gradium Phonon TTS, Pocket TTS: the prompt holds the audio BOS and one latent position per
     # target frame

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import pytest
 import torch
+from shrink_helpers import built
 
 from contracts.records import ModelSpec
-from harness.stages.check import check_model
 from harness.build.inputs.expr import RecipeError, evaluate
 from harness.build.models import build_model, resolve_config
-from shrink_helpers import built
+from harness.stages.check import check_model
 
 STAGES = ["load", "forward", "backward"]
 
 
 def passes(model_type: str, architecture: str) -> dict:
-    result = check_model(ModelSpec(f"test/{model_type}", model_type, architecture), backend="cpu", stages=STAGES)
+    result = check_model(
+        ModelSpec(f"test/{model_type}", model_type, architecture), backend="cpu", stages=STAGES
+    )
     bad = {s: r.reason for s, r in result.stages.items() if r.status.value != "pass"}
     assert not bad, bad
     return {s: r.metrics for s, r in result.stages.items()}
@@ -29,31 +31,82 @@ FAMILIES = [
     ("llama", "LlamaForSequenceClassification", {"input_ids": "synthetic"}, True),
     ("gpt2", "GPT2ForSequenceClassification", {"input_ids": "synthetic"}, True),
     # time series
-    ("time_series_transformer", "TimeSeriesTransformerForPrediction", {"past_values": "recipe:", "future_values": "recipe:"}, True),
+    (
+        "time_series_transformer",
+        "TimeSeriesTransformerForPrediction",
+        {"past_values": "recipe:", "future_values": "recipe:"},
+        True,
+    ),
     ("patchtst", "PatchTSTForPrediction", {"past_values": "recipe:"}, True),
     ("patchtsmixer", "PatchTSMixerForRegression", {"target_values": "recipe:"}, True),
     # video
-    ("videomae", "VideoMAEForVideoClassification", {"pixel_values": "processor:VideoMAEImageProcessor"}, True),
+    (
+        "videomae",
+        "VideoMAEForVideoClassification",
+        {"pixel_values": "processor:VideoMAEImageProcessor"},
+        True,
+    ),
     ("llava_next_video", "LlavaNextVideoForConditionalGeneration", {"pixel_values_videos": ""}, True),
-    ("qwen3_5_moe", "Qwen3_5MoeModel", {"pixel_values": "processor:Qwen2VLImageProcessor",
-                                        "input_ids": "synthetic+image_placeholders+video_placeholders"}, False),
+    (
+        "qwen3_5_moe",
+        "Qwen3_5MoeModel",
+        {
+            "pixel_values": "processor:Qwen2VLImageProcessor",
+            "input_ids": "synthetic+image_placeholders+video_placeholders",
+        },
+        False,
+    ),
     # audio layouts
-    ("whisper", "WhisperForConditionalGeneration", {"input_features": "processor:WhisperFeatureExtractor"}, True),
-    ("wav2vec2-bert", "Wav2Vec2BertForCTC", {"input_features": "processor:SeamlessM4TFeatureExtractor"}, True),
-    ("audio-spectrogram-transformer", "ASTForAudioClassification", {"input_values": "processor:ASTFeatureExtractor"}, True),
+    (
+        "whisper",
+        "WhisperForConditionalGeneration",
+        {"input_features": "processor:WhisperFeatureExtractor"},
+        True,
+    ),
+    (
+        "wav2vec2-bert",
+        "Wav2Vec2BertForCTC",
+        {"input_features": "processor:SeamlessM4TFeatureExtractor"},
+        True,
+    ),
+    (
+        "audio-spectrogram-transformer",
+        "ASTForAudioClassification",
+        {"input_values": "processor:ASTFeatureExtractor"},
+        True,
+    ),
     ("encodec", "EncodecModel", {"input_values": "processor:EncodecFeatureExtractor"}, False),
     ("clap", "ClapAudioModel", {"input_features": "processor:ClapFeatureExtractor"}, False),
-    ("audioflamingo3", "AudioFlamingo3ForConditionalGeneration", {"input_features": "processor:WhisperFeatureExtractor"}, True),
+    (
+        "audioflamingo3",
+        "AudioFlamingo3ForConditionalGeneration",
+        {"input_features": "processor:WhisperFeatureExtractor"},
+        True,
+    ),
     # images with the processor's own layout
-    ("llava_next", "LlavaNextForConditionalGeneration", {"image_sizes": "processor:LlavaNextImageProcessor"}, True),
+    (
+        "llava_next",
+        "LlavaNextForConditionalGeneration",
+        {"image_sizes": "processor:LlavaNextImageProcessor"},
+        True,
+    ),
     ("oneformer", "OneFormerForUniversalSegmentation", {"task_inputs": "recipe:task_inputs"}, True),
     ("grounding-dino", "GroundingDinoForObjectDetection", {"input_ids": "recipe:grounding-dino"}, True),
-    ("sam", "SamModel", {"input_points": "recipe:", "input_boxes": "recipe:", "pixel_values": "processor:SamImageProcessor"}, False),
+    (
+        "sam",
+        "SamModel",
+        {"input_points": "recipe:", "input_boxes": "recipe:", "pixel_values": "processor:SamImageProcessor"},
+        False,
+    ),
     ("vision-encoder-decoder", "VisionEncoderDecoderModel", {"decoder_input_ids": "synthetic"}, True),
     # a vision tower nested in the encoder (config.encoder.vision_config), image tokens pooled to the
     # shrunk patch grid, the feature method on the encoder
-    ("t5gemma2", "T5Gemma2Model", {"pixel_values": "processor:Gemma3ImageProcessor",
-                                   "input_ids": "synthetic+image_placeholders"}, False),
+    (
+        "t5gemma2",
+        "T5Gemma2Model",
+        {"pixel_values": "processor:Gemma3ImageProcessor", "input_ids": "synthetic+image_placeholders"},
+        False,
+    ),
     ("gemma3", "Gemma3ForConditionalGeneration", {"input_ids": "synthetic+image_placeholders"}, True),
     # patch-grid images in the merged channels-last layout (its processor needs torchvision)
     ("inkling2", "Inkling2ForConditionalGeneration", {"input_ids": "synthetic+image_placeholders"}, True),
@@ -106,7 +159,13 @@ def test_video_llm_prompt_has_one_placeholder_per_video_feature():
     kw = batch.kwargs
     feats = model.get_video_features(pixel_values_videos=kw["pixel_values_videos"])
     feats = feats.pooler_output if hasattr(feats, "pooler_output") else feats
-    per_sample = sum(t.reshape(-1, t.shape[-1]).shape[0] for t in (feats if isinstance(feats, (list, tuple)) else [feats])) // 2
+    per_sample = (
+        sum(
+            t.reshape(-1, t.shape[-1]).shape[0]
+            for t in (feats if isinstance(feats, (list, tuple)) else [feats])
+        )
+        // 2
+    )
     assert int((kw["input_ids"][0] == cfg.video_token_id).sum()) == per_sample > 0
 
 
@@ -149,7 +208,9 @@ def test_dropout_is_zero_after_resolving():
 
 
 def test_recipe_formulas_are_safe():
-    assert evaluate("context_length + max(lags_sequence)", {"context_length": 8, "lags_sequence": [1, 7]}) == 15
+    assert (
+        evaluate("context_length + max(lags_sequence)", {"context_length": 8, "lags_sequence": [1, 7]}) == 15
+    )
     with pytest.raises(RecipeError):
         evaluate("__import__('os')", {})
     with pytest.raises(RecipeError):

@@ -3,13 +3,12 @@ groups of stacked frames as the model's processor pads them (harness.build.input
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from contracts.records import ModelSpec
-from harness.stages.check import check_model
 from harness.build.inputs.base import ConfigScope
 from harness.build.inputs.processors import pad_frames
+from harness.stages.check import check_model
 
 
 def test_pad_frames_pads_the_frame_axis_and_its_mask():
@@ -57,5 +56,9 @@ def test_a_recipe_whose_fill_names_a_field_the_config_lacks_does_not_apply():
         return recipe_input("lang_ids", model_type, Maker(config, 0, 16, set()), scope)
 
     tensor, key, _ = lang_ids("xmod")
-    assert key == "lang_ids" and tensor.shape == (2,) and int(tensor.max()) < len(CONFIG_MAPPING["xmod"]().languages)
+    assert (
+        key == "lang_ids"
+        and tensor.shape == (2,)
+        and int(tensor.max()) < len(CONFIG_MAPPING["xmod"]().languages)
+    )
     assert lang_ids("fastspeech2_conformer") is None

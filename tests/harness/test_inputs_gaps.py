@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from shrink_helpers import built
 
 from contracts.records import ModelSpec
 from harness.stages.check import check_model
-from shrink_helpers import built
 
 
 def forward_passes(model_type: str, architecture: str, stages=("load", "forward")) -> dict:
-    result = check_model(ModelSpec(f"test/{model_type}", model_type, architecture), backend="cpu", stages=list(stages))
+    result = check_model(
+        ModelSpec(f"test/{model_type}", model_type, architecture), backend="cpu", stages=list(stages)
+    )
     bad = {s: r.reason for s, r in result.stages.items() if r.status.value != "pass"}
     assert not bad, bad
     return result.stages["load"].metrics
@@ -60,26 +62,49 @@ def test_a_modality_the_models_placeholder_check_rejects_is_left_out():
     forward_passes("glm4v", "Glm4vForConditionalGeneration")
 
 
-@pytest.mark.parametrize("model_type, architecture, made", [
-    # a vision tower's grid (and merge sizes) from the processor, renamed to the tower's names
-    ("qwen3_vl_vision", "Qwen3VLVisionModel", {"hidden_states": "processor:", "grid_thw": "processor:"}),
-    ("video_llama_3_vision", "VideoLlama3VisionModel", {"grid_thw": "processor:", "merge_sizes": "processor:"}),
-    # a required inputs_embeds (a forward with no token ids)
-    ("nemotron3_5_transcribe_word_timestamp", "Nemotron3_5TranscribeWordTimestampModel", {"inputs_embeds": "recipe:"}),
-    # the feature mask a feature extractor would give, with stacked low-frame-rate features
-    ("fun_asr_nano_encoder", "FunAsrNanoEncoder", {"input_features": "", "input_features_mask": "synthetic"}),
-    # a codec encoder's (batch, channels, samples) waveform
-    ("pocket_tts_audio_tokenizer_encoder", "PocketTTSAudioTokenizerEncoderModel", {"input_values": "synthetic"}),
-    # table token types, detector regions, language ids, marked positions (recipes)
-    ("tapas", "TapasForQuestionAnswering", {"token_type_ids": "recipe:token_type_ids"}),
-    ("lxmert", "LxmertModel", {"visual_feats": "recipe:", "visual_pos": "recipe:"}),
-    ("xmod", "XmodForSequenceClassification", {"lang_ids": "recipe:lang_ids"}),
-    ("jev", "JevForDecision", {"marks": "recipe:jev.", "question_type_ids": "recipe:jev."}),
-    # layout models: 2-D position embeddings concatenated to the shrunk width
-    ("layoutlmv3", "LayoutLMv3ForSequenceClassification", {"bbox": "recipe:bbox", "pixel_values": "processor:"}),
-    ("lilt", "LiltForSequenceClassification", {"bbox": "recipe:bbox"}),
-    ("bros", "BrosForTokenClassification", {"bbox": "recipe:bbox"}),
-])
+@pytest.mark.parametrize(
+    "model_type, architecture, made",
+    [
+        # a vision tower's grid (and merge sizes) from the processor, renamed to the tower's names
+        ("qwen3_vl_vision", "Qwen3VLVisionModel", {"hidden_states": "processor:", "grid_thw": "processor:"}),
+        (
+            "video_llama_3_vision",
+            "VideoLlama3VisionModel",
+            {"grid_thw": "processor:", "merge_sizes": "processor:"},
+        ),
+        # a required inputs_embeds (a forward with no token ids)
+        (
+            "nemotron3_5_transcribe_word_timestamp",
+            "Nemotron3_5TranscribeWordTimestampModel",
+            {"inputs_embeds": "recipe:"},
+        ),
+        # the feature mask a feature extractor would give, with stacked low-frame-rate features
+        (
+            "fun_asr_nano_encoder",
+            "FunAsrNanoEncoder",
+            {"input_features": "", "input_features_mask": "synthetic"},
+        ),
+        # a codec encoder's (batch, channels, samples) waveform
+        (
+            "pocket_tts_audio_tokenizer_encoder",
+            "PocketTTSAudioTokenizerEncoderModel",
+            {"input_values": "synthetic"},
+        ),
+        # table token types, detector regions, language ids, marked positions (recipes)
+        ("tapas", "TapasForQuestionAnswering", {"token_type_ids": "recipe:token_type_ids"}),
+        ("lxmert", "LxmertModel", {"visual_feats": "recipe:", "visual_pos": "recipe:"}),
+        ("xmod", "XmodForSequenceClassification", {"lang_ids": "recipe:lang_ids"}),
+        ("jev", "JevForDecision", {"marks": "recipe:jev.", "question_type_ids": "recipe:jev."}),
+        # layout models: 2-D position embeddings concatenated to the shrunk width
+        (
+            "layoutlmv3",
+            "LayoutLMv3ForSequenceClassification",
+            {"bbox": "recipe:bbox", "pixel_values": "processor:"},
+        ),
+        ("lilt", "LiltForSequenceClassification", {"bbox": "recipe:bbox"}),
+        ("bros", "BrosForTokenClassification", {"bbox": "recipe:bbox"}),
+    ],
+)
 def test_required_inputs_are_made(model_type, architecture, made):
     sources = forward_passes(model_type, architecture)["input_sources"]
     for name, prefix in made.items():
@@ -156,7 +181,9 @@ def test_speech_or_text_the_forward_says_are_exclusive_gets_the_speech_and_its_m
 def test_a_codec_half_called_on_hidden_states_gets_its_latents():
     # VibeVoice's tokenizer decoder takes an undocumented `hidden_states`: latents of
     # `hidden_size` (the forward was called without it; its encoder gets a waveform of `channels`)
-    model, cfg, inputs = built("vibevoice_acoustic_tokenizer_decoder", "VibeVoiceAcousticTokenizerDecoderModel")
+    model, cfg, inputs = built(
+        "vibevoice_acoustic_tokenizer_decoder", "VibeVoiceAcousticTokenizerDecoderModel"
+    )
     assert inputs.kwargs["hidden_states"].shape[1] == cfg.hidden_size
     with torch.no_grad():
         model(**inputs.kwargs)

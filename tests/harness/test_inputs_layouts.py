@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from shrink_helpers import built, runs
 
 from harness.build.inputs.docshapes import documented_shapes
-from shrink_helpers import built, runs
 
 
 @pytest.mark.slow  # MiniCPM-V 4.6 builds in ~25 s under load
@@ -31,10 +31,13 @@ def test_a_type_mapped_only_to_a_video_processor_gets_videos():
     runs(model, inputs)
 
 
-@pytest.mark.parametrize("model_type, architecture", [
-    ("colpali", "ColPaliForRetrieval"),                 # PaliGemma inside: SigLIP processor, 16 tokens
-    ("colmodernvbert", "ColModernVBertForRetrieval"),   # maps no processor: its ModernVBERT's
-])
+@pytest.mark.parametrize(
+    "model_type, architecture",
+    [
+        ("colpali", "ColPaliForRetrieval"),  # PaliGemma inside: SigLIP processor, 16 tokens
+        ("colmodernvbert", "ColModernVBertForRetrieval"),  # maps no processor: its ModernVBERT's
+    ],
+)
 def test_a_wrapper_model_is_fed_like_the_model_it_wraps(model_type, architecture):
     model, cfg, inputs = built(model_type, architecture)
     assert inputs.sources["pixel_values"].startswith("processor:")
@@ -55,14 +58,24 @@ def test_documented_shapes_are_read_from_the_forward_docstring():
 
     shapes = documented_shapes(transformers.MuseGlimmerAssistantModel.forward)
     assert shapes["context_hidden_states"][1] == [
-        "batch_size", "number_of_previous_accepted_tokens", "dim * len(config.target_layer_ids)"]
+        "batch_size",
+        "number_of_previous_accepted_tokens",
+        "dim * len(config.target_layer_ids)",
+    ]
 
 
-@pytest.mark.parametrize("model_type, architecture, names", [
-    ("blip_2_qformer", "Blip2QFormerModel", ["query_embeds"]),
-    ("mimi_decoder", "MimiDecoderModel", ["latents"]),
-    ("muse_glimmer_assistant", "MuseGlimmerAssistantModel", ["noise_embeds", "context_hidden_states", "attention_mask"]),
-])
+@pytest.mark.parametrize(
+    "model_type, architecture, names",
+    [
+        ("blip_2_qformer", "Blip2QFormerModel", ["query_embeds"]),
+        ("mimi_decoder", "MimiDecoderModel", ["latents"]),
+        (
+            "muse_glimmer_assistant",
+            "MuseGlimmerAssistantModel",
+            ["noise_embeds", "context_hidden_states", "attention_mask"],
+        ),
+    ],
+)
 def test_required_inputs_get_their_documented_shape(model_type, architecture, names):
     model, cfg, inputs = built(model_type, architecture)
     assert all(inputs.sources[n] == "docstring" for n in names)
@@ -126,11 +139,14 @@ def test_a_head_whose_loss_cannot_be_called_as_its_forward_calls_it_gets_no_labe
     assert inputs.labels == ["labels"]
 
 
-@pytest.mark.parametrize("model_type, architecture", [
-    ("pp_doclayout_v4", "PPDocLayoutV4ForObjectDetection"),  # "does not support training"
-    ("superglue", "SuperGlueForKeypointMatching"),            # "is not trainable"
-    ("videomt", "VideomtForUniversalSegmentation"),           # mask/class labels refused on video
-])
+@pytest.mark.parametrize(
+    "model_type, architecture",
+    [
+        ("pp_doclayout_v4", "PPDocLayoutV4ForObjectDetection"),  # "does not support training"
+        ("superglue", "SuperGlueForKeypointMatching"),  # "is not trainable"
+        ("videomt", "VideomtForUniversalSegmentation"),  # mask/class labels refused on video
+    ],
+)
 def test_an_inference_only_head_that_raises_valueerror_for_labels_gets_none(model_type, architecture):
     # such heads have no loss: given labels they raise ValueError, so they get none and the
     # backward stage runs its surrogate loss
@@ -146,7 +162,9 @@ def test_a_vision_language_action_policy_gets_state_actions_and_camera_images():
     model, cfg, inputs = built("pi0", "PI0ForConditionalGeneration")
     kw = inputs.kwargs
     assert tuple(kw["state"].shape) == (2, cfg.max_state_dim)
-    assert tuple(kw["actions"].shape) == (2, cfg.chunk_size, cfg.max_action_dim) and inputs.labels == ["actions"]
+    assert tuple(kw["actions"].shape) == (2, cfg.chunk_size, cfg.max_action_dim) and inputs.labels == [
+        "actions"
+    ]
     assert kw["pixel_values"].dim() == 5 and kw["pixel_attention_mask"].dtype == torch.bool
     vision = cfg.vlm_config.vision_config
     per_image = (vision.image_size // vision.patch_size) ** 2

@@ -5,9 +5,9 @@ where the head looks for them. Each on a real architecture, forward on cpu."""
 from __future__ import annotations
 
 import torch
+from shrink_helpers import built, runs
 
 from harness.build.inputs.recipes import image_processor_name
-from shrink_helpers import built, runs
 
 
 def test_a_vision_tower_takes_the_patch_layout_of_the_processor_feeding_its_composite():
@@ -30,7 +30,10 @@ def test_a_sibling_type_gets_the_recipe_of_the_image_processor_it_shares():
     assert inputs.sources["pixel_values"] == "recipe:PI0ImageProcessor.pixel_values"
     assert kw["pixel_values"].dim() == 5 and kw["pixel_attention_mask"].dtype == torch.bool
     vision = cfg.vlm_config.vision_config
-    assert ((kw["input_ids"] == cfg.vlm_config.image_token_id).sum(-1) == (vision.image_size // vision.patch_size) ** 2).all()
+    assert (
+        (kw["input_ids"] == cfg.vlm_config.image_token_id).sum(-1)
+        == (vision.image_size // vision.patch_size) ** 2
+    ).all()
     out = model(**kw)
     assert out.loss is not None and torch.isfinite(out.loss)
 
@@ -63,15 +66,19 @@ def test_a_decoder_of_fixed_length_gets_text_of_that_length():
     # Perceiver's masked-LM decoder queries max_position_embeddings positions: the text (and so
     # the labels) are that long, and its own loss runs
     model, cfg, inputs = built("perceiver", "PerceiverForMaskedLM")
-    assert inputs.kwargs["input_ids"].shape == (2, cfg.max_position_embeddings) == inputs.kwargs["labels"].shape
+    assert (
+        inputs.kwargs["input_ids"].shape == (2, cfg.max_position_embeddings) == inputs.kwargs["labels"].shape
+    )
     assert torch.isfinite(runs(model, inputs).loss)
 
 
 def test_processors_that_cut_flattened_patches_get_them_with_one_placeholder_each():
     # Fuyu's (batch, patches, patch * patch * channels) and NeoMME's stacked (patches, 3 * p * p):
     # the width the patch embedding projects, one image token per patch in every prompt
-    for model_type, architecture, width in (("fuyu", "FuyuForCausalLM", lambda c: c.patch_size ** 2 * c.num_channels),
-                                            ("neomme", "NeoMMEForMaskedLM", lambda c: 3 * c.patch_size ** 2)):
+    for model_type, architecture, width in (
+        ("fuyu", "FuyuForCausalLM", lambda c: c.patch_size**2 * c.num_channels),
+        ("neomme", "NeoMMEForMaskedLM", lambda c: 3 * c.patch_size**2),
+    ):
         model, cfg, inputs = built(model_type, architecture)
         pv = inputs.kwargs["pixel_values"]
         assert inputs.sources["pixel_values"].startswith("recipe:") and pv.shape[-1] == width(cfg)
@@ -101,4 +108,6 @@ def test_an_input_the_forward_hands_on_through_kwargs_is_made_for_it():
     runs(model, inputs)
     # PI0 (no such recipe: its head does not embed time that way) never gets it
     _, pi0_cfg, pi0 = built("pi0", "PI0Model")
-    assert "timestep_embeds" not in pi0.kwargs and pi0.kwargs["action_embeds"].shape[1] == pi0_cfg.chunk_size + 1
+    assert (
+        "timestep_embeds" not in pi0.kwargs and pi0.kwargs["action_embeds"].shape[1] == pi0_cfg.chunk_size + 1
+    )

@@ -8,23 +8,28 @@ from __future__ import annotations
 import pytest
 
 from contracts.records import ModelSpec
-from harness.stages.check import check_model
 from harness.build.inputs.sessions import session_classes
+from harness.stages.check import check_model
 from tests.harness.test_inputs_families import built
 
 STAGES = ["load", "forward", "backward"]
 
 
 def stages(model_type: str, architecture: str) -> dict:
-    result = check_model(ModelSpec(f"test/{model_type}", model_type, architecture), backend="cpu", stages=STAGES)
+    result = check_model(
+        ModelSpec(f"test/{model_type}", model_type, architecture), backend="cpu", stages=STAGES
+    )
     return {s: (r.status.value, r.reason) for s, r in result.stages.items()}
 
 
-@pytest.mark.parametrize("model_type,architecture", [
-    ("sam2_video", "Sam2VideoModel"),          # point prompt
-    ("edgetam_video", "EdgeTamVideoModel"),    # point prompt; its 2-D latents fit the shrunk feature map
-    pytest.param("sam3_video", "Sam3VideoModel", marks=pytest.mark.slow),  # text prompt; detections kept
-])
+@pytest.mark.parametrize(
+    "model_type,architecture",
+    [
+        ("sam2_video", "Sam2VideoModel"),  # point prompt
+        ("edgetam_video", "EdgeTamVideoModel"),  # point prompt; its 2-D latents fit the shrunk feature map
+        pytest.param("sam3_video", "Sam3VideoModel", marks=pytest.mark.slow),  # text prompt; detections kept
+    ],
+)
 def test_a_video_tracker_gets_a_prompted_session_and_its_forward_passes(model_type, architecture):
     model, cfg, inputs = built(model_type, architecture)
     assert set(session_classes(model)) == {"inference_session"}
@@ -32,7 +37,10 @@ def test_a_video_tracker_gets_a_prompted_session_and_its_forward_passes(model_ty
     assert inputs.kwargs["frame_idx"] == 0
     got = stages(model_type, architecture)
     assert got["load"][0] == got["forward"][0] == "pass", got
-    assert got["backward"] == ("skipped", "the forward runs under torch.inference_mode: there is no backward"), got
+    assert got["backward"] == (
+        "skipped",
+        "the forward runs under torch.inference_mode: there is no backward",
+    ), got
 
 
 def test_a_model_without_a_session_parameter_gets_none():
@@ -68,8 +76,13 @@ def test_a_session_moves_to_the_device_as_a_copy_with_its_tensors_and_dtype():
     session = inputs.kwargs["inference_session"]
     moved = to_device(inputs.kwargs, torch.device("cpu"), torch.float64)["inference_session"]
     assert moved is not session and moved.dtype == torch.float64
-    assert moved.processed_frames[0].dtype == torch.float64 and session.processed_frames[0].dtype == torch.float32
+    assert (
+        moved.processed_frames[0].dtype == torch.float64
+        and session.processed_frames[0].dtype == torch.float32
+    )
     assert moved.point_inputs_per_obj[0][0]["point_coords"].dtype == torch.float64
-    assert moved.inference_device == torch.device("cpu") and moved.cache.inference_device == torch.device("cpu")
+    assert moved.inference_device == torch.device("cpu") and moved.cache.inference_device == torch.device(
+        "cpu"
+    )
     assert fresh(inputs.kwargs)["inference_session"] is not session
     assert fresh(inputs.kwargs)["frame_idx"] == 0

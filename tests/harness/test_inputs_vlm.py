@@ -4,10 +4,10 @@ boundary tokens lie in the shrunk vocab and are as many as the model asks for.""
 
 from __future__ import annotations
 
+from shrink_helpers import built, runs
 
 from contracts.records import ModelSpec
 from harness.build.models import resolve_config
-from shrink_helpers import built, runs
 
 
 def test_a_vision_config_without_a_temporal_patch_gets_single_frame_patches():
@@ -15,14 +15,14 @@ def test_a_vision_config_without_a_temporal_patch_gets_single_frame_patches():
     # temporal_patch_size); the Qwen2-VL processor it is mapped to stacks 2 frames by default
     model, cfg, inputs = built("llava_onevision1_5_vision", "LlavaOnevision15VisionModel")
     assert inputs.sources["pixel_values"].startswith("processor:")
-    assert inputs.kwargs["pixel_values"].shape[-1] == cfg.in_channels * cfg.patch_size ** 2
+    assert inputs.kwargs["pixel_values"].shape[-1] == cfg.in_channels * cfg.patch_size**2
     runs(model, inputs)
 
 
 def test_a_vision_config_with_a_temporal_patch_keeps_it():
     model, cfg, inputs = built("qwen2_vl", "Qwen2VLModel")
     vision = cfg.vision_config
-    width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+    width = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
     assert vision.temporal_patch_size == 2 and inputs.kwargs["pixel_values"].shape[-1] == width
 
 
@@ -41,8 +41,10 @@ def test_placeholders_sit_between_the_modalitys_boundary_tokens():
     # (one pair per image): the prompt holds start, the placeholders, end, as its processor writes
     model, cfg, inputs = built("ovis2_5", "Ovis2_5Model")
     ids = inputs.kwargs["input_ids"]
-    for start, token, end in [(cfg.image_start_token_id, cfg.image_token_id, cfg.image_end_token_id),
-                              (cfg.video_start_token_id, cfg.video_token_id, cfg.video_end_token_id)]:
+    for start, token, end in [
+        (cfg.image_start_token_id, cfg.image_token_id, cfg.image_end_token_id),
+        (cfg.video_start_token_id, cfg.video_token_id, cfg.video_end_token_id),
+    ]:
         assert ((ids == start).sum(-1) == 1).all() and ((ids == end).sum(-1) == 1).all()
         first, last = (ids[0] == token).nonzero()[[0, -1], 0].tolist()
         assert ids[0, first - 1] == start and ids[0, last + 1] == end
@@ -107,7 +109,7 @@ def test_a_prompt_of_vq_codes_gets_one_placeholder_per_code_and_a_target_grid_pe
     assert kw["images_per_sample"].tolist() == [2, 2]
     assert kw["image_grid_thw"].shape[0] == 4
     sources = kw["image_grid_thw"][0::2]
-    codes = int(sources.prod(-1).sum()) // model.visual.spatial_merge_size ** 2
+    codes = int(sources.prod(-1).sum()) // model.visual.spatial_merge_size**2
     assert codes < int(sources.prod(-1).sum()) * cfg.vision_config.hidden_size
     assert int((kw["input_ids"] == cfg.image_token_id).sum()) == codes
     runs(model, inputs)
@@ -120,7 +122,7 @@ def test_a_pooled_patch_layout_only_its_torchvision_processor_makes_comes_from_i
     kw = inputs.kwargs
     vision = cfg.vision_config
     assert inputs.sources["image_token_pooling"].startswith("recipe:")
-    assert kw["pixel_values"].shape[-1] == vision.patch_size ** 2 * vision.num_channels
+    assert kw["pixel_values"].shape[-1] == vision.patch_size**2 * vision.num_channels
     assert int(kw["image_token_pooling"].max()) < kw["pixel_values"].shape[1]
     tokens = int((kw["image_grids"][:, 0] * kw["image_grids"][:, 1]).sum())
     assert tokens == kw["image_token_pooling"].shape[0] == int((kw["input_ids"] == cfg.image_token_id).sum())

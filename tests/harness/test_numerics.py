@@ -6,8 +6,14 @@ import pytest
 import torch
 
 from harness.stages import compare as numerics
-from harness.stages.compare import (compare, compare_named, compare_outputs, compare_with_eager, tolerance,
-                              tolerance_class)
+from harness.stages.compare import (
+    compare,
+    compare_named,
+    compare_outputs,
+    compare_with_eager,
+    tolerance,
+    tolerance_class,
+)
 
 
 def ref(n=1000, seed=0):
@@ -54,7 +60,7 @@ def test_every_threshold_is_data_with_a_reason():
     text = numerics.resources.files("harness").joinpath("data/numerics.yaml").read_text()
     for key in ("float32:", "bfloat16:", "undeclared_rounding:", "rmse_multiplier:", "cosine_rules:"):
         line = next(i for i, ln in enumerate(text.splitlines()) if ln.strip().startswith(key))
-        before = text.splitlines()[max(0, line - 3): line + 3]
+        before = text.splitlines()[max(0, line - 3) : line + 3]
         assert any("#" in ln for ln in before), f"{key} has no comment saying why"
 
 

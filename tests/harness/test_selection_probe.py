@@ -9,8 +9,8 @@ import torch
 
 from contracts.records import ModelCheck, StageResult
 from contracts.status import Status
-from harness.stages.compare import named_float_tensors
 from harness.blame.selection import _Selections, margin, nudged_difference, selection_ties_evidence
+from harness.stages.compare import named_float_tensors
 
 
 def test_margin_is_the_relative_gap_at_the_choices_boundary():
@@ -19,13 +19,17 @@ def test_margin_is_the_relative_gap_at_the_choices_boundary():
     assert margin(x[1:], 1, -1, largest=True) == pytest.approx(0.5)  # 8 vs 4
     assert margin(x[1:], 1, -1, largest=False) == pytest.approx(0.5)  # 1 vs 2, smallest first
     assert margin(x, 4, -1, largest=True) is None  # k covers the row: nothing is decided
-    assert margin(torch.tensor([[3.0, float("-inf"), float("-inf")]]), 1, -1, largest=True) is None  # masked only
-    assert margin(torch.tensor([1.0, 2.0, 2.0001]), 2, -1, largest=False, kth=True) == pytest.approx(1e-4 / 2.0001, rel=1e-2)
+    assert (
+        margin(torch.tensor([[3.0, float("-inf"), float("-inf")]]), 1, -1, largest=True) is None
+    )  # masked only
+    assert margin(torch.tensor([1.0, 2.0, 2.0001]), 2, -1, largest=False, kth=True) == pytest.approx(
+        1e-4 / 2.0001, rel=1e-2
+    )
     assert margin(torch.tensor([[1, 1], [2, 3]]), 1, -1, largest=True) is None  # integers do not round
 
 
 def _spy(fn, x):
-    spy = _Selections(threshold=2.0 ** -8)
+    spy = _Selections(threshold=2.0**-8)
     with spy:
         fn(x)
     return spy.closest
@@ -54,7 +58,7 @@ class SoftmaxShift(torch.nn.Module):
 def test_the_backward_routing_a_gradient_through_a_choice_does_not_count():
     from harness.blame.selection import _step
 
-    spy = _Selections(threshold=2.0 ** -8)
+    spy = _Selections(threshold=2.0**-8)
     values = _step(SoftmaxShift(), {"x": torch.tensor([[1.0, 1.0, 0.5], [2.0, 2.0, 0.5]])}, 0, True, spy)
     assert "gradient of w" in values and spy.closest == {}
 
@@ -78,11 +82,15 @@ class Router(torch.nn.Module):
 
 def _run(model, device_rmse, allowed=1e-7, stage="compile"):
     kwargs = {"x": torch.randn(16, 4, generator=torch.Generator().manual_seed(1))}
-    (name, _), = named_float_tensors(model(**kwargs))
-    metrics = {"vs_eager": {"name": f"step 1 output {name}", "rmse": device_rmse, "allowed_rmse": allowed},
-               "mode": "train"}
+    ((name, _),) = named_float_tensors(model(**kwargs))
+    metrics = {
+        "vs_eager": {"name": f"step 1 output {name}", "rmse": device_rmse, "allowed_rmse": allowed},
+        "mode": "train",
+    }
     result = ModelCheck(model_id="toy", backend="neuron", model_type="toy")
-    result.stages[stage] = StageResult(stage, Status.FAIL, reason="compiled step differs from eager", metrics=metrics)
+    result.stages[stage] = StageResult(
+        stage, Status.FAIL, reason="compiled step differs from eager", metrics=metrics
+    )
     return SimpleNamespace(result=result, cpu_model=model, cpu_kwargs=kwargs, seed=0), f"output {name}"
 
 
@@ -94,7 +102,11 @@ def test_a_failure_flips_among_ties_could_explain_carries_the_evidence():
     evidence = selection_ties_evidence(run, "compile")
     assert evidence["flips_reproduce"] is True and evidence["tensor"] == tensor
     assert evidence["nudged_rmse"] == pytest.approx(found.nudged_rmse)
-    assert "near-ties" in evidence["note"] and "topk" in evidence["note"] and "a flip alone fails" in evidence["note"]
+    assert (
+        "near-ties" in evidence["note"]
+        and "topk" in evidence["note"]
+        and "a flip alone fails" in evidence["note"]
+    )
 
 
 def test_a_fault_far_larger_than_any_flip_is_not_explained_by_them():
@@ -116,6 +128,7 @@ def test_without_near_ties_or_without_a_comparison_failure_the_probe_says_nothin
 def test_the_blame_stays_backend_and_says_why(monkeypatch):
     """judge_run keeps a backend verdict and adds the probe's evidence to it."""
     from harness.blame import probe as blame_probe
+
     run, tensor = _run(Router(tied=True), device_rmse=1.0)
     run.adapter = SimpleNamespace(name="neuron")
     run.spec = None
@@ -125,4 +138,6 @@ def test_the_blame_stays_backend_and_says_why(monkeypatch):
     row = run.result.stages["compile"]
     assert row.blame == "backend"
     assert row.blame_evidence["selection_ties"]["flips_reproduce"] is True
-    assert row.blame_evidence["why"].startswith("the reference passes this stage; but the model's answer hinges")
+    assert row.blame_evidence["why"].startswith(
+        "the reference passes this stage; but the model's answer hinges"
+    )

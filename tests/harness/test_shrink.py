@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from harness.build.shrink.layers import select_layers
+from contracts.records import ModelSpec
 from harness.build.models import count_parameters_meta, resolve_config
 from harness.build.shrink import rules, shrink_config, shrink_dict
+from harness.build.shrink.layers import select_layers
 from harness.build.signature import architecture_signature
-from contracts.records import ModelSpec
 
 BUDGET = rules()["targets"]["max_parameters"]
 SEQ = rules()["targets"]["test_sequence_length"]
@@ -28,11 +28,24 @@ def shrunk(model_type: str, architecture: str = "", **config):
 
 
 def test_gqa_ratio_and_size_llama():
-    cfg = shrunk("llama", "LlamaForCausalLM", num_attention_heads=32, num_key_value_heads=8,
-                 hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, vocab_size=128256,
-                 rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
-                                  "rope_theta": 500000.0})
+    cfg = shrunk(
+        "llama",
+        "LlamaForCausalLM",
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        vocab_size=128256,
+        rope_parameters={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
+    )
     assert cfg.num_attention_heads // cfg.num_key_value_heads == 4
     assert cfg.num_attention_heads % cfg.num_key_value_heads == 0
     assert cfg.num_hidden_layers == 2 and cfg.hidden_size < 4096 and cfg.vocab_size <= 1024
@@ -46,10 +59,13 @@ def test_mha_stays_mha_and_mqa_stays_mqa():
     assert mqa.multi_query is True
 
 
-@pytest.mark.parametrize("model_type,experts_field,top_k_field", [
-    ("mixtral", "num_local_experts", "num_experts_per_tok"),
-    ("qwen3_moe", "num_experts", "num_experts_per_tok"),
-])
+@pytest.mark.parametrize(
+    "model_type,experts_field,top_k_field",
+    [
+        ("mixtral", "num_local_experts", "num_experts_per_tok"),
+        ("qwen3_moe", "num_experts", "num_experts_per_tok"),
+    ],
+)
 def test_moe_keeps_experts_per_token_with_fewer_experts(model_type, experts_field, top_k_field):
     from transformers import AutoConfig
 
@@ -57,7 +73,8 @@ def test_moe_keeps_experts_per_token_with_fewer_experts(model_type, experts_fiel
     cfg = shrunk(model_type)
     assert getattr(cfg, top_k_field) == getattr(default, top_k_field)
     assert getattr(default, top_k_field) < getattr(cfg, experts_field) < getattr(default, experts_field) or (
-        getattr(cfg, experts_field) == getattr(default, experts_field) <= 8)
+        getattr(cfg, experts_field) == getattr(default, experts_field) <= 8
+    )
 
 
 def test_mla_deepseek_v3_first_k_dense_and_grouped_routing():
@@ -87,11 +104,16 @@ def test_hybrid_ssm_jamba_keeps_periods():
 
     default = AutoConfig.for_model("jamba")
     cfg = shrunk("jamba")
-    assert (cfg.attn_layer_period, cfg.attn_layer_offset) == (default.attn_layer_period, default.attn_layer_offset)
+    assert (cfg.attn_layer_period, cfg.attn_layer_offset) == (
+        default.attn_layer_period,
+        default.attn_layer_offset,
+    )
     assert cfg.num_hidden_layers == default.attn_layer_period  # one full period: 1 attention, 7 mamba
     kinds = cfg.layers_block_type
     assert kinds.count("attention") == 1 and kinds.count("mamba") == cfg.num_hidden_layers - 1
-    assert sum(cfg.layers_num_experts[i] > 1 for i in range(cfg.num_hidden_layers)) == cfg.num_hidden_layers // 2
+    assert (
+        sum(cfg.layers_num_experts[i] > 1 for i in range(cfg.num_hidden_layers)) == cfg.num_hidden_layers // 2
+    )
 
 
 @pytest.mark.parametrize("model_type", ["bamba", "falcon_h1", "nemotron_h", "qwen3_next"])
@@ -121,7 +143,11 @@ def test_nemotron_h_hybrid_pattern_string_from_a_hub_config():
 def test_encoder_decoder(model_type):
     cfg = shrunk(model_type)
     assert cfg.is_encoder_decoder
-    layers = [getattr(cfg, f) for f in ("num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers") if hasattr(cfg, f)]
+    layers = [
+        getattr(cfg, f)
+        for f in ("num_layers", "num_decoder_layers", "encoder_layers", "decoder_layers")
+        if hasattr(cfg, f)
+    ]
     assert layers and all(1 <= n <= 2 for n in layers)
 
 
@@ -134,7 +160,9 @@ def test_audio_whisper_and_wav2vec2():
     w = shrunk("whisper")
     assert w.max_source_positions <= 32 and w.num_mel_bins == 80
     v = shrunk("wav2vec2")
-    assert len(v.conv_dim) == len(v.conv_stride) == len(v.conv_kernel) == 7  # the feature extractor keeps its depth
+    assert (
+        len(v.conv_dim) == len(v.conv_stride) == len(v.conv_kernel) == 7
+    )  # the feature extractor keeps its depth
     assert max(v.conv_dim) <= 32 and v.num_conv_pos_embeddings <= SEQ
 
 
@@ -170,15 +198,28 @@ def test_partial_config_and_pretrained_config_inputs():
 
 
 def test_quantization_and_remote_code_fields_are_dropped():
-    d = shrink_dict({"model_type": "llama", "quantization_config": {"quant_method": "fp8"},
-                     "auto_map": {"AutoConfig": "x.Y"}, "num_hidden_layers": 4})
+    d = shrink_dict(
+        {
+            "model_type": "llama",
+            "quantization_config": {"quant_method": "fp8"},
+            "auto_map": {"AutoConfig": "x.Y"},
+            "num_hidden_layers": 4,
+        }
+    )
     assert "quantization_config" not in d and "auto_map" not in d
 
 
 def test_architecture_signature_dedups_identical_architectures():
-    base = {"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32}
+    base = {
+        "model_type": "llama",
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 32,
+    }
     a = ModelSpec("org/a", "llama", "LlamaForCausalLM", dict(base, hidden_size=4096))
-    b = ModelSpec("org/b-instruct", "llama", "LlamaForCausalLM", dict(base, hidden_size=4096, _name_or_path="b"))
+    b = ModelSpec(
+        "org/b-instruct", "llama", "LlamaForCausalLM", dict(base, hidden_size=4096, _name_or_path="b")
+    )
     c = ModelSpec("org/c", "llama", "LlamaForCausalLM", dict(base, num_key_value_heads=4))  # ratio 8
     d = ModelSpec("org/a", "llama", "LlamaForSequenceClassification", dict(base, hidden_size=4096))
     sa, sb, sc, sd = (architecture_signature(s) for s in (a, b, c, d))
@@ -208,7 +249,10 @@ def test_every_full_hub_config_of_a_known_type_shrinks_under_budget(full_configs
 
         params = count_parameters_meta(shrunk_cfg, architecture_of(spec))
         assert params < BUDGET, (row["id"], params)
-        assert "quantization_config" not in shrunk_cfg.to_dict() or not shrunk_cfg.to_dict()["quantization_config"]
+        assert (
+            "quantization_config" not in shrunk_cfg.to_dict()
+            or not shrunk_cfg.to_dict()["quantization_config"]
+        )
 
 
 def test_a_level_the_model_rejects_keeps_the_first_nonblank_line_of_its_error():
@@ -216,7 +260,9 @@ def test_a_level_the_model_rejects_keeps_the_first_nonblank_line_of_its_error():
     from harness.build.shrink import ShrinkError
 
     def validate(cfg):
-        raise ImportError("\nDinatModel requires the natten library but it was not found in your environment.\n")
+        raise ImportError(
+            "\nDinatModel requires the natten library but it was not found in your environment.\n"
+        )
 
     with pytest.raises(ShrinkError) as info:
         shrink_config({"model_type": "bert"}, "bert", validate=validate)

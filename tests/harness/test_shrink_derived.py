@@ -30,7 +30,7 @@ def test_a_merger_input_is_the_vision_width_times_the_merge_size_squared():
     1536 x 2^2): the shrunk vision width times the same factor."""
     cfg = forward("muse_glimmer", "MuseGlimmerModel")
     v = cfg.vision_config
-    assert cfg.out_hidden_size == v.hidden_size * v.merge_size ** 2
+    assert cfg.out_hidden_size == v.hidden_size * v.merge_size**2
 
 
 def test_a_concatenation_of_tapped_layers_is_the_width_times_their_count():
@@ -48,7 +48,7 @@ def test_a_type_formula_gives_the_relation_its_default_lacks():
     equal projector widths of that level together."""
     cfg = forward("llama4", "Llama4VisionModel")
     v = cfg.vision_config if hasattr(cfg, "vision_config") else cfg
-    assert v.intermediate_size == round(v.hidden_size / v.pixel_shuffle_ratio ** 2)
+    assert v.intermediate_size == round(v.hidden_size / v.pixel_shuffle_ratio**2)
     assert v.projector_input_dim == v.projector_output_dim == v.vision_output_dim
 
 
@@ -63,12 +63,19 @@ def test_a_type_formula_names_a_sub_configs_width():
 def test_only_relations_of_the_unshrunk_config_are_kept():
     """A width that is no product of a shrunk width and a factor stays; a field another rule
     shrank is that rule's."""
-    original = {"hidden_size": 1024, "merge_size": 2, "out_hidden_size": 4096, "proj_size": 3000,
-                "intermediate_size": 4096}
+    original = {
+        "hidden_size": 1024,
+        "merge_size": 2,
+        "out_hidden_size": 4096,
+        "proj_size": 3000,
+        "intermediate_size": 4096,
+    }
     shrunk = dict(original, hidden_size=32, intermediate_size=64)
     changed = keep_derived_widths(original, shrunk, rules())
     assert changed == ["out_hidden_size"]
-    assert shrunk["out_hidden_size"] == 128 and shrunk["proj_size"] == 3000 and shrunk["intermediate_size"] == 64
+    assert (
+        shrunk["out_hidden_size"] == 128 and shrunk["proj_size"] == 3000 and shrunk["intermediate_size"] == 64
+    )
 
 
 # --------------------------------------------------------------------------- per-layer and Hub-shaped configs
@@ -88,8 +95,13 @@ def test_per_layer_overrides_are_shrunk_as_their_level():
 def test_a_layer_count_of_every_layer_stays_every_layer():
     """Gemma-4's assistant shares the KV of every layer (`num_kv_shared_layers` = the layer count):
     after the layer selection it is the new count (before: no level built)."""
-    cfg = resolve_config(ModelSpec("catalog/gemma4_unified_assistant", "gemma4_unified_assistant",
-                                   "Gemma4UnifiedAssistantForCausalLM"))
+    cfg = resolve_config(
+        ModelSpec(
+            "catalog/gemma4_unified_assistant",
+            "gemma4_unified_assistant",
+            "Gemma4UnifiedAssistantForCausalLM",
+        )
+    )
     t = cfg.text_config
     assert t.num_kv_shared_layers == t.num_hidden_layers
 
@@ -97,10 +109,22 @@ def test_a_layer_count_of_every_layer_stays_every_layer():
 def test_a_partial_rope_keeps_its_share_of_the_shrunk_head():
     """DeepSeek-V4 rotates `partial_rotary_factor` (1/8) of each 512-wide head (rope 64, nope 448):
     the fixed MLA rope size would be the whole tiny head (nope 0, the forward failed)."""
-    config = {"head_dim": 512, "qk_rope_head_dim": 64, "num_attention_heads": 64, "num_key_value_heads": 1,
-              "hidden_size": 4096, "num_hidden_layers": 4, "q_lora_rank": 1024, "o_lora_rank": 1024,
-              "rope_theta": 10000, "sliding_window": 128, "index_head_dim": 128, "index_n_heads": 64,
-              "index_topk": 512, "vocab_size": 129280}
+    config = {
+        "head_dim": 512,
+        "qk_rope_head_dim": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 1,
+        "hidden_size": 4096,
+        "num_hidden_layers": 4,
+        "q_lora_rank": 1024,
+        "o_lora_rank": 1024,
+        "rope_theta": 10000,
+        "sliding_window": 128,
+        "index_head_dim": 128,
+        "index_n_heads": 64,
+        "index_topk": 512,
+        "vocab_size": 129280,
+    }
     cfg = forward("deepseek_v4", "DeepseekV4ForCausalLM", config)
     assert 2 <= cfg.qk_rope_head_dim < cfg.head_dim
 
@@ -109,9 +133,17 @@ def test_a_flat_hub_config_of_a_composite_type_fills_its_text_config():
     """Step-3.7-Flash's Hub config is flat (remote-code format): layers, heads and `sliding_window`
     at the top level, which the composite class ignores; they move into `text_config`."""
     layer_types = (["full_attention"] + ["sliding_attention"] * 3) * 4
-    config = {"num_hidden_layers": 16, "hidden_size": 4096, "num_attention_heads": 64, "num_key_value_heads": 8,
-              "head_dim": 128, "vocab_size": 128896, "intermediate_size": 11264, "sliding_window": 512,
-              "layer_types": layer_types}
+    config = {
+        "num_hidden_layers": 16,
+        "hidden_size": 4096,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 128896,
+        "intermediate_size": 11264,
+        "sliding_window": 512,
+        "layer_types": layer_types,
+    }
     cfg = forward("step3p7", "Step3p7Model", config)
     t = cfg.text_config
     assert t.sliding_window is not None and t.sliding_window < 16
@@ -134,8 +166,10 @@ def test_groups_tails_global_widths_and_unit_grids_follow_the_shrunk_sizes():
     local encoder reads the global transformer's width (`hidden_size_global`); EoMT's last
     `num_blocks` layers see the queries (at least one, after one plain layer); Hiera's token grid
     (image / patch_stride) is a whole number of masked units."""
+
     def cfg(model_type):
         return resolve_config(ModelSpec(f"catalog/{model_type}", model_type, ""))
+
     mimi = cfg("mimi")
     assert mimi.upsample_groups == mimi.hidden_size
     blt = cfg("blt")
@@ -144,7 +178,10 @@ def test_groups_tails_global_widths_and_unit_grids_follow_the_shrunk_sizes():
     assert 1 <= eomt.num_blocks < eomt.num_hidden_layers
     hiera = cfg("hiera")
     tokens = hiera.image_size[0] // hiera.patch_stride[0]
-    assert tokens % hiera.masked_unit_size[0] == 0 and tokens % hiera.query_stride[0] ** hiera.num_query_pool == 0
+    assert (
+        tokens % hiera.masked_unit_size[0] == 0
+        and tokens % hiera.query_stride[0] ** hiera.num_query_pool == 0
+    )
 
 
 def test_attributes_the_config_class_computes_in_post_init_are_recomputed():

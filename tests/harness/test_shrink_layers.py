@@ -7,11 +7,10 @@ passes.
 
 from __future__ import annotations
 
-from contracts.records import ModelSpec
-from harness.build.models import resolve_config
 from shrink_helpers import forward
 
-
+from contracts.records import ModelSpec
+from harness.build.models import resolve_config
 
 
 def test_an_index_list_naming_every_layer_does_not_pin_every_layer():

@@ -6,8 +6,8 @@ import torch
 
 from contracts.records import ModelSpec
 from harness.build.inputs import make_inputs
-from harness.build.shrink.layers import rescale_parts, rescale_parts_keeping_ties
 from harness.build.models import build_model, resolve_config
+from harness.build.shrink.layers import rescale_parts, rescale_parts_keeping_ties
 
 
 def test_equal_parts_stay_equal_when_a_split_allows_it():

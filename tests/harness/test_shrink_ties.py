@@ -8,17 +8,17 @@ and a forward on cpu passes.
 from __future__ import annotations
 
 import pytest
-
-from contracts.records import ModelSpec
-from harness.build.shrink.budget import fit_budget
-from harness.build.inputs import make_inputs
-from harness.build.models import build_model, resolve_config
 from shrink_helpers import forward
 
+from contracts.records import ModelSpec
+from harness.build.inputs import make_inputs
+from harness.build.models import build_model, resolve_config
+from harness.build.shrink.budget import fit_budget
 
 
-
-@pytest.mark.parametrize("model_type, architecture", [("gptj", "GPTJForCausalLM"), ("codegen", "CodeGenModel")])
+@pytest.mark.parametrize(
+    "model_type, architecture", [("gptj", "GPTJForCausalLM"), ("codegen", "CodeGenModel")]
+)
 def test_rotary_dim_follows_the_head_size_when_the_config_has_no_head_dim(model_type, architecture):
     """GPT-J/CodeGen rotate `rotary_dim` of each head's features; the head size is hidden / heads
     (no `head_dim` field), and the rotary part shrinks in proportion to it."""
@@ -56,10 +56,13 @@ def test_a_stem_width_that_names_a_stage_width_follows_it():
     assert config.stem_out_channels == config.hidden_sizes[0]
 
 
-@pytest.mark.parametrize("model_type, architecture, field", [
-    ("dpt", "DPTForDepthEstimation", "backbone_out_indices"),
-    ("chmv2", "CHMv2ForDepthEstimation", "backbone_config.out_indices"),
-])
+@pytest.mark.parametrize(
+    "model_type, architecture, field",
+    [
+        ("dpt", "DPTForDepthEstimation", "backbone_out_indices"),
+        ("chmv2", "CHMv2ForDepthEstimation", "backbone_config.out_indices"),
+    ],
+)
 def test_a_neck_keeps_as_many_tapped_layers_as_it_has_inputs(model_type, architecture, field):
     """DPT's neck reassembles the outputs of 4 chosen layers: 2 layers cannot feed it. The shrunk
     stack keeps 4 layers and taps each once."""
@@ -75,8 +78,11 @@ def test_a_neck_keeps_as_many_tapped_layers_as_it_has_inputs(model_type, archite
 def test_the_budget_halves_chained_widths_together():
     """A width the budget pass halves is halved in every width field that names it, at any level:
     EfficientNet-like in/out channel chains and ZoeDepth's `bottleneck_features` (its fusion width)."""
-    config = {"in_channels": [32, 96, 192], "out_channels": [96, 192, 320],
-              "head": {"fusion_hidden_size": 320, "bottleneck_features": 320, "num_labels": 320}}
+    config = {
+        "in_channels": [32, 96, 192],
+        "out_channels": [96, 192, 320],
+        "head": {"fusion_hidden_size": 320, "bottleneck_features": 320, "num_labels": 320},
+    }
 
     def count(d):  # the model "builds" only while the chain agrees
         assert d["in_channels"][1:] == d["out_channels"][:-1]
@@ -89,9 +95,13 @@ def test_the_budget_halves_chained_widths_together():
     assert shrunk["head"]["num_labels"] == 320  # not a width
 
 
-@pytest.mark.parametrize("model_type, architecture", [
-    ("efficientnet", "EfficientNetModel"), ("zoedepth", "ZoeDepthForDepthEstimation"),
-])
+@pytest.mark.parametrize(
+    "model_type, architecture",
+    [
+        ("efficientnet", "EfficientNetModel"),
+        ("zoedepth", "ZoeDepthForDepthEstimation"),
+    ],
+)
 def test_budgeted_and_rule_shrunk_cnns_run(model_type, architecture):
     forward(model_type, architecture)
 
@@ -125,7 +135,9 @@ def test_a_projector_keyed_by_patch_count_follows_the_shrunk_patch_grid():
     config = forward("aria", "AriaForConditionalGeneration")
     grid = (config.vision_config.image_size // config.vision_config.patch_size) ** 2
     assert min(config.projector_patch_to_query_dict) == grid
-    assert config.max_value_projector_patch_to_query_dict == max(config.projector_patch_to_query_dict.values())
+    assert config.max_value_projector_patch_to_query_dict == max(
+        config.projector_patch_to_query_dict.values()
+    )
 
 
 def test_a_text_projection_meets_an_unprojected_image_embedding():

@@ -10,8 +10,8 @@ from contracts.backends import get_backend
 from contracts.records import ModelSpec
 from contracts.status import Status
 from harness.stages.check import check_model
-from harness.stages.compile import none_as_zero
 from harness.stages.compare import compare_with_eager
+from harness.stages.compile import none_as_zero
 
 BERT = ModelSpec("catalog/bert/BertForMaskedLM", "bert", "BertForMaskedLM")
 LLAMA = ModelSpec("catalog/llama/LlamaForCausalLM", "llama", "LlamaForCausalLM")
@@ -48,10 +48,18 @@ def test_clean_device_passes_numerics_with_its_gradients_checked(spec):
     assert grads["passed"] and grads["tensors"] == r.stages["backward"].metrics["params_with_grad"]
 
 
-@pytest.mark.parametrize("spec,op", [
-    (BERT, "aten._softmax.default"), (BERT, "aten.gelu.default"), (BERT, "aten.native_layer_norm.default"),
-    (LLAMA, "aten._softmax.default"), (LLAMA, "aten.silu.default"), (LLAMA, "aten.rsqrt.default"),
-], ids=["bert-softmax", "bert-gelu", "bert-layer_norm", "llama-softmax", "llama-silu", "llama-rsqrt"])
+@pytest.mark.parametrize(
+    "spec,op",
+    [
+        (BERT, "aten._softmax.default"),
+        (BERT, "aten.gelu.default"),
+        (BERT, "aten.native_layer_norm.default"),
+        (LLAMA, "aten._softmax.default"),
+        (LLAMA, "aten.silu.default"),
+        (LLAMA, "aten.rsqrt.default"),
+    ],
+    ids=["bert-softmax", "bert-gelu", "bert-layer_norm", "llama-softmax", "llama-silu", "llama-rsqrt"],
+)
 def test_a_one_percent_error_in_one_op_fails_numerics(spec, op):
     r = _check(spec, EAGER, op=op, kind="perturb", rel=0.01)
     assert r.stages["forward"].status == Status.PASS
@@ -75,7 +83,9 @@ def test_compile_is_not_attempted_after_a_forward_failure_the_cpu_shares(monkeyp
 
     real = harness.stages.check.make_inputs
 
-    def broken_inputs(model, config, *args, **kwargs):  # the harness' own bug: token ids beyond the vocabulary
+    def broken_inputs(
+        model, config, *args, **kwargs
+    ):  # the harness' own bug: token ids beyond the vocabulary
         batch = real(model, config, *args, **kwargs)
         batch.kwargs["input_ids"] = batch.kwargs["input_ids"] + config.vocab_size
         return batch
@@ -103,11 +113,23 @@ def test_compiled_training_step_matches_eager_and_records_both_graphs():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault,names", [
-    (dict(op="aten.gelu.default", kind="perturb", rel=0.01, scope="compiled"), "step 1 output "),
-    (dict(op="aten.native_layer_norm_backward.default", kind="perturb", rel=0.02, output=1, scope="compiled"),
-     "step 1 gradient of "),
-], ids=["forward", "backward"])
+@pytest.mark.parametrize(
+    "fault,names",
+    [
+        (dict(op="aten.gelu.default", kind="perturb", rel=0.01, scope="compiled"), "step 1 output "),
+        (
+            dict(
+                op="aten.native_layer_norm_backward.default",
+                kind="perturb",
+                rel=0.02,
+                output=1,
+                scope="compiled",
+            ),
+            "step 1 gradient of ",
+        ),
+    ],
+    ids=["forward", "backward"],
+)
 def test_a_compile_only_error_fails_compile_naming_the_worst_tensor(fault, names):
     r = _check(BERT, ["load", "forward", "backward", "compile", "numerics"], **fault)
     assert r.stages["numerics"].status == Status.PASS  # eager is right
@@ -122,8 +144,12 @@ def test_asked_for_alone_compile_still_compares_with_eager_and_catches_a_compile
     r = _check(BERT, ["compile"], op="aten.gelu.default", kind="perturb", rel=0.01, scope="compiled")
     assert r.stages["forward"].status == r.stages["backward"].status == Status.PASS  # run to compare with
     c = r.stages["compile"]
-    assert c.metrics["vs_eager"].get("compared") is not False  # compared: before, "no eager forward to compare with"
-    assert c.status == Status.FAIL and c.reason.startswith("compiled step differs from eager: step 1 output "), c.reason
+    assert (
+        c.metrics["vs_eager"].get("compared") is not False
+    )  # compared: before, "no eager forward to compare with"
+    assert c.status == Status.FAIL and c.reason.startswith(
+        "compiled step differs from eager: step 1 output "
+    ), c.reason
 
 
 @pytest.mark.slow
@@ -157,7 +183,9 @@ def test_a_gradient_none_in_one_step_and_zero_in_the_other_is_the_same_gradient(
 def test_parameters_the_loss_does_not_use_pass_compile_and_are_named():
     """Siglip2's attention-pooling head is not used by the image-classification loss: eager leaves
     its gradients None, the compiled step gives zeros (before: a `backend` compile failure)."""
-    spec = ModelSpec("catalog/siglip2/Siglip2ForImageClassification", "siglip2", "Siglip2ForImageClassification")
+    spec = ModelSpec(
+        "catalog/siglip2/Siglip2ForImageClassification", "siglip2", "Siglip2ForImageClassification"
+    )
     r = _check(spec, ["load", "forward", "backward", "compile"])
     c = r.stages["compile"]
     assert c.status == Status.PASS, c.reason

@@ -9,8 +9,16 @@ import torch
 def tiny_bert():
     from transformers import BertConfig, BertForMaskedLM
 
-    return BertForMaskedLM(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                      intermediate_size=64, vocab_size=97, max_position_embeddings=32))
+    return BertForMaskedLM(
+        BertConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            vocab_size=97,
+            max_position_embeddings=32,
+        )
+    )
 
 
 def bert_inputs(model, seq: int = 8):

@@ -36,31 +36,39 @@ def _variant_inputs(spec):
 
 def test_embedding_indices_take_row_zero_the_last_row_and_the_padding_index():
     spec = _spec("aten.embedding.default", (torch.zeros(30522, 4), torch.zeros(2, 8, dtype=torch.long), 3))
-    (name, (weight, idx, pad)), = _variant_inputs(spec).items()
+    ((name, (weight, idx, pad)),) = _variant_inputs(spec).items()
     assert name == boundaries.BASE and pad == 3
     values = set(idx.flatten().tolist())
-    assert {0, 30521, 3} <= values and idx.max() < 30522  # random otherwise: 16 random indices never hit all three
+    assert {
+        0,
+        30521,
+        3,
+    } <= values and idx.max() < 30522  # random otherwise: 16 random indices never hit all three
 
 
 def test_nll_loss_targets_take_the_largest_class_and_the_ignore_index():
-    spec = _spec("aten.nll_loss_forward.default",
-                 (torch.zeros(4, 10), torch.zeros(4, dtype=torch.long), None, 1, -100))
-    (_, (_, target, *_)), = _variant_inputs(spec).items()
+    spec = _spec(
+        "aten.nll_loss_forward.default", (torch.zeros(4, 10), torch.zeros(4, dtype=torch.long), None, 1, -100)
+    )
+    ((_, (_, target, *_)),) = _variant_inputs(spec).items()
     assert {9, 0, -100} <= set(target.tolist())
 
 
 def test_values_that_do_not_fit_go_into_extra_variants():
     # one target of a 2-row batch per class slot: [last, first] in the base, the ignore index in a variant
-    spec = _spec("aten.nll_loss_forward.default",
-                 (torch.zeros(2, 5), torch.zeros(2, dtype=torch.long), None, 1, -100))
+    spec = _spec(
+        "aten.nll_loss_forward.default", (torch.zeros(2, 5), torch.zeros(2, dtype=torch.long), None, 1, -100)
+    )
     inputs = _variant_inputs(spec)
     seen = {v for args in inputs.values() for v in args[1].tolist()}
     assert len(inputs) == 2 and {4, 0, -100} <= seen
 
 
 def test_unique_indices_stay_unique_with_the_edges_planted():
-    spec = _spec("aten.scatter.src", (torch.zeros(6, 5), 0, torch.zeros(4, 5, dtype=torch.long), torch.zeros(4, 5)))
-    (_, (_, _, index, _)), = _variant_inputs(spec).items()
+    spec = _spec(
+        "aten.scatter.src", (torch.zeros(6, 5), 0, torch.zeros(4, 5, dtype=torch.long), torch.zeros(4, 5))
+    )
+    ((_, (_, _, index, _)),) = _variant_inputs(spec).items()
     for col in index.t():
         assert col.unique().numel() == 4
     assert {0, 5} <= set(index.flatten().tolist())
@@ -80,6 +88,7 @@ def test_plant_keeps_present_values_and_fills_from_both_ends():
 
 
 # ---------------------------------------------------------------- a bug only on the boundary
+
 
 class _LastRowBug(TorchDispatchMode):
     """The device reads the last embedding row 10% wrong (an off-by-one in a table's tail)."""
@@ -136,20 +145,33 @@ def test_a_mask_bug_only_for_all_false_masks_names_the_variant():
 
 # ---------------------------------------------------------------- planted in the simulated device
 
+
 def _suite_fault(name):
     from backend import faults
 
     return next(f for f in faults.load_suite() if f.name == name)
 
 
-@pytest.mark.parametrize("fault,op,args", [
-    ("embedding-last-row", "aten.embedding.default",
-     lambda: (torch.zeros(30522, 16), torch.zeros(2, 32, dtype=torch.long), 0)),
-    ("embedding-backward-padding-row", "aten.embedding_dense_backward.default",
-     lambda: (torch.zeros(2, 32, 16), torch.zeros(2, 32, dtype=torch.long), 30522, 0, False)),
-    ("nll-loss-largest-class", "aten.nll_loss_forward.default",
-     lambda: (torch.zeros(64, 30522), torch.zeros(64, dtype=torch.long), None, 1, -100)),
-])
+@pytest.mark.parametrize(
+    "fault,op,args",
+    [
+        (
+            "embedding-last-row",
+            "aten.embedding.default",
+            lambda: (torch.zeros(30522, 16), torch.zeros(2, 32, dtype=torch.long), 0),
+        ),
+        (
+            "embedding-backward-padding-row",
+            "aten.embedding_dense_backward.default",
+            lambda: (torch.zeros(2, 32, 16), torch.zeros(2, 32, dtype=torch.long), 30522, 0, False),
+        ),
+        (
+            "nll-loss-largest-class",
+            "aten.nll_loss_forward.default",
+            lambda: (torch.zeros(64, 30522), torch.zeros(64, dtype=torch.long), None, 1, -100),
+        ),
+    ],
+)
 def test_the_suites_boundary_faults_are_caught_by_the_unit_case(fault, op, args):
     from backend import faults
     from registry.unit_tier import execute
@@ -164,18 +186,30 @@ def test_the_suites_boundary_faults_are_caught_by_the_unit_case(fault, op, args)
 
 # ------------------------------------------------ a mask whose True count another input's shape fixes
 
+
 def _index_put(self_shape, mask_shape, values_shape, accumulate=True, before=()):
-    return _spec("aten.index_put.default",
-                 (torch.zeros(self_shape), [*before, torch.zeros(mask_shape, dtype=torch.bool)],
-                  torch.zeros(values_shape), accumulate))
+    return _spec(
+        "aten.index_put.default",
+        (
+            torch.zeros(self_shape),
+            [*before, torch.zeros(mask_shape, dtype=torch.bool)],
+            torch.zeros(values_shape),
+            accumulate,
+        ),
+    )
 
 
-@pytest.mark.parametrize("self_shape,mask_shape,values_shape,before,count", [
-    ([2, 32], [2, 32], [61], (), 61),            # x[mask] = v: one value per True
-    ([2, 32, 48], [2, 32], [0, 48], (), 0),      # rows selected by a 2-D mask, none of them
-    ([4, 6, 8], [6], [4, 5, 8], (None,), 5),     # x[:, mask] = v: the count sits in the middle
-])
-def test_a_boolean_index_put_mask_has_as_many_trues_as_the_values(self_shape, mask_shape, values_shape, before, count):
+@pytest.mark.parametrize(
+    "self_shape,mask_shape,values_shape,before,count",
+    [
+        ([2, 32], [2, 32], [61], (), 61),  # x[mask] = v: one value per True
+        ([2, 32, 48], [2, 32], [0, 48], (), 0),  # rows selected by a 2-D mask, none of them
+        ([4, 6, 8], [6], [4, 5, 8], (None,), 5),  # x[:, mask] = v: the count sits in the middle
+    ],
+)
+def test_a_boolean_index_put_mask_has_as_many_trues_as_the_values(
+    self_shape, mask_shape, values_shape, before, count
+):
     spec = _index_put(self_shape, mask_shape, values_shape, before=before)
     inputs = _variant_inputs(spec)
     path = f"a.1.{len(before)}"
@@ -199,15 +233,18 @@ def test_a_mask_the_values_broadcast_over_keeps_its_random_count_and_edges():
 def test_an_index_put_case_recorded_with_a_density_only_replays():
     """A registry row recorded before the rule (density 0.5, no count) gets the count at replay."""
     spec = _index_put([2, 32], [2, 32], [61])
-    spec = CaseSpec(spec.op, spec.signature, {"a.1.0": {"kind": "mask", "density": 0.5, "source": "semantics"}})
+    spec = CaseSpec(
+        spec.op, spec.signature, {"a.1.0": {"kind": "mask", "density": 0.5, "source": "semantics"}}
+    )
     result = replay(spec, get_backend("neuron"))
     assert result.status.value == "pass", result.reason
 
 
 def test_a_strided_mask_gets_the_count_in_its_logical_elements():
     storage = torch.zeros(32, dtype=torch.bool)
-    spec = _spec("aten._index_put_impl_.default",
-                 (torch.zeros(16, 4), [storage[16:]], torch.zeros(15, 4), True, True))
+    spec = _spec(
+        "aten._index_put_impl_.default", (torch.zeros(16, 4), [storage[16:]], torch.zeros(15, 4), True, True)
+    )
     assert '"off":16' in spec.signature
     (args,) = [a for n, a in _variant_inputs(spec).items() if n == boundaries.BASE]
     assert int(args[1][0].sum()) == 15

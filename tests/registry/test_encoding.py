@@ -19,7 +19,9 @@ def test_transposed_tensor_keeps_stride_and_slice_keeps_offset():
 
 
 def test_scalars_dtypes_devices_and_non_finite_floats_are_tagged():
-    a, k = encode_args((1, 2.5, True, None, [1, 2], torch.float32, float("-inf")), {"device": torch.device("cpu")})
+    a, k = encode_args(
+        (1, 2.5, True, None, [1, 2], torch.float32, float("-inf")), {"device": torch.device("cpu")}
+    )
     assert a == [1, 2.5, True, None, [1, 2], {"dtype": "f32"}, {"float": "-inf"}]
     assert k == {"device": {"device": "dev"}}
     assert math.isinf(float(a[-1]["float"]))

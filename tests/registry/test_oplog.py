@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from contracts.backends import get_backend
 from registry.encoding import parse_signature
 from registry.oplog import export_oplog, import_oplog, parse_call
 from registry.replay import CaseSpec, replay
-from contracts.backends import get_backend
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,11 @@ def test_every_call_line_is_a_case_or_unreplayable(gpt2, oplog_path):
     assert gpt2.lines == len(call_lines)
     assert gpt2.cases + len(gpt2.unreplayable) == gpt2.lines
     assert all(u.reason for u in gpt2.unreplayable)
-    assert sum(e.count for e in gpt2.registry) == sum(int(l.split(",")[0].split(":")[1]) for l in call_lines
-                                                      if not any(u.text == l.strip() for u in gpt2.unreplayable))
+    assert sum(e.count for e in gpt2.registry) == sum(
+        int(l.split(",")[0].split(":")[1])
+        for l in call_lines
+        if not any(u.text == l.strip() for u in gpt2.unreplayable)
+    )
 
 
 @pytest.mark.shared_data
@@ -66,13 +69,15 @@ def test_large_cases_replay_scaled_and_pass_on_cpu(gpt2):
 
 def test_malformed_and_unknown_lines_are_reported_with_reasons(tmp_path):
     log = tmp_path / "bad.txt"
-    log.write_text("cnt: 1, ((T([2], f32),), {})\n"
-                   "Operator: aten.neg.default\n"
-                   "cnt: 3, ((T([2], f32),), {})\n"
-                   "cnt: 1, ((T([2], f32), Foo()), {})\n"
-                   "garbage here\n"
-                   "Operator: aten.no_such_op.default\n"
-                   "cnt: 1, ((T([2], f32),), {})\n")
+    log.write_text(
+        "cnt: 1, ((T([2], f32),), {})\n"
+        "Operator: aten.neg.default\n"
+        "cnt: 3, ((T([2], f32),), {})\n"
+        "cnt: 1, ((T([2], f32), Foo()), {})\n"
+        "garbage here\n"
+        "Operator: aten.no_such_op.default\n"
+        "cnt: 1, ((T([2], f32),), {})\n"
+    )
     result = import_oplog(log)
     assert (result.lines, result.cases, len(result.unreplayable)) == (5, 1, 4)
     reasons = [u.reason for u in result.unreplayable]
@@ -85,8 +90,10 @@ def test_malformed_and_unknown_lines_are_reported_with_reasons(tmp_path):
 
 
 def test_parse_call_handles_literals_strides_and_torch_names():
-    args, kwargs = parse_call("aten._to_copy.default",
-                              "((T([2, 3], f16, stride=(1, 2)), -1, -inf, [True, False]), "
-                              "{'dtype': torch.bool, 'layout': torch.strided, 'device': 'cuda'})")
+    args, kwargs = parse_call(
+        "aten._to_copy.default",
+        "((T([2, 3], f16, stride=(1, 2)), -1, -inf, [True, False]), "
+        "{'dtype': torch.bool, 'layout': torch.strided, 'device': 'cuda'})",
+    )
     assert args == [{"T": [2, 3], "dt": "f16", "st": [1, 2]}, -1, {"float": "-inf"}, [True, False]]
     assert kwargs == {"device": {"device": "dev"}, "dtype": {"dtype": "b8"}, "layout": {"layout": "strided"}}

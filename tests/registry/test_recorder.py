@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from registry_fixtures import bert_inputs, tiny_bert
+
 from registry.encoding import parse_signature
 from registry.recorder import OpRecorder, record_workload
 
@@ -17,8 +17,12 @@ def test_records_all_phases_with_counts(bert_outcome):
     assert phases == {"inference", "forward", "backward", "optimizer"}
     assert sum(e.count for e in bert_outcome.entries) == bert_outcome.calls
     ops = {e.op for e in bert_outcome.entries}
-    assert {"aten.embedding.default", "aten.embedding_dense_backward.default", "aten.addmm.default",
-            "aten.nll_loss_forward.default"} <= ops
+    assert {
+        "aten.embedding.default",
+        "aten.embedding_dense_backward.default",
+        "aten.addmm.default",
+        "aten.nll_loss_forward.default",
+    } <= ops
 
 
 def test_embedding_indices_are_bounded_by_the_weight_rows(bert_outcome):
@@ -36,8 +40,11 @@ def test_nll_loss_targets_are_bounded_by_the_class_dim(bert_outcome):
 
 
 def test_real_recording_observes_integer_ranges_and_provenance(bert_outcome):
-    assert all(p.model == "tiny/bert" and p.weight == 10.0 and p.mode == "real"
-               for e in bert_outcome.entries for p in e.provenance)
+    assert all(
+        p.model == "tiny/bert" and p.weight == 10.0 and p.mode == "real"
+        for e in bert_outcome.entries
+        for p in e.provenance
+    )
     observed = [c for e in bert_outcome.entries for c in e.constraints.values() if c["source"] == "observed"]
     assert observed and all(c["kind"] in ("range", "mask") for c in observed)
 
@@ -52,15 +59,22 @@ def test_fake_tensors_record_the_same_signatures_without_values():
 
 
 def _by_call(entries):
-    return {(e.op, e.signature): (sorted((p.phase, p.count) for p in e.provenance), e.constraints, e.outputs)
-            for e in entries}
+    return {
+        (e.op, e.signature): (sorted((p.phase, p.count) for p in e.provenance), e.constraints, e.outputs)
+        for e in entries
+    }
 
 
 #: calls PyTorch makes differently while a Python dispatch mode is active (every tensor then counts
 #: as a subclass): reshape views instead of _reshape_alias, out-of-place gradient accumulation,
 #: AccumulateGrad detaching. The native hook records the program without a mode.
-_MODE_SENSITIVE = {"aten.view.default", "aten._reshape_alias.default", "aten.add.Tensor", "aten.add_.Tensor",
-                   "aten.detach.default"}
+_MODE_SENSITIVE = {
+    "aten.view.default",
+    "aten._reshape_alias.default",
+    "aten.add.Tensor",
+    "aten.add_.Tensor",
+    "aten.detach.default",
+}
 
 
 def test_native_hook_records_what_the_mode_records():
@@ -149,9 +163,15 @@ class _DataDependent(torch.nn.Module):
 
 
 def test_fake_failure_falls_back_to_real_and_says_why():
-    out = record_workload(_DataDependent, lambda m: {"x": torch.randn(3, 4)}, model_id="dd", phases=("inference",))
+    out = record_workload(
+        _DataDependent, lambda m: {"x": torch.randn(3, 4)}, model_id="dd", phases=("inference",)
+    )
     assert out.mode == "real"
-    assert "nonzero" in out.fake_error or "DynamicOutputShape" in out.fake_error or "DataDependent" in out.fake_error
+    assert (
+        "nonzero" in out.fake_error
+        or "DynamicOutputShape" in out.fake_error
+        or "DataDependent" in out.fake_error
+    )
     assert "aten.nonzero.default" in {e.op for e in out.entries}
 
 
@@ -170,7 +190,10 @@ def test_recorder_counts_repeated_calls_once_per_signature():
         for _ in range(5):
             torch.neg(x)
         torch.neg(torch.randn(4))
-    (e3, e4) = sorted((e for e in rec.entries("m", "manual", "real", 0) if e.op == "aten.neg.default"), key=lambda e: e.signature)
+    (e3, e4) = sorted(
+        (e for e in rec.entries("m", "manual", "real", 0) if e.op == "aten.neg.default"),
+        key=lambda e: e.signature,
+    )
     assert {e3.count, e4.count} == {5, 1}
 
 
@@ -180,8 +203,9 @@ def test_a_model_failing_part_way_keeps_the_calls_made_before():
             y = torch.neg(x)
             raise RuntimeError("device kernel failed")
 
-    out = record_workload(Half, lambda m: {"x": torch.randn(3)}, model_id="half", phases=("inference",),
-                          prefer_fake=False)
+    out = record_workload(
+        Half, lambda m: {"x": torch.randn(3)}, model_id="half", phases=("inference",), prefer_fake=False
+    )
     assert out.mode == "failed" and "device kernel failed" in out.error
     assert [e.op for e in out.entries] == ["aten.neg.default"]
 
@@ -190,12 +214,19 @@ def test_a_model_failing_part_way_keeps_the_calls_made_before():
 def test_a_call_that_raised_is_not_an_entry(use_native):
     """A model's invalid call (shapes that do not multiply) never completed: as a unit case it
     would only make the CPU reference raise."""
+
     class Mismatched(torch.nn.Module):
         def forward(self, x):
             return torch.neg(x) @ torch.randn(5, 2)
 
-    out = record_workload(Mismatched, lambda m: {"x": torch.randn(3, 4)}, model_id="mm", phases=("inference",),
-                          prefer_fake=False, native=use_native)
+    out = record_workload(
+        Mismatched,
+        lambda m: {"x": torch.randn(3, 4)},
+        model_id="mm",
+        phases=("inference",),
+        prefer_fake=False,
+        native=use_native,
+    )
     assert out.mode == "failed" and "cannot be multiplied" in out.error
     ops = [e.op for e in out.entries]
     assert "aten.neg.default" in ops and not any(op.startswith("aten.mm") for op in ops)
@@ -225,7 +256,8 @@ def test_only_the_calls_the_device_receives_are_recorded(use_native):
     assert ops["aten.exp.default"].count == 2  # the CPU call with the same signature is not counted
     assert "aten._to_copy.default" in ops
     assert [e for e in entries if e.op == "aten.zeros.default"] and all(
-        "cpu" not in e.signature for e in entries if e.op == "aten.zeros.default")
+        "cpu" not in e.signature for e in entries if e.op == "aten.zeros.default"
+    )
     assert rec.calls == sum(e.count for e in entries)
     on_cpu = OpRecorder(native=use_native, device="cpu")
     with on_cpu:

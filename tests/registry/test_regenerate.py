@@ -21,16 +21,21 @@ BROKEN = ModelSpec("t/broken", "bert", "NoSuchModelForAnything")
 def test_regenerate_on_neuron_resumes_and_reports_failures(tmp_path):
     out = tmp_path / "reg.parquet"
     run = tmp_path / "run"
-    first, results, summary = record_all([BERT, BROKEN], run, backend="neuron", workers=2, seq_lengths=(8,),
-                                         progress=False)
-    assert summary["ran"] == 2 and {r["model_id"]: r["status"] for r in results} == {"t/bert": "pass", "t/broken": "error"}
+    first, results, summary = record_all(
+        [BERT, BROKEN], run, backend="neuron", workers=2, seq_lengths=(8,), progress=False
+    )
+    assert summary["ran"] == 2 and {r["model_id"]: r["status"] for r in results} == {
+        "t/bert": "pass",
+        "t/broken": "error",
+    }
     assert {r["model_id"]: r.get("device") for r in results}["t/bert"] == "neuron"
     # a failed model is not re-run on the reference backend: that would record it on the CPU
     assert "reference_cases" not in json.loads((run / "run.json").read_text())["tiers"]["record"]
     assert not (run / "reference").exists()
     # a second call with one model more records only the new one (the journal has the others)
-    again, results, summary = record_all([BERT, BROKEN, GPT2], run, backend="neuron", workers=1, seq_lengths=(8,),
-                                         progress=False)
+    again, results, summary = record_all(
+        [BERT, BROKEN, GPT2], run, backend="neuron", workers=1, seq_lengths=(8,), progress=False
+    )
     assert summary["resumed"] == 2 and summary["ran"] == 1
     assert set(again.ops()) >= set(first.ops()) and len(again) > len(first)
     # the op mix is the device's: no CPU-only decomposition (SDPA's flash kernel for the CPU)
@@ -50,7 +55,7 @@ def test_default_shape_is_the_model_tiers_sequence_length():
     from harness.build.shrink import rules
     from harness.recording.workloads import SEQ_LENGTHS
 
-    assert SEQ_LENGTHS == (rules()["targets"]["test_sequence_length"],)
+    assert (rules()["targets"]["test_sequence_length"],) == SEQ_LENGTHS
 
 
 def test_a_multimodal_model_records_on_the_device_with_its_image_placeholders():
@@ -79,8 +84,15 @@ def test_regenerate_under_ray_records_what_the_local_pool_records(tmp_path):
     try:
         recorded = {}
         for executor in ("local", "ray"):
-            registry, results, summary = record_all([BERT, BROKEN], tmp_path / executor, backend="neuron", workers=2,
-                                                    seq_lengths=(8,), executor=executor, progress=False)
+            registry, results, summary = record_all(
+                [BERT, BROKEN],
+                tmp_path / executor,
+                backend="neuron",
+                workers=2,
+                seq_lengths=(8,),
+                executor=executor,
+                progress=False,
+            )
             assert summary["executor"] == executor
             assert {r["model_id"]: r["status"] for r in results} == {"t/bert": "pass", "t/broken": "error"}
             recorded[executor] = {(e.op, e.signature) for e in registry}

@@ -35,14 +35,19 @@ def test_embedding_indices_stay_below_the_rows():
 
 
 def test_scatter_indices_are_unique_along_the_dim():
-    spec = _spec("aten.scatter.src", (torch.zeros(6, 5), 0, torch.zeros(4, 5, dtype=torch.long), torch.zeros(4, 5)))
+    spec = _spec(
+        "aten.scatter.src", (torch.zeros(6, 5), 0, torch.zeros(4, 5, dtype=torch.long), torch.zeros(4, 5))
+    )
     _, _, index, _ = _inputs(spec)
     for col in index.t():
         assert col.unique().numel() == 4 and col.max() < 6
 
 
 def test_grouped_mm_offsets_are_sorted_and_end_at_the_grouped_dim():
-    spec = _spec("aten._grouped_mm.default", (torch.zeros(16, 8), torch.zeros(4, 8, 3), torch.zeros(4, dtype=torch.int32)))
+    spec = _spec(
+        "aten._grouped_mm.default",
+        (torch.zeros(16, 8), torch.zeros(4, 8, 3), torch.zeros(4, dtype=torch.int32)),
+    )
     offs = _inputs(spec)[2]
     assert torch.equal(offs, offs.sort().values) and int(offs[-1]) == 16
 
@@ -79,8 +84,15 @@ def test_random_ops_compare_metadata_only():
 
 def test_tolerances_exact_for_ints_loose_for_16_bit_and_for_bf16_precision_mode():
     assert tolerance_for("aten.add.Tensor", "i64").exact
-    assert tolerance_for("aten.add.Tensor", "bf16").rtol > tolerance_for("aten.add.Tensor", "f16").rtol > tolerance_for("aten.add.Tensor", "f32").rtol
-    assert tolerance_for("aten.mm.default", "f32", "bf16").atol_rms > tolerance_for("aten.mm.default", "f32", "exact").atol_rms
+    assert (
+        tolerance_for("aten.add.Tensor", "bf16").rtol
+        > tolerance_for("aten.add.Tensor", "f16").rtol
+        > tolerance_for("aten.add.Tensor", "f32").rtol
+    )
+    assert (
+        tolerance_for("aten.mm.default", "f32", "bf16").atol_rms
+        > tolerance_for("aten.mm.default", "f32", "exact").atol_rms
+    )
     assert tolerance_for("aten.add.Tensor", "f32", "bf16") == tolerance_for("aten.add.Tensor", "f32", "exact")
 
 
@@ -114,6 +126,7 @@ def test_precision_mode_comes_from_the_backend():
     finally:
         backend.set_precision(previous)
 
+
 def test_a_matmul_1pct_off_fails_in_bf16_mode_because_the_reference_rounds_as_the_device_declares():
     """In bf16 mode the device rounds mm's inputs (rounded_inputs()); the reference rounds them too,
     so the case is judged with float32 tolerances and a 1% error no longer hides under bf16 ones."""
@@ -142,11 +155,16 @@ def test_ctc_loss_compares_log_alpha_by_shape_only():
     """_ctc_loss's log_alpha (output 1) is written only up to each sample's input length; the rest
     is uninitialized memory, which differs between two runs: comparing it is no verdict."""
     log_probs = torch.randn(12, 2, 32).log_softmax(-1)
-    spec = _spec("aten._ctc_loss.default", (log_probs, torch.zeros(8, dtype=torch.long), [12, 9], [4, 4]),
-                 constraints={"a.1": {"kind": "range", "low": 1, "high": 32, "source": "observed"}})
+    spec = _spec(
+        "aten._ctc_loss.default",
+        (log_probs, torch.zeros(8, dtype=torch.long), [12, 9], [4, 4]),
+        constraints={"a.1": {"kind": "range", "low": 1, "high": 32, "source": "observed"}},
+    )
     result = replay(spec, get_backend("neuron"))
     assert result.status.value == "pass", result.reason
     # the loss itself (output 0) is still compared
     e = [torch.tensor([1.0, 2.0]), torch.zeros(2, 12, 9)]
-    assert not compare("aten._ctc_loss.default", e, [torch.tensor([1.0, 2.5]), torch.ones(2, 12, 9)], "exact").ok
+    assert not compare(
+        "aten._ctc_loss.default", e, [torch.tensor([1.0, 2.5]), torch.ones(2, 12, 9)], "exact"
+    ).ok
     assert compare("aten._ctc_loss.default", e, [torch.tensor([1.0, 2.0]), torch.ones(2, 12, 9)], "exact").ok

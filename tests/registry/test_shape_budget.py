@@ -56,9 +56,11 @@ def test_an_autocast_call_is_never_an_error_of_the_backend():
     """A case already in a registry (recorded before the import check): the backend raising what the
     CPU kernel raises for the call as recorded is unreplayable, not an error."""
     log = import_oplog.__globals__["parse_call"]  # the encoder of the log format
-    args, kwargs = log("aten.native_layer_norm_backward.default",
-                       "((T([4, 8, 16], f16), T([4, 8, 16], f16), [16], T([4, 8, 1], f32), T([4, 8, 1], f32), "
-                       "T([16], f16), T([16], f16), [True, True, True]), {})")
+    args, kwargs = log(
+        "aten.native_layer_norm_backward.default",
+        "((T([4, 8, 16], f16), T([4, 8, 16], f16), [16], T([4, 8, 1], f32), T([4, 8, 1], f32), "
+        "T([16], f16), T([16], f16), [True, True, True]), {})",
+    )
     from registry.encoding import signature
 
     spec = CaseSpec("aten.native_layer_norm_backward.default", signature(args, kwargs), {})
@@ -70,12 +72,35 @@ def test_an_autocast_call_is_never_an_error_of_the_backend():
 def test_import_and_run_agree_on_the_count(log, tmp_path, capsys):
     out = tmp_path / "r.parquet"
     for budget in (2**18, 2**20):
-        assert main(["registry", "import", str(log), "--out", str(out), "--shape-budget", str(budget), "--json"]) == 0
+        assert (
+            main(["registry", "import", str(log), "--out", str(out), "--shape-budget", str(budget), "--json"])
+            == 0
+        )
         imported = json.loads(capsys.readouterr().out)
         assert imported["shape_budget"] == budget and imported["cases"] == len(Registry.load(out))
         run_dir = tmp_path / f"run-{budget}"
-        assert main(["run", "--tier", "unit", "--registry", str(out), "--backend", "neuron", "--workers", "1",
-                     "--out", str(run_dir), "--shape-budget", str(budget), "--no-progress", "--json"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "--tier",
+                    "unit",
+                    "--registry",
+                    str(out),
+                    "--backend",
+                    "neuron",
+                    "--workers",
+                    "1",
+                    "--out",
+                    str(run_dir),
+                    "--shape-budget",
+                    str(budget),
+                    "--no-progress",
+                    "--json",
+                ]
+            )
+            == 0
+        )
         ran = json.loads(capsys.readouterr().out)
         assert ran["scaling"]["shape_budget"] == budget
         assert ran["scaling"]["scaled"] == imported["scaled"]

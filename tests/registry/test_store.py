@@ -9,9 +9,22 @@ from registry.schema import METADATA_KEY, SCHEMA_VERSION, Entry, Provenance
 from registry.store import Registry, RegistryFormatError
 
 
-def _entry(op="aten.neg.default", sig='{"a":[{"T":[3],"dt":"f32"}],"k":{}}', model="m1", count=2, phase="forward",
-           weight=5.0, constraints=None):
-    return Entry(op, sig, constraints or {}, [{"T": [3], "dt": "f32"}], [Provenance(model, "representative", phase, "real", weight, count)])
+def _entry(
+    op="aten.neg.default",
+    sig='{"a":[{"T":[3],"dt":"f32"}],"k":{}}',
+    model="m1",
+    count=2,
+    phase="forward",
+    weight=5.0,
+    constraints=None,
+):
+    return Entry(
+        op,
+        sig,
+        constraints or {},
+        [{"T": [3], "dt": "f32"}],
+        [Provenance(model, "representative", phase, "real", weight, count)],
+    )
 
 
 def test_save_load_round_trips_exactly(tmp_path, bert_registry):
@@ -76,8 +89,12 @@ def test_diff_names_added_and_removed_ops_and_signatures():
     old = Registry([_entry(), _entry(op="aten.abs.default")])
     new = Registry([_entry(), _entry(op="aten.exp.default")])
     d = new.diff(old).to_dict()
-    assert d == {"signatures_added": 1, "signatures_removed": 1, "ops_added": ["aten.exp.default"],
-                 "ops_removed": ["aten.abs.default"]}
+    assert d == {
+        "signatures_added": 1,
+        "signatures_removed": 1,
+        "ops_added": ["aten.exp.default"],
+        "ops_removed": ["aten.abs.default"],
+    }
 
 
 def test_bundled_registry_is_a_valid_registry_at_scale():

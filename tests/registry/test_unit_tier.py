@@ -25,7 +25,11 @@ def test_execute_many_gives_one_op_result_per_payload(registry_file):
     results = unit_tier.execute_many([c.payload for c in cases], "cpu")
     assert len(results) == len(cases) and all(len(r) == 1 and r[0].stage == "op" for r in results)
     statuses = {r[0].status.value for r in results}
-    assert statuses <= {"pass", "skipped"}, [(c.case_id, r[0].reason) for c, r in zip(cases, results) if r[0].status.value not in ("pass", "skipped")]
+    assert statuses <= {"pass", "skipped"}, [
+        (c.case_id, r[0].reason)
+        for c, r in zip(cases, results)
+        if r[0].status.value not in ("pass", "skipped")
+    ]
     assert sum(r[0].status.value == "pass" for r in results) >= 0.95 * len(results)
 
 

@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+from reports_synth import base_rows, set_status
 
 from harness.cli import main
 from reports.compare import compare_runs
@@ -13,7 +14,6 @@ from reports.coverage import summarize
 from reports.html import write_report
 from reports.junit import write_junit
 from reports.tables import read_results
-from reports_synth import base_rows, set_status
 
 
 def _blamed_rows():
@@ -50,8 +50,10 @@ def test_coverage_splits_non_passes_by_blame_and_keeps_denominators(blamed_run):
     on_device = next(lv for lv in cov.levels if (lv.tier, lv.level) == ("full", "on_device"))
     assert on_device.not_reached_by_blame["backend"] == 2  # full/d's two models: a fallback is the device's
     # the report leads with the backend's failures, most models first
-    assert [(f["case_id"], f["stage"]) for f in cov.backend_failures][:2] == [("full/d", "on_device"),
-                                                                              ("rep/vit", "forward")]
+    assert [(f["case_id"], f["stage"]) for f in cov.backend_failures][:2] == [
+        ("full/d", "on_device"),
+        ("rep/vit", "forward"),
+    ]
     assert all(f["status"] != "not_attempted" for f in cov.backend_failures)
     keys = {(r["tier"], r["stage"], r["blame"]) for r in cov.failures_by_blame}
     assert ("unit", "op", "harness") in keys and ("representative", "load", "upstream") in keys
@@ -99,7 +101,9 @@ def test_compare_gates_on_backend_regressions_and_lists_the_harness_debt(make_ru
 
     device = make_run("d", edit=lambda rows: _regress(rows, "rep/bert", "forward", "backend"))
     result = compare_runs(device, baseline, expectations=[], flaky=[])
-    assert result.exit_code == 1 and [v.case_id for v in result.of(result.verdicts[0].verdict.FAIL)] == ["rep/bert"]
+    assert result.exit_code == 1 and [v.case_id for v in result.of(result.verdicts[0].verdict.FAIL)] == [
+        "rep/bert"
+    ]
     # not judged (a run from before blame): it gates, not knowing whose it is must not let it through
     unjudged = make_run("u", edit=lambda rows: _regress(rows, "rep/bert", "forward", None))
     assert compare_runs(unjudged, baseline, expectations=[], flaky=[]).exit_code == 1

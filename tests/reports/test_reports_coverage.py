@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from reports_synth import base_rows
 
 from reports.coverage import fmt_rate, summarize, summarize_run
 from reports.tables import read_results
-from reports_synth import base_rows
 
 
 @pytest.fixture
@@ -51,8 +51,14 @@ def test_levels_count_models_and_downloads(cov):
     assert (computes.models_reached, computes.weight_reached) == (5, 1000.0)
     assert (device.models_reached, device.weight_reached, device.weight) == (3, 600.0, 1000.0)
     assert device.not_reached == {"fail": 2, "timeout": 1}
-    assert device.blockers[0] == {"stage": "on_device", "status": "fail", "reason": "fallback: aten::foo",
-                                  "blame": "none", "cases": 1, "models": 2}
+    assert device.blockers[0] == {
+        "stage": "on_device",
+        "status": "fail",
+        "reason": "fallback: aten::foo",
+        "blame": "none",
+        "cases": 1,
+        "models": 2,
+    }
     assert device.fmt_models() == "3/6 (50.0%)" and device.fmt_weight() == "600/1,000 (60.0%)"
 
 
@@ -70,8 +76,14 @@ def test_missing_stage_row_is_not_attempted_not_pass(make_run):
     cov = summarize(read_results(make_run(rows=rows)))
     device = _level(cov, "representative", "on_device")
     assert device.models_reached == 0
-    assert {"stage": "on_device", "status": "not_attempted", "reason": "stage not recorded", "blame": "none",
-            "cases": 1, "models": 1} in device.blockers
+    assert {
+        "stage": "on_device",
+        "status": "not_attempted",
+        "reason": "stage not recorded",
+        "blame": "none",
+        "cases": 1,
+        "models": 1,
+    } in device.blockers
 
 
 def test_trait_coverage(cov):
@@ -99,10 +111,18 @@ def _full_tier_rows(fallbacks: list[int | None]) -> list[dict]:
     rows = []
     for i, n in enumerate(fallbacks):
         for stage in ("load", "forward", "backward"):
-            rows.append({"tier": "full", "case_id": f"c{i}", "model_ids": [f"m{i}"], "stage": stage,
-                         "status": "pass", "weight": 10.0,
-                         "fallback_count": n if stage == "backward" else None,
-                         "fallback_ops": ["aten.index.Tensor"] if stage == "backward" and n else []})
+            rows.append(
+                {
+                    "tier": "full",
+                    "case_id": f"c{i}",
+                    "model_ids": [f"m{i}"],
+                    "stage": stage,
+                    "status": "pass",
+                    "weight": 10.0,
+                    "fallback_count": n if stage == "backward" else None,
+                    "fallback_ops": ["aten.index.Tensor"] if stage == "backward" and n else [],
+                }
+            )
     return rows
 
 
@@ -112,8 +132,10 @@ def test_on_device_derived_from_fallbacks_when_tier_has_no_such_stage(make_run):
     assert (device.models_reached, device.models) == (2, 4)
     assert device.not_reached == {"fail": 1, "not_attempted": 1}
     reasons = {(b["status"], b["reason"]) for b in device.blockers}
-    assert reasons == {("fail", "fallback: aten.index.Tensor"),
-                       ("not_attempted", "stage not recorded and no fallback count reported")}
+    assert reasons == {
+        ("fail", "fallback: aten.index.Tensor"),
+        ("not_attempted", "stage not recorded and no fallback count reported"),
+    }
     assert _level(cov, "full", "computes").models_reached == 4
 
 
@@ -121,8 +143,17 @@ def test_errors_group_by_exception_type(make_run):
     def edit(rows):
         for i, r in enumerate(rows):
             if r["tier"] == "full" and r["stage"] == "forward":
-                r.update(status="error", error_class="RuntimeError", reason=f"RuntimeError: shape {i} mismatch")
+                r.update(
+                    status="error", error_class="RuntimeError", reason=f"RuntimeError: shape {i} mismatch"
+                )
+
     cov = summarize_run(make_run(edit=edit))
     blockers = _level(cov, "full", "computes").blockers
-    assert blockers[0] == {"stage": "forward", "status": "error", "reason": "RuntimeError", "blame": "none", "cases": 2,
-                           "models": 5}
+    assert blockers[0] == {
+        "stage": "forward",
+        "status": "error",
+        "reason": "RuntimeError",
+        "blame": "none",
+        "cases": 2,
+        "models": 5,
+    }

@@ -12,25 +12,45 @@ import yaml
 from contracts.status import Verdict
 from harness.cli import main
 from reports import expectations
-from reports.verdicts import verdict_of
 from reports.expectations import Index, Rule
+from reports.verdicts import verdict_of
 
 
 def _run(tmp_path, rows, name="run"):
     rundir = tmp_path / name
     rundir.mkdir()
-    cols = {k: [r.get(k, "") for r in rows] for k in ("run_id", "tier", "case_id", "stage", "status", "error_class",
-                                                      "message", "reason")}
+    cols = {
+        k: [r.get(k, "") for r in rows]
+        for k in ("run_id", "tier", "case_id", "stage", "status", "error_class", "message", "reason")
+    }
     pq.write_table(pa.table(cols), rundir / "results.parquet")
     return rundir
 
 
 ROWS = [
     {"tier": "unit", "case_id": "aten.mm.default-aaa", "stage": "op", "status": "pass"},
-    {"tier": "unit", "case_id": "aten.conv.default-bbb", "stage": "op", "status": "error", "error_class": "RuntimeError",
-     "message": "convolution_overrideable not implemented"},
-    {"tier": "unit", "case_id": "aten.x.default-ccc", "stage": "op", "status": "fail", "reason": "mismatch: max_abs_err 3"},
-    {"tier": "unit", "case_id": "aten.y.default-ddd", "stage": "op", "status": "skipped", "reason": "unreplayable"},
+    {
+        "tier": "unit",
+        "case_id": "aten.conv.default-bbb",
+        "stage": "op",
+        "status": "error",
+        "error_class": "RuntimeError",
+        "message": "convolution_overrideable not implemented",
+    },
+    {
+        "tier": "unit",
+        "case_id": "aten.x.default-ccc",
+        "stage": "op",
+        "status": "fail",
+        "reason": "mismatch: max_abs_err 3",
+    },
+    {
+        "tier": "unit",
+        "case_id": "aten.y.default-ddd",
+        "stage": "op",
+        "status": "skipped",
+        "reason": "unreplayable",
+    },
     {"tier": "full", "case_id": "bert", "stage": "load", "status": "error"},
 ]
 
@@ -46,8 +66,11 @@ def test_one_verdict_vocabulary_against_expectations_alone():
 
 
 def test_rules_are_keyed_by_backend():
-    rules = [Rule("neuron only", backend="neuron", case_id="c"), Rule("everywhere", case_id="d"),
-             Rule("neuron-*", backend="neuron-*", case_id="e")]
+    rules = [
+        Rule("neuron only", backend="neuron", case_id="c"),
+        Rule("everywhere", case_id="d"),
+        Rule("neuron-*", backend="neuron-*", case_id="e"),
+    ]
     on_neuron = Index(rules, "neuron")
     assert [r.reason for r in on_neuron.matching("unit", "c", "op")] == ["neuron only"]
     assert on_neuron.matching("unit", "e", "op") == []
@@ -59,16 +82,23 @@ def test_rules_are_keyed_by_backend():
 
 def test_update_writes_failing_unit_cases_with_reasons_and_keeps_other_rules(tmp_path):
     path = tmp_path / "expectations.yaml"
-    path.write_text("version: 1\nexpectations:\n  - tier: full\n    case_id: 'bert*'\n    reason: 'hand-written'\n"
-                    "  - backend: cpu\n    tier: unit\n    case_id: aten.z.default-zzz\n    reason: other backend\n")
+    path.write_text(
+        "version: 1\nexpectations:\n  - tier: full\n    case_id: 'bert*'\n    reason: 'hand-written'\n"
+        "  - backend: cpu\n    tier: unit\n    case_id: aten.z.default-zzz\n    reason: other backend\n"
+    )
     summary = expectations.update_from_run(_run(tmp_path, ROWS), "neuron", path)
     assert summary["added"] == ["aten.conv.default-bbb", "aten.x.default-ccc"] and summary["removed"] == []
     data = yaml.safe_load(path.read_text())
     assert data["version"] == 1
     by_case = {e["case_id"]: e for e in data["expectations"]}
-    assert by_case["aten.conv.default-bbb"] == {"backend": "neuron", "tier": "unit", "case_id": "aten.conv.default-bbb",
-                                                "stage": "op", "status": ["error"],
-                                                "reason": "RuntimeError: convolution_overrideable not implemented"}
+    assert by_case["aten.conv.default-bbb"] == {
+        "backend": "neuron",
+        "tier": "unit",
+        "case_id": "aten.conv.default-bbb",
+        "stage": "op",
+        "status": ["error"],
+        "reason": "RuntimeError: convolution_overrideable not implemented",
+    }
     assert by_case["bert*"]["reason"] == "hand-written" and by_case["aten.z.default-zzz"]["backend"] == "cpu"
     loaded = {r.case_id: r for r in expectations.load_expectations(path)}
     assert loaded["aten.x.default-ccc"].reason == "mismatch: max_abs_err 3"
@@ -77,8 +107,11 @@ def test_update_writes_failing_unit_cases_with_reasons_and_keeps_other_rules(tmp
     later[1]["status"] = "pass"
     again = expectations.update_from_run(_run(tmp_path, later, "run2"), "neuron", path)
     assert again["removed"] == ["aten.conv.default-bbb"] and again["added"] == []
-    assert {r.case_id for r in expectations.load_expectations(path)} == {"bert*", "aten.z.default-zzz",
-                                                                        "aten.x.default-ccc"}
+    assert {r.case_id for r in expectations.load_expectations(path)} == {
+        "bert*",
+        "aten.z.default-zzz",
+        "aten.x.default-ccc",
+    }
 
 
 def test_check_reports_new_failures_and_improvements(tmp_path):

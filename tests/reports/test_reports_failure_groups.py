@@ -6,10 +6,10 @@ import json
 import re
 
 import pytest
-
 from fakes.openai_server import FakeOpenAI
-from harness.cli import main
 from reports_synth import set_status
+
+from harness.cli import main
 
 LLM_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "HARNESS_LLM_MODEL", "HARNESS_LLM_MAX_RETRIES")
 NO_KERNEL = dict(error_class="NotImplementedError", failing_op="aten::foo")
@@ -35,10 +35,12 @@ def report(run, capsys) -> dict:
 
 
 def table_rows(html: str) -> list[list[str]]:
-    section = html[html.index('id="failure-groups-table"'):]
-    section = section[:section.index("</table>")]
+    section = html[html.index('id="failure-groups-table"') :]
+    section = section[: section.index("</table>")]
     rows = re.findall(r"<tr>(.*?)</tr>", section, re.S)[1:]  # skip the header
-    return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in rows]
+    return [
+        [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in rows
+    ]
 
 
 def test_failures_grouped_by_rules(make_run, capsys):
@@ -73,15 +75,26 @@ def test_run_without_failures_says_so(make_run, capsys):
     report(run, capsys)
     assert json.loads((run / "failure_groups.json").read_text())["groups"] == []
     html = (run / "report.html").read_text()
-    section = html[html.index('id="failure-groups"'):html.index('id="baseline"')]
+    section = html[html.index('id="failure-groups"') : html.index('id="baseline"')]
     assert "0 failing" in section and "No failures." in section
 
 
 def test_llm_merges_groups_when_configured(make_run, capsys, monkeypatch):
     run = make_run(edit=two_missing_kernels)
     # rule groups, in order: g1 forward no-kernel (2), g2 full/g timeout, g3 rep/gpt2, g4 full/d, g5 unit/op3
-    merge = {"content": json.dumps({"groups": [{"group_ids": ["g1", "g3", "g4"], "root_cause": "unsupported_op",
-                                                "summary": "ops the backend lacks"}]})}
+    merge = {
+        "content": json.dumps(
+            {
+                "groups": [
+                    {
+                        "group_ids": ["g1", "g3", "g4"],
+                        "root_cause": "unsupported_op",
+                        "summary": "ops the backend lacks",
+                    }
+                ]
+            }
+        )
+    }
     with FakeOpenAI([merge]) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
         monkeypatch.setenv("HARNESS_LLM_MODEL", "fake-model")

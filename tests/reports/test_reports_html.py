@@ -8,9 +8,9 @@ import shutil
 import subprocess
 
 import pytest
+from reports_synth import set_status
 
 from harness.cli import main
-from reports_synth import set_status
 
 
 def _report(run, capsys, *extra):
@@ -46,14 +46,17 @@ def test_html_is_self_contained(make_run, capsys):
 def test_new_failures_and_history(make_run, tmp_path, capsys):
     base = make_run("base", started_at="2026-11-27T01:00:00")
     main(["baseline", "update", str(base), "--dir", str(tmp_path / "bl")])
-    run = make_run("today", started_at="2026-11-28T01:00:00",
-                   edit=lambda rows: set_status(rows, "rep/bert", "forward", "error", error_class="RuntimeError"))
+    run = make_run(
+        "today",
+        started_at="2026-11-28T01:00:00",
+        edit=lambda rows: set_status(rows, "rep/bert", "forward", "error", error_class="RuntimeError"),
+    )
     capsys.readouterr()
     out = _report(run, capsys, "--baseline", str(tmp_path / "bl"))
     assert out["new_failures"] == 1 and out["baseline"] == str(tmp_path / "bl")
     html = (run / "report.html").read_text()
     assert re.search(r'New failures since the baseline: <a href="#baseline" class="bad"><b>1</b>', html)
-    section = html[html.index('id="new-failures-table"'):]
+    section = html[html.index('id="new-failures-table"') :]
     assert "rep/bert" in section and "forward" in section
     assert "2 run(s) shown" in html  # base and today, the two runs under runs/
 
@@ -69,9 +72,20 @@ def test_report_in_headless_chromium(make_run, tmp_path, capsys):
         pytest.skip("needs a headless chromium binary (apt-get install chromium); .ci/run installs it")
     run = make_run()
     _report(run, capsys, "--no-baseline")
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", (run / "report.html").as_uri()]
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--dump-dom",
+        (run / "report.html").as_uri(),
+    ]
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=180).stdout
     text = re.sub(r"<[^>]+>", " ", dom)
     assert "Coverage report: run1" in text
@@ -85,8 +99,10 @@ def test_report_in_headless_chromium(make_run, tmp_path, capsys):
 def test_minimal_run_meta_still_reports(tmp_path, capsys):
     from reports.tables import write_run_tables
 
-    rows = [{"tier": "unit", "case_id": "u1", "stage": "op", "status": "pass"},
-            {"tier": "unit", "case_id": "u2", "stage": "op", "status": "crash", "error_class": "SIGSEGV"}]
+    rows = [
+        {"tier": "unit", "case_id": "u1", "stage": "op", "status": "pass"},
+        {"tier": "unit", "case_id": "u2", "stage": "op", "status": "crash", "error_class": "SIGSEGV"},
+    ]
     write_run_tables(tmp_path / "r", {}, rows)  # no run id, no start time, no backend
     out = _report(tmp_path / "r", capsys, "--no-baseline")
     html = (tmp_path / "r" / "report.html").read_text()

@@ -10,10 +10,10 @@ import textwrap
 
 import pyarrow.parquet as pq
 import pytest
+from reports_synth import base_rows
 
 from reports.schema import META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES, column_names, required_columns
 from reports.tables import SchemaVersionError, read_results, read_table, write_run_tables
-from reports_synth import base_rows
 
 TABLE_NAMES = ("runs", "results", "fallbacks", "per_op")
 
@@ -118,13 +118,17 @@ def test_duckdb_reads_tables(make_run):
     con = duckdb.connect()
     got = con.execute(
         f"SELECT tier, stage, count(*) FILTER (WHERE status = 'pass'), count(*) FROM '{run}/results.parquet' "
-        "WHERE tier = 'full' AND stage = 'on_device' GROUP BY ALL").fetchall()
+        "WHERE tier = 'full' AND stage = 'on_device' GROUP BY ALL"
+    ).fetchall()
     assert got == [("full", "on_device", 1, 3)]
-    models = con.execute(f"SELECT sum(len(model_ids)) FROM '{run}/results.parquet' WHERE stage = 'load' "
-                         "AND tier = 'full'").fetchone()[0]
+    models = con.execute(
+        f"SELECT sum(len(model_ids)) FROM '{run}/results.parquet' WHERE stage = 'load' AND tier = 'full'"
+    ).fetchone()[0]
     assert models == 6
-    modality = con.execute(f"SELECT DISTINCT json_extract_string(traits, '$.modality') FROM '{run}/results.parquet' "
-                           "WHERE tier = 'full' ORDER BY 1").fetchall()
+    modality = con.execute(
+        f"SELECT DISTINCT json_extract_string(traits, '$.modality') FROM '{run}/results.parquet' "
+        "WHERE tier = 'full' ORDER BY 1"
+    ).fetchall()
     assert modality == [("text",), ("vision",)]
     for name in TABLE_NAMES:
         cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM '{run}/{name}.parquet'").fetchall()]
@@ -152,17 +156,27 @@ def test_pandas_reads_tables_without_the_harness(make_run, tmp_path):
                     raise ImportError("blocked: " + name)
         sys.meta_path.insert(0, Block())
         import pandas as pd
-        df = pd.read_parquet({str(run / 'results.parquet')!r})
-        runs = pd.read_parquet({str(run / 'runs.parquet')!r})
-        pd.read_parquet({str(run / 'fallbacks.parquet')!r}); pd.read_parquet({str(run / 'per_op.parquet')!r})
+        df = pd.read_parquet({str(run / "results.parquet")!r})
+        runs = pd.read_parquet({str(run / "runs.parquet")!r})
+        pd.read_parquet({str(run / "fallbacks.parquet")!r}); pd.read_parquet({str(run / "per_op.parquet")!r})
         assert not any(m.split(".")[0] in ("harness", "reports") for m in sys.modules)
         print(len(df), int((df.status == "pass").sum()), int(runs.schema_version[0]))
     """)
-    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert out.returncode == 0, out.stderr
     rows = base_rows()
-    assert out.stdout.split() == [str(len(rows)), str(sum(r["status"] == "pass" for r in rows)), str(SCHEMA_VERSION)]
+    assert out.stdout.split() == [
+        str(len(rows)),
+        str(sum(r["status"] == "pass" for r in rows)),
+        str(SCHEMA_VERSION),
+    ]
 
 
 def test_every_column_is_documented():

@@ -14,7 +14,11 @@ OPS = {
     "softmax": lambda torch: torch.softmax(torch.ones(2, 4, device="neuron"), -1),
     "add": lambda torch: torch.ones(3, device="neuron") + 1,
 }
-ATEN = {"sort": "aten.sort.default", "softmax": "aten._softmax.default", "add": "aten.add.Tensor"}  # as unit cases name it
+ATEN = {
+    "sort": "aten.sort.default",
+    "softmax": "aten._softmax.default",
+    "add": "aten.add.Tensor",
+}  # as unit cases name it
 
 
 class FaultTier:
@@ -28,7 +32,9 @@ class FaultTier:
         import backend as _device  # noqa: F401  (registers neuron and loads NEURON_FAULTS)
 
     def cases(self, inputs) -> list[Case]:
-        return [Case(case_id=name, tier=self.name, payload={"op": ATEN[name]}, model_ids=[name]) for name in OPS]
+        return [
+            Case(case_id=name, tier=self.name, payload={"op": ATEN[name]}, model_ids=[name]) for name in OPS
+        ]
 
     def execute(self, case: Case, backend: str) -> list[StageResult]:
         import torch

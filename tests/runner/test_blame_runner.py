@@ -11,19 +11,33 @@ from harness.engine.runner import RunOptions, run_tier
 from harness.engine.workers import WorkerLimits
 from runner.conftest import TRIVIAL
 
-CASES = [("dev-segv", "device:segv"), ("both-segv", "segv"), ("dev-fail", "device:fail"), ("both-fail", "fail"),
-         ("ok", "pass")]
+CASES = [
+    ("dev-segv", "device:segv"),
+    ("both-segv", "segv"),
+    ("dev-fail", "device:fail"),
+    ("both-fail", "fail"),
+    ("ok", "pass"),
+]
 
 
 def _opts(tmp_path, case_file, backend="neuron"):
-    return RunOptions(tier=TRIVIAL, out=tmp_path / "run", backend=backend, models=case_file(CASES), workers=1,
-                      limits=WorkerLimits(timeout=60), progress=False)
+    return RunOptions(
+        tier=TRIVIAL,
+        out=tmp_path / "run",
+        backend=backend,
+        models=case_file(CASES),
+        workers=1,
+        limits=WorkerLimits(timeout=60),
+        progress=False,
+    )
 
 
 def _blames(run_dir):
     df = pd.read_parquet(run_dir / "results.parquet")
-    return {(r.case_id, r.stage): (r.status, r.blame if isinstance(r.blame, str) else None)
-            for r in df.itertuples()}, df
+    return {
+        (r.case_id, r.stage): (r.status, r.blame if isinstance(r.blame, str) else None)
+        for r in df.itertuples()
+    }, df
 
 
 def test_device_only_failures_are_the_backends_and_shared_ones_the_harness(tmp_path, case_file):
@@ -43,7 +57,10 @@ def test_device_only_failures_are_the_backends_and_shared_ones_the_harness(tmp_p
     again = run_tier(_opts(tmp_path, case_file))
     assert again["ran"] == 0 and again["by_stage_blame"] == summary["by_stage_blame"]
     run_json = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert run_json["tiers"]["trivial"]["reference_ran"] == 0 and run_json["tiers"]["trivial"]["reference_cases"] == 4
+    assert (
+        run_json["tiers"]["trivial"]["reference_ran"] == 0
+        and run_json["tiers"]["trivial"]["reference_cases"] == 4
+    )
 
 
 def test_on_the_reference_backend_nothing_is_re_run_and_backend_is_impossible(tmp_path, case_file):
@@ -62,8 +79,16 @@ def test_a_model_that_crashes_the_device_worker_is_the_backends(tmp_path, monkey
     faults = tmp_path / "faults.yaml"
     faults.write_text("version: 1\nfaults:\n  - {name: gelu-crash, op: aten.gelu, kind: crash}\n")
     monkeypatch.setenv("NEURON_FAULTS", str(faults))  # the workers inherit it; the cpu reference ignores it
-    run_tier(RunOptions(tier="runner.model_tier:TIER", out=tmp_path / "run", backend="neuron", workers=1,
-                        limits=WorkerLimits(timeout=300), progress=False))
+    run_tier(
+        RunOptions(
+            tier="runner.model_tier:TIER",
+            out=tmp_path / "run",
+            backend="neuron",
+            workers=1,
+            limits=WorkerLimits(timeout=300),
+            progress=False,
+        )
+    )
     blames, df = _blames(tmp_path / "run")
     assert blames[("catalog/bert", "load")] == ("crash", "backend")
     assert blames[("catalog/bert", "forward")] == ("crash", "backend")

@@ -6,12 +6,12 @@ time."""
 
 from __future__ import annotations
 
+from contracts.records import Case
+from harness.engine.chunks import chunk_cases
 from harness.engine.executors.local import LocalExecutor
 from harness.engine.journal import Journal
 from harness.engine.runner import RunOptions, run_tier
-from harness.engine.chunks import chunk_cases
 from harness.engine.workers import WorkerLimits
-from contracts.records import Case
 from runner.conftest import CHUNKED
 
 
@@ -26,8 +26,19 @@ def test_chunks_ramp_up_from_one_case_and_keep_every_case_in_order():
 
 
 def _run(out, models, **kw):
-    return run_tier(RunOptions(tier=CHUNKED, out=out, backend="cpu", models=models, workers=1, progress=False,
-                               order="listed", limits=WorkerLimits(timeout=60), **kw))
+    return run_tier(
+        RunOptions(
+            tier=CHUNKED,
+            out=out,
+            backend="cpu",
+            models=models,
+            workers=1,
+            progress=False,
+            order="listed",
+            limits=WorkerLimits(timeout=60),
+            **kw,
+        )
+    )
 
 
 def test_a_regression_in_the_first_case_stops_fail_fast_before_a_whole_chunk_ran(tmp_path, case_file):
@@ -41,8 +52,10 @@ def test_a_regression_in_the_first_case_stops_fail_fast_before_a_whole_chunk_ran
 
 
 def test_a_dead_chunks_rows_land_case_by_case_the_hang_before_the_rest_reruns():
-    cases = [Case(case_id=i, tier="trivial_chunked", payload={"action": a}, model_ids=[i])
-             for i, a in (("p0", "pass"), ("hang", "hang"), ("p1", "pass"), ("p2", "pass"))]
+    cases = [
+        Case(case_id=i, tier="trivial_chunked", payload={"action": a}, model_ids=[i])
+        for i, a in (("p0", "pass"), ("hang", "hang"), ("p1", "pass"), ("p2", "pass"))
+    ]
     landed: list[list[tuple[str, str]]] = []
     executor = LocalExecutor(CHUNKED, "cpu", 1, WorkerLimits(timeout=3.0))
     executor.run([(cases, True)], lambda outs: landed.append([(o.case_id, o.status) for o in outs]))

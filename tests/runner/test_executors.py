@@ -36,11 +36,15 @@ def test_each_worker_gets_its_share_of_the_cores_as_an_integer(tmp_path, case_fi
 
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     cases = case_file([(f"env{i}", "env") for i in range(4)])
-    run_tier(RunOptions(tier=TRIVIAL, out=tmp_path / "run", backend="cpu", models=cases, workers=2, progress=False))
+    run_tier(
+        RunOptions(tier=TRIVIAL, out=tmp_path / "run", backend="cpu", models=cases, workers=2, progress=False)
+    )
     rows = pd.read_parquet(tmp_path / "run" / "results.parquet")
     seen = [json.loads(m) for m in rows.loc[rows["stage"] == "run", "metrics"]]
     assert len(seen) == 4
-    assert all(m == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"} for m in seen), seen
+    assert all(
+        m == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"} for m in seen
+    ), seen
 
 
 def test_worker_threads_share_the_cores():
@@ -67,11 +71,22 @@ def test_local_workers_start_up_while_the_cases_are_listed(tmp_path, case_file, 
 
     setup_dir = _prestart_env(monkeypatch, tmp_path, expect=2)
     cases = case_file([(f"c{i}", "pass") for i in range(6)])
-    summary = run_tier(RunOptions(tier=PRESTART, out=tmp_path / "run", backend="cpu", models=cases, workers=2,
-                                  progress=False, use_baseline=False))
+    summary = run_tier(
+        RunOptions(
+            tier=PRESTART,
+            out=tmp_path / "run",
+            backend="cpu",
+            models=cases,
+            workers=2,
+            progress=False,
+            use_baseline=False,
+        )
+    )
     assert summary["counts"] == {"pass": 6}
     started = {int(p.stem) for p in setup_dir.iterdir()}
-    outcomes = [json.loads(line)["outcome"] for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    outcomes = [
+        json.loads(line)["outcome"] for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()
+    ]
     # both were started once; the cases ran in those processes only (which of the two takes the
     # trivial cases is the scheduler's business: one may finish them all before the other asks)
     used = {o["worker"]["pid"] for o in outcomes}
@@ -80,13 +95,22 @@ def test_local_workers_start_up_while_the_cases_are_listed(tmp_path, case_file, 
     assert len(firsts) == len(used) and all("startup_overlapped_seconds" in w for w in firsts)
 
 
-def test_pre_started_workers_are_stopped_when_the_listing_fails_or_nothing_runs(tmp_path, case_file, monkeypatch):
+def test_pre_started_workers_are_stopped_when_the_listing_fails_or_nothing_runs(
+    tmp_path, case_file, monkeypatch
+):
     from harness.engine.runner import RunOptions, run_tier
 
     setup_dir = _prestart_env(monkeypatch, tmp_path, expect=1)
     monkeypatch.setenv("TRIVIAL_LISTING_FAILS", "1")
-    opts = RunOptions(tier=PRESTART, out=tmp_path / "run", backend="cpu", models=case_file([("a", "pass")]),
-                      workers=2, progress=False, use_baseline=False)
+    opts = RunOptions(
+        tier=PRESTART,
+        out=tmp_path / "run",
+        backend="cpu",
+        models=case_file([("a", "pass")]),
+        workers=2,
+        progress=False,
+        use_baseline=False,
+    )
     with pytest.raises(RuntimeError, match="planted listing failure"):
         run_tier(opts)
     pids = {int(p.stem) for p in setup_dir.iterdir()}

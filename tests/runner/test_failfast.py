@@ -17,8 +17,19 @@ IDS = [f"c{i}" for i in range(8)]
 
 
 def _run(out, models, **kw):
-    return run_tier(RunOptions(tier=TRIVIAL, out=out, backend="cpu", models=models, workers=1, progress=False,
-                               order="listed", limits=WorkerLimits(timeout=60), **kw))
+    return run_tier(
+        RunOptions(
+            tier=TRIVIAL,
+            out=out,
+            backend="cpu",
+            models=models,
+            workers=1,
+            progress=False,
+            order="listed",
+            limits=WorkerLimits(timeout=60),
+            **kw,
+        )
+    )
 
 
 @pytest.fixture
@@ -29,14 +40,24 @@ def baseline(tmp_path, case_file):
     return path
 
 
-def test_exitfirst_stops_at_the_first_regressing_case_and_the_same_command_continues(tmp_path, case_file, baseline):
+def test_exitfirst_stops_at_the_first_regressing_case_and_the_same_command_continues(
+    tmp_path, case_file, baseline
+):
     broken = case_file([(i, "fail" if i in ("c1", "c3", "c6") else "pass") for i in IDS], "broken.json")
     out = tmp_path / "run"
     first = _run(out, broken, baseline=str(baseline), maxfail=1)
     # c1 failed in the baseline too: no regression; c3 is the first, and nothing after it ran
     assert first["stopped"]["regressions"] == [
-        {"case_id": "c3", "stage": "check", "status": "fail", "reason": "mismatch", "failing_op": None,
-         "verdict": "FAIL", "detail": "pass -> fail"}]
+        {
+            "case_id": "c3",
+            "stage": "check",
+            "status": "fail",
+            "reason": "mismatch",
+            "failing_op": None,
+            "verdict": "FAIL",
+            "detail": "pass -> fail",
+        }
+    ]
     assert Journal(out).done("trivial") == {"c0", "c1", "c2", "c3"}
     assert first["stopped"]["not_run"] == 4 and first["ran"] == 4
     second = _run(out, broken, baseline=str(baseline), maxfail=1)
@@ -68,9 +89,26 @@ def test_maxfail_without_a_baseline_of_the_tier_is_a_clear_error(tmp_path, case_
 
 def test_cli_exitfirst_exits_1_with_the_regression_in_json(tmp_path, case_file, baseline, subprocess_env):
     broken = case_file([(i, "fail" if i == "c5" else "pass") for i in IDS], "broken.json")
-    cmd = harness_cmd("run", "--tier", TRIVIAL, "--backend", "cpu", "--models", broken, "--workers", "1",
-                      "--order", "listed", "--baseline", str(baseline), "-x", "--out", str(tmp_path / "run"),
-                      "--no-progress", "--json")
+    cmd = harness_cmd(
+        "run",
+        "--tier",
+        TRIVIAL,
+        "--backend",
+        "cpu",
+        "--models",
+        broken,
+        "--workers",
+        "1",
+        "--order",
+        "listed",
+        "--baseline",
+        str(baseline),
+        "-x",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-progress",
+        "--json",
+    )
     proc = subprocess.run(cmd, env=subprocess_env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["stopped"]["regressions"][0]["case_id"] == "c5"

@@ -31,7 +31,10 @@ def test_a_planted_lost_lowering_makes_a_passing_unit_case_a_fallback_regression
     finally:
         faults.clear()
     # still a pass: only the recorded fallback op tells the lowering is gone
-    assert lost.stages[0]["status"] == "pass" and "aten.gelu.default" in lost.stages[0]["metrics"]["fallback_ops"]
+    assert (
+        lost.stages[0]["status"] == "pass"
+        and "aten.gelu.default" in lost.stages[0]["metrics"]["fallback_ops"]
+    )
     stop = StopAtRegressions(baseline, maxfail=1, backend="neuron")
     assert stop.add([lost]) and stop.regressions[0]["verdict"] == "FALLBACK_REGRESSION"
     assert "aten.gelu.default" in stop.regressions[0]["detail"]
@@ -41,9 +44,20 @@ def test_a_planted_lost_lowering_makes_a_passing_unit_case_a_fallback_regression
 
 def test_a_changed_failure_is_a_regression_and_the_same_failure_is_not():
     def case(error_class):
-        return CaseOutcome(case_id="c", tier="unit", stages=[{
-            "stage": "op", "status": "error", "reason": "op raised on the backend", "error_class": error_class,
-            "failing_op": "aten.mm.default", "metrics": {"fallback_ops": []}}])
+        return CaseOutcome(
+            case_id="c",
+            tier="unit",
+            stages=[
+                {
+                    "stage": "op",
+                    "status": "error",
+                    "reason": "op raised on the backend",
+                    "error_class": error_class,
+                    "failing_op": "aten.mm.default",
+                    "metrics": {"fallback_ops": []},
+                }
+            ],
+        )
 
     baseline = outcome_frame([case("RuntimeError")])
     assert gated_regressions(outcome_frame([case("RuntimeError")]), baseline, "neuron") == []

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from contracts.records import Case
+from contracts.tiers import load_tier
 from harness.engine import listing_cache as lc
 from harness.engine.runner import RunOptions, list_cases
-from contracts.tiers import load_tier
 
 SAMPLE = Path(__file__).resolve().parents[2] / "registry" / "data" / "sample.parquet"
 
@@ -30,8 +30,11 @@ def _lister(n=3):
 
     def list_fn():
         calls.append(1)
-        return [Case(case_id=f"c{i}", tier="unit", payload={"op": "aten.add", "shape": (2, i)}, weight=float(i))
-                for i in range(n)]
+        return [
+            Case(case_id=f"c{i}", tier="unit", payload={"op": "aten.add", "shape": (2, i)}, weight=float(i))
+            for i in range(n)
+        ]
+
     return list_fn, calls
 
 
@@ -49,12 +52,15 @@ def test_unchanged_inputs_are_a_hit_with_the_same_cases(tmp_path, cache):
     assert lc.cached_listing(opts, cache, True, list_fn)[1]["status"] == "hit"
 
 
-@pytest.mark.parametrize("change", ["content", "limit", "shard", "option", "backend", "env", "library", "code"])
+@pytest.mark.parametrize(
+    "change", ["content", "limit", "shard", "option", "backend", "env", "library", "code"]
+)
 def test_whatever_can_change_the_list_changes_the_key(tmp_path, cache, monkeypatch, change):
     reg = tmp_path / "reg.parquet"
     reg.write_bytes(b"registry v1")
-    opts = RunOptions(tier="upstream", out=tmp_path / "run", registry=str(reg), limit=3,
-                      tier_options={"ops": "add"})
+    opts = RunOptions(
+        tier="upstream", out=tmp_path / "run", registry=str(reg), limit=3, tier_options={"ops": "add"}
+    )
     before = lc.cache_key(opts)
     if change == "content":
         reg.write_bytes(b"registry v2")
@@ -89,11 +95,20 @@ def test_the_code_version_covers_data_files_of_the_packages():
     """The bundled registry and the data tables are part of what the key hashes."""
     stamp = lc.content_stamp(lc._ROOT / "registry")
     assert stamp == lc.content_stamp(lc._ROOT / "registry")  # deterministic
-    assert SAMPLE.is_file() and lc.content_stamp(SAMPLE) != lc.content_stamp(lc._ROOT / "registry" / "data" / "tolerances.yaml")
+    assert SAMPLE.is_file() and lc.content_stamp(SAMPLE) != lc.content_stamp(
+        lc._ROOT / "registry" / "data" / "tolerances.yaml"
+    )
 
 
-@pytest.mark.parametrize("damage", [b"{not json", b'{"format": 1, "key": "x", "cases": []}',
-                                    b'{"format": 1, "key": "KEY", "cases": [{"nope": 1}]}', b""])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"{not json",
+        b'{"format": 1, "key": "x", "cases": []}',
+        b'{"format": 1, "key": "KEY", "cases": [{"nope": 1}]}',
+        b"",
+    ],
+)
 def test_a_damaged_cache_file_is_a_recorded_miss_and_is_rewritten(tmp_path, cache, capsys, damage):
     opts = RunOptions(tier="unit", out=tmp_path / "run", limit=2)
     list_fn, calls = _lister()
@@ -144,11 +159,19 @@ def test_the_unit_tier_lists_once_then_comes_from_the_cache(tmp_path, cache, mon
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     first_rec, second_rec = {}, {}
-    first = list_cases(tier, RunOptions(tier="unit", out=tmp_path / "a", registry=str(reg), limit=20),
-                       tmp_path / "a", first_rec)
+    first = list_cases(
+        tier,
+        RunOptions(tier="unit", out=tmp_path / "a", registry=str(reg), limit=20),
+        tmp_path / "a",
+        first_rec,
+    )
     monkeypatch.setattr(tier, "cases", lambda inputs: pytest.fail("listed again"))
-    second = list_cases(tier, RunOptions(tier="unit", out=tmp_path / "b", registry=str(reg), limit=20),
-                        tmp_path / "b", second_rec)
+    second = list_cases(
+        tier,
+        RunOptions(tier="unit", out=tmp_path / "b", registry=str(reg), limit=20),
+        tmp_path / "b",
+        second_rec,
+    )
     assert (first_rec["status"], second_rec["status"]) == ("miss", "hit")
     assert first == second and len(first) == 20
     saved = json.loads((tmp_path / "b" / "cases-unit.json").read_text())["cases"]

@@ -6,16 +6,17 @@ import json
 
 import pytest
 
+from contracts.records import ModelSpec
 from harness.tiers import population
 from harness.tiers.population import Member, dedupe_cases, load_population
-from contracts.records import ModelSpec
 
 
 @pytest.fixture
 def fake_signature(monkeypatch):
     """Stand-in for harness.build.signature.architecture_signature: type + hidden size decide the architecture."""
-    monkeypatch.setattr(population, "_case_key",
-                        lambda item: f"{item[0]}/h{item[2].get('hidden_size', 'default')}")
+    monkeypatch.setattr(
+        population, "_case_key", lambda item: f"{item[0]}/h{item[2].get('hidden_size', 'default')}"
+    )
     monkeypatch.setattr(population, "_known_type", lambda t: t in {"bert", "llama"})
 
 
@@ -24,9 +25,14 @@ def _m(mid, mtype, downloads, **config):
 
 
 def test_dedupe_groups_identical_architectures_and_keeps_unrunnable(fake_signature):
-    members = [_m("a", "bert", 5, hidden_size=768), _m("b", "bert", 50, hidden_size=768),
-               _m("c", "bert", 1, hidden_size=1024), _m("d", "llama", 7),
-               Member("e", 3, not_runnable="no_config"), Member("f", 4, not_runnable="no_config")]
+    members = [
+        _m("a", "bert", 5, hidden_size=768),
+        _m("b", "bert", 50, hidden_size=768),
+        _m("c", "bert", 1, hidden_size=1024),
+        _m("d", "llama", 7),
+        Member("e", 3, not_runnable="no_config"),
+        Member("f", 4, not_runnable="no_config"),
+    ]
     cases = dedupe_cases(members)
     by_id = {c.case_id: c for c in cases}
     assert set(by_id) == {"bert/h768", "bert/h1024", "llama/hdefault", "not_attempted/no_config"}
@@ -42,9 +48,16 @@ def test_dedupe_groups_identical_architectures_and_keeps_unrunnable(fake_signatu
 def test_snapshot_records_become_members_with_reasons(tmp_path, monkeypatch):
     monkeypatch.setattr(population, "_known_type", lambda t: t == "bert")
     path = tmp_path / "snap.jsonl"
-    rows = [{"id": "ok", "downloads": 9, "model_type": "bert", "config": {"model_type": "bert", "hidden_size": 8}},
-            {"id": "weird", "downloads": 1, "model_type": "notatype", "config": {"model_type": "notatype"}},
-            {"id": "bare", "downloads": 2}]
+    rows = [
+        {
+            "id": "ok",
+            "downloads": 9,
+            "model_type": "bert",
+            "config": {"model_type": "bert", "hidden_size": 8},
+        },
+        {"id": "weird", "downloads": 1, "model_type": "notatype", "config": {"model_type": "notatype"}},
+        {"id": "bare", "downloads": 2},
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     members = {m.model_id: m for m in load_population(str(path))}
     assert members["ok"].spec is not None and members["ok"].spec.config["hidden_size"] == 8

@@ -4,31 +4,37 @@ recorded ops; `harness nightly --models CRAWL` takes its representatives from th
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from contracts.records import Case, ModelSpec
+from contracts.tiers import TierInputs
 from harness.tiers import quick_subset
 from harness.tiers.representative import RepresentativeTier
-from contracts.tiers import TierInputs
 from registry.schema import Entry, Provenance
 from registry.store import Registry
 from registry.unit_tier import bundled_registry_path, cases, coverage_order, op_dtype
 
 
 def _unit(op, dt, weight, n):
-    return Case(case_id=f"{op}-{dt}-{n}", tier="unit", weight=weight,
-                payload={"op": op, "signature": f'{{"a":[{{"T":[{n}],"dt":"{dt}"}}],"k":{{}}}}'})
+    return Case(
+        case_id=f"{op}-{dt}-{n}",
+        tier="unit",
+        weight=weight,
+        payload={"op": op, "signature": f'{{"a":[{{"T":[{n}],"dt":"{dt}"}}],"k":{{}}}}'},
+    )
 
 
 def test_round_robin_covers_every_op_dtype_before_repeating():
     items = [_unit("aten.mm.default", "f32", 100.0, n) for n in range(5)]
     items += [_unit("aten.mm.default", "bf16", 1.0, 1), _unit("aten.add.Tensor", "f32", 50.0, 1)]
     order = coverage_order(items)
-    assert {op_dtype(c) for c in order[:3]} == {("aten.mm.default", "f32"), ("aten.mm.default", "bf16"),
-                                                 ("aten.add.Tensor", "f32")}
+    assert {op_dtype(c) for c in order[:3]} == {
+        ("aten.mm.default", "f32"),
+        ("aten.mm.default", "bf16"),
+        ("aten.add.Tensor", "f32"),
+    }
     assert order[0].weight == 100.0 and order == coverage_order(list(reversed(items)))  # deterministic
 
 
@@ -44,15 +50,33 @@ def _registry(tmp_path, ops_by_model):
     reg = Registry()
     for model, ops in ops_by_model.items():
         for op in ops:
-            reg.add(Entry(op, f'{{"a":[],"k":{{"m":"{model}"}}}}', {}, [], [Provenance(model, "representative", "forward", "real")]))
+            reg.add(
+                Entry(
+                    op,
+                    f'{{"a":[],"k":{{"m":"{model}"}}}}',
+                    {},
+                    [],
+                    [Provenance(model, "representative", "forward", "real")],
+                )
+            )
     return str(reg.save(tmp_path / "reg.parquet"))
 
 
 def test_limited_model_tiers_take_the_models_covering_most_ops(tmp_path):
-    specs = [ModelSpec("a", "bert", "BertModel"), ModelSpec("b", "bert", "BertModel", downloads=10),
-             ModelSpec("c", "gpt2", "GPT2Model"), ModelSpec("d", "bert", "BertModel")]
-    path = _registry(tmp_path, {"a": ["aten.mm.default"], "b": ["aten.mm.default", "aten.add.Tensor", "aten.gelu.default"],
-                                "c": ["aten.mm.default", "aten.tanh.default"]})
+    specs = [
+        ModelSpec("a", "bert", "BertModel"),
+        ModelSpec("b", "bert", "BertModel", downloads=10),
+        ModelSpec("c", "gpt2", "GPT2Model"),
+        ModelSpec("d", "bert", "BertModel"),
+    ]
+    path = _registry(
+        tmp_path,
+        {
+            "a": ["aten.mm.default"],
+            "b": ["aten.mm.default", "aten.add.Tensor", "aten.gelu.default"],
+            "c": ["aten.mm.default", "aten.tanh.default"],
+        },
+    )
     order = quick_subset.coverage_order(specs, path)
     # most new elements first (b and d tie on elements: b has more downloads); then gpt2's new traits
     assert order[0].model_id == "b" and order[1].model_id == "c"
@@ -113,9 +137,20 @@ def test_nightly_with_a_crawl_runs_the_crawls_representatives(tmp_path):
 
     crawl = _crawl(tmp_path)
     config = tmp_path / "nightly.toml"
-    config.write_text('[quick]\ntiers = ["representative"]\n[quick.representative]\nlimit = 1\ntimeout = 300\n')
-    out = run_nightly(NightlyOptions(out=tmp_path / "n", quick=True, backend="cpu", models=str(crawl),
-                                     progress=False, config_path=str(config), use_baseline=False))
+    config.write_text(
+        '[quick]\ntiers = ["representative"]\n[quick.representative]\nlimit = 1\ntimeout = 300\n'
+    )
+    out = run_nightly(
+        NightlyOptions(
+            out=tmp_path / "n",
+            quick=True,
+            backend="cpu",
+            models=str(crawl),
+            progress=False,
+            config_path=str(config),
+            use_baseline=False,
+        )
+    )
     assert out["representatives"]["source"] == "crawl"
     rep = out["tiers"]["representative"]
     assert rep["cases"] == 1, rep
@@ -132,7 +167,11 @@ def test_the_workflow_selects_from_the_crawl():
     wf = yaml.safe_load((root / ".github/workflows/nightly.yml").read_text())
     steps = wf["jobs"]["nightly"]["steps"]
     runs = [s.get("run", "") for s in steps]
-    select = next(i for i, r in enumerate(runs) if "harness select --in \"$HARNESS_CRAWL_DIR\"" in r)
-    nightly = next(i for i, r in enumerate(runs) if "harness nightly --out runs/nightly --models \"$HARNESS_CRAWL_DIR\"" in r)
+    select = next(i for i, r in enumerate(runs) if 'harness select --in "$HARNESS_CRAWL_DIR"' in r)
+    nightly = next(
+        i
+        for i, r in enumerate(runs)
+        if 'harness nightly --out runs/nightly --models "$HARNESS_CRAWL_DIR"' in r
+    )
     crawl = next(i for i, r in enumerate(runs) if "harness crawl" in r)
     assert crawl < select < nightly

@@ -11,8 +11,16 @@ from runner.conftest import CHUNKED, TRIVIAL
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-CASES = [("p1", "pass"), ("f1", "fail"), ("r1", "raise"), ("s1", "segv"), ("h1", "hang"), ("m1", "memerror"),
-         ("p2", "pass"), ("p3", "pass")]
+CASES = [
+    ("p1", "pass"),
+    ("f1", "fail"),
+    ("r1", "raise"),
+    ("s1", "segv"),
+    ("h1", "hang"),
+    ("m1", "memerror"),
+    ("p2", "pass"),
+    ("p3", "pass"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +43,18 @@ def test_ray_executor_matches_local(local_ray, tmp_path, case_file, tier):
     results = {}
     for executor in ("local", "ray"):
         out = tmp_path / executor
-        summary = run_tier(RunOptions(tier=tier, out=out, backend="cpu", models=models, workers=2,
-                                      executor=executor, limits=WorkerLimits(timeout=3), progress=False))
+        summary = run_tier(
+            RunOptions(
+                tier=tier,
+                out=out,
+                backend="cpu",
+                models=models,
+                workers=2,
+                executor=executor,
+                limits=WorkerLimits(timeout=3),
+                progress=False,
+            )
+        )
         assert summary["executor"] == executor and summary["cases"] == len(CASES)
         results[executor] = _statuses(out)
     assert results["ray"] == results["local"]

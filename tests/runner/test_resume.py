@@ -18,8 +18,11 @@ from runner.conftest import TRIVIAL, harness_cmd
 
 
 def _rec(tier, case_id, status="pass"):
-    return {"tier": tier, "case_id": case_id, "outcome": {"case_id": case_id, "tier": tier,
-                                                          "stages": [{"stage": "run", "status": status}]}}
+    return {
+        "tier": tier,
+        "case_id": case_id,
+        "outcome": {"case_id": case_id, "tier": tier, "stages": [{"stage": "run", "status": status}]},
+    }
 
 
 def test_journal_drops_a_torn_last_line_and_keeps_appending(tmp_path):
@@ -41,8 +44,21 @@ def test_kill_dash_9_then_restart_runs_every_case_exactly_once(tmp_path, case_fi
     n = 24
     cases = case_file([(f"c{i:02d}", "sleep:0.25") for i in range(n)])
     out = tmp_path / "run"
-    cmd = harness_cmd("run", "--tier", TRIVIAL, "--backend", "cpu", "--models", cases, "--workers", "2",
-                      "--out", str(out), "--no-progress", "--json")
+    cmd = harness_cmd(
+        "run",
+        "--tier",
+        TRIVIAL,
+        "--backend",
+        "cpu",
+        "--models",
+        cases,
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--json",
+    )
     proc = subprocess.Popen(cmd, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     journal = out / JOURNAL_FILE
     deadline = time.monotonic() + 120
@@ -88,8 +104,17 @@ def test_shards_partition_the_cases(tmp_path, case_file):
     models = case_file([(i, "pass") for i in ids])
     seen = []
     for i in (1, 2, 3):
-        s = run_tier(RunOptions(tier=TRIVIAL, out=tmp_path / f"s{i}", backend="cpu", models=models,
-                                shard=parse_shard(f"{i}/3"), workers=1, progress=False))
+        s = run_tier(
+            RunOptions(
+                tier=TRIVIAL,
+                out=tmp_path / f"s{i}",
+                backend="cpu",
+                models=models,
+                shard=parse_shard(f"{i}/3"),
+                workers=1,
+                progress=False,
+            )
+        )
         part = pd.read_parquet(tmp_path / f"s{i}" / "results.parquet").case_id.unique().tolist()
         assert s["cases"] == len(part) and all(in_shard(c, (i, 3)) for c in part)
         seen += part
@@ -101,7 +126,16 @@ def test_shards_partition_the_cases(tmp_path, case_file):
 
 def test_progress_bar_shows_counts_by_status(tmp_path, case_file, capsys):
     models = case_file([("a", "pass"), ("b", "fail"), ("c", "raise")])
-    run_tier(RunOptions(tier=TRIVIAL, out=tmp_path, backend="cpu", models=models, workers=1, progress=True,
-                        limits=WorkerLimits(timeout=30)))
+    run_tier(
+        RunOptions(
+            tier=TRIVIAL,
+            out=tmp_path,
+            backend="cpu",
+            models=models,
+            workers=1,
+            progress=True,
+            limits=WorkerLimits(timeout=30),
+        )
+    )
     err = capsys.readouterr().err
     assert "3/3" in err and "pass=1" in err and "fail=1" in err and "error=1" in err

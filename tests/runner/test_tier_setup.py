@@ -11,7 +11,11 @@ import sys
 
 from harness.tiers.model_check import MODEL_PRELOAD
 
-COMPILE_STACK = ("torch._functorch.aot_autograd", "torch._functorch.partitioners", "torch._inductor.codecache")
+COMPILE_STACK = (
+    "torch._functorch.aot_autograd",
+    "torch._functorch.partitioners",
+    "torch._inductor.codecache",
+)
 
 
 def _loaded_after_setup(tier: str, modules: tuple[str, ...] = COMPILE_STACK) -> dict[str, bool]:
@@ -21,7 +25,9 @@ def _loaded_after_setup(tier: str, modules: tuple[str, ...] = COMPILE_STACK) -> 
         f"load_tier({tier!r}).setup('cpu')\n"
         f"print(json.dumps({{m: m in sys.modules for m in {modules!r}}}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

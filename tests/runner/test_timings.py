@@ -21,10 +21,15 @@ def _outcomes(run_dir):
 
 @pytest.mark.parametrize("tier", [TRIVIAL, CHUNKED])
 def test_each_worker_start_is_journaled_once_and_phases_per_case(tmp_path, case_file, tier):
-    cases = case_file([(f"s{i}", "phase:shrink") for i in range(5)] + [("r", "phase:reference"), ("p", "pass")])
+    cases = case_file(
+        [(f"s{i}", "phase:shrink") for i in range(5)] + [("r", "phase:reference"), ("p", "pass")]
+    )
     run_dir = tmp_path / "run"
-    run_tier(RunOptions(tier=tier, out=run_dir, backend="cpu", models=cases, workers=2, progress=False,
-                        use_baseline=False))
+    run_tier(
+        RunOptions(
+            tier=tier, out=run_dir, backend="cpu", models=cases, workers=2, progress=False, use_baseline=False
+        )
+    )
     outcomes = _outcomes(run_dir)
     starts = defaultdict(int)
     for o in outcomes:
@@ -39,31 +44,59 @@ def test_each_worker_start_is_journaled_once_and_phases_per_case(tmp_path, case_
         assert any("shrink" in p for p in by_id.values())
     meta = json.loads((run_dir / "run.json").read_text())
     timings = next(iter(meta["tiers"].values()))["timings"]
-    assert {"list_seconds", "probe_seconds", "reference_seconds", "tables_seconds", "summary_seconds",
-            "wall_seconds"} <= set(timings)
+    assert {
+        "list_seconds",
+        "probe_seconds",
+        "reference_seconds",
+        "tables_seconds",
+        "summary_seconds",
+        "wall_seconds",
+    } <= set(timings)
 
 
 def test_a_case_is_split_into_phases_stages_and_harness_time():
-    outcome = {"seconds": 10.0, "stages": [{"stage": "load", "seconds": 3.0}, {"stage": "forward", "seconds": 2.0},
-                                           {"stage": "numerics", "seconds": 1.5}, {"stage": "compile", "seconds": 2.0}],
-               "worker": {"startup_seconds": 4.0, "phases": {"shrink": 1.0, "reference": 0.5, "blame": 0.25}}}
+    outcome = {
+        "seconds": 10.0,
+        "stages": [
+            {"stage": "load", "seconds": 3.0},
+            {"stage": "forward", "seconds": 2.0},
+            {"stage": "numerics", "seconds": 1.5},
+            {"stage": "compile", "seconds": 2.0},
+        ],
+        "worker": {"startup_seconds": 4.0, "phases": {"shrink": 1.0, "reference": 0.5, "blame": 0.25}},
+    }
     got = nt.case_seconds(outcome)
     assert got["startup"] == 4.0 and got["shrinking"] == 1.0 and got["blame_probes"] == 0.25
     assert got["references"] == 2.0  # reference phase + the numerics stage
     assert got["eager"] == 4.0  # load + forward, less the shrinking inside load
     assert got["compile"] == 2.0 and got["harness"] == pytest.approx(10.0 - 1.0 - 2.0 - 0.25 - 2.0 - 4.0)
-    unit = {"seconds": 1.0, "stages": [{"stage": "op", "seconds": 0.8}], "worker": {"phases": {"reference": 0.3}}}
+    unit = {
+        "seconds": 1.0,
+        "stages": [{"stage": "op", "seconds": 0.8}],
+        "worker": {"phases": {"reference": 0.3}},
+    }
     assert nt.case_seconds(unit)["eager"] == pytest.approx(0.5)  # the unit tier's CPU op is a reference
 
 
 def test_the_nightly_records_its_times_and_nightly_time_splits_them(tmp_path, case_file):
     cases = case_file([("a", "pass"), ("b", "phase:shrink"), ("c", "fail")])
     config = tmp_path / "nightly.toml"
-    config.write_text(f'[quick]\ntiers = ["{TRIVIAL}", "{CHUNKED}"]\n["quick"."{TRIVIAL}"]\nmodels = "{cases}"\n'
-                      f'["quick"."{CHUNKED}"]\nmodels = "{cases}"\n')
+    config.write_text(
+        f'[quick]\ntiers = ["{TRIVIAL}", "{CHUNKED}"]\n["quick"."{TRIVIAL}"]\nmodels = "{cases}"\n'
+        f'["quick"."{CHUNKED}"]\nmodels = "{cases}"\n'
+    )
     night = tmp_path / "night"
-    result = run_nightly(NightlyOptions(out=night, quick=True, backend="cpu", workers=2, progress=False,
-                                        config_path=str(config), use_baseline=False))
+    result = run_nightly(
+        NightlyOptions(
+            out=night,
+            quick=True,
+            backend="cpu",
+            workers=2,
+            progress=False,
+            config_path=str(config),
+            use_baseline=False,
+        )
+    )
     timings = json.loads((night / "nightly.json").read_text())["timings"]
     assert set(timings["tiers"]) == {"trivial", "trivial_chunked"}
     assert timings["seconds"] >= timings["report_seconds"] >= 0 and result["seconds"] == timings["seconds"]
@@ -85,8 +118,8 @@ def test_the_cpu_side_representative_tier_loads_and_runs_exactly_its_seeded_samp
 
     from contracts.records import Case
     from contracts.status import FULL_STAGES
-    from harness.engine.runner import list_cases
     from contracts.tiers import load_tier
+    from harness.engine.runner import list_cases
 
     monkeypatch.syspath_prepend(str(Path(nt.__file__).parent))
     tier = load_tier(nt.EAGER_REPRESENTATIVE_REF)
@@ -104,8 +137,11 @@ def test_the_cpu_side_representative_tier_loads_and_runs_exactly_its_seeded_samp
 
 def test_a_killed_case_counts_its_time_once():
     """A timed-out case reports the timeout on every stage; the split counts it once."""
-    outcome = {"seconds": 900.0, "stages": [{"stage": s, "seconds": 900.0} for s in ("load", "forward", "backward")],
-               "worker": {"died": "worker_timeout"}}
+    outcome = {
+        "seconds": 900.0,
+        "stages": [{"stage": s, "seconds": 900.0} for s in ("load", "forward", "backward")],
+        "worker": {"died": "worker_timeout"},
+    }
     got = nt.case_seconds(outcome)
     assert got == {"startup": 0.0, "killed_cases": 900.0}
     assert "killed_cases" in nt.CATEGORIES
@@ -119,10 +155,21 @@ def test_a_sampled_night_runs_one_shard_of_each_tier_and_estimates_the_whole(tmp
     ids = [f"c{i}" for i in range(12)]
     cases = case_file([(i, "pass") for i in ids])
     config = tmp_path / "nightly.toml"
-    config.write_text(f'[quick]\ntiers = ["{TRIVIAL}"]\n["quick"."{TRIVIAL}"]\nmodels = "{cases}"\nshard = "1/3"\n')
+    config.write_text(
+        f'[quick]\ntiers = ["{TRIVIAL}"]\n["quick"."{TRIVIAL}"]\nmodels = "{cases}"\nshard = "1/3"\n'
+    )
     night = tmp_path / "night"
-    run_nightly(NightlyOptions(out=night, quick=True, backend="cpu", workers=1, progress=False,
-                               config_path=str(config), use_baseline=False))
+    run_nightly(
+        NightlyOptions(
+            out=night,
+            quick=True,
+            backend="cpu",
+            workers=1,
+            progress=False,
+            config_path=str(config),
+            use_baseline=False,
+        )
+    )
     ran = {o["case_id"] for o in _outcomes(night / "trivial")}
     assert ran == {i for i in ids if in_shard(i, (1, 3))} and 0 < len(ran) < len(ids)
 
@@ -131,8 +178,12 @@ def test_a_sampled_night_runs_one_shard_of_each_tier_and_estimates_the_whole(tmp
     secs = summary["tiers"]["trivial"]["seconds"]
     once = sum(secs[k] for k in nt.ONCE_PER_TIER)
     assert est["tiers"]["trivial"]["cases"] == 3 * len(ran)
-    assert est["tiers"]["trivial"]["seconds"] == pytest.approx(once + 3 * (sum(secs.values()) - once), abs=0.1)
-    assert est["seconds"] == pytest.approx(est["tiers"]["trivial"]["seconds"] + 3 * summary["report_seconds"], abs=0.1)
+    assert est["tiers"]["trivial"]["seconds"] == pytest.approx(
+        once + 3 * (sum(secs.values()) - once), abs=0.1
+    )
+    assert est["seconds"] == pytest.approx(
+        est["tiers"]["trivial"]["seconds"] + 3 * summary["report_seconds"], abs=0.1
+    )
 
 
 def test_sample_config_shards_every_tier_of_the_full_night(tmp_path):

@@ -35,7 +35,9 @@ def _act(action: str, backend: str = "cpu") -> list[StageResult]:
     if action == "timeouterror":
         raise TimeoutError("planted: the op waited too long")
     if action == "env":  # what the worker process was started with
-        threads = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        threads = {
+            v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+        }
         return [StageResult("run", Status.PASS, metrics=threads), StageResult("check", Status.PASS)]
     if action == "segv":
         ctypes.string_at(0)  # reads address 0: SIGSEGV
@@ -70,8 +72,16 @@ class TrivialTier:
         if inputs.models:
             with open(inputs.models) as fh:
                 specs = json.load(fh)
-        return [Case(case_id=s["id"], tier=self.name, payload={"action": s["action"]}, model_ids=[s["id"]],
-                     weight=float(s.get("downloads", 1))) for s in specs]
+        return [
+            Case(
+                case_id=s["id"],
+                tier=self.name,
+                payload={"action": s["action"]},
+                model_ids=[s["id"]],
+                weight=float(s.get("downloads", 1)),
+            )
+            for s in specs
+        ]
 
     def execute(self, case: Case, backend: str) -> list[StageResult]:
         return _act(case.payload["action"], backend)

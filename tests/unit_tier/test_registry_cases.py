@@ -21,8 +21,8 @@ import pytest
 from contracts.backends import get_backend
 from contracts.settings import current
 from contracts.status import UNIT_STAGES
-from reports.expectations import Index, load_expectations
 from registry import unit_tier
+from reports.expectations import Index, load_expectations
 
 BACKEND = current().backend
 REGISTRY = str(current().registry or resources.files("registry").joinpath("data/sample.parquet"))
@@ -35,8 +35,12 @@ def _params() -> list:
         marks = []
         rules = known.matching("unit", case.case_id, UNIT_STAGES[0], case.model_ids)
         if rules:
-            marks.append(pytest.mark.xfail(reason=f"expected {'/'.join(rules[0].status) or 'failure'}: "
-                                                  f"{rules[0].reason}", strict=False))
+            marks.append(
+                pytest.mark.xfail(
+                    reason=f"expected {'/'.join(rules[0].status) or 'failure'}: {rules[0].reason}",
+                    strict=False,
+                )
+            )
         params.append(pytest.param(case.payload, id=case.case_id, marks=marks))
     return params
 

@@ -3,9 +3,6 @@ fallback; stable case ids; breakdowns that sum to their totals."""
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-
 import pandas as pd
 import pytest
 import torch
@@ -24,8 +21,10 @@ def ctx():
 def _payload(name: str, dtype: str, index: int = 0, variant: str = "") -> dict:
     op = opinfos.find(name, variant)
     sample = opinfos.generate_samples(op, opinfos.parse_dtype(dtype))[index]
-    return {"info": {"op": name, "variant": variant, "dtype": dtype, "sample": index},
-            "hash": opinfos.fingerprint(sample)}
+    return {
+        "info": {"op": name, "variant": variant, "dtype": dtype, "sample": index},
+        "hash": opinfos.fingerprint(sample),
+    }
 
 
 def _statuses(rows) -> list[tuple[str, str, str]]:
@@ -33,6 +32,7 @@ def _statuses(rows) -> list[tuple[str, str, str]]:
 
 
 # ------------------------------------------------------------------------------- one op per reason
+
 
 def test_native_op_passes_forward_and_backward(ctx):
     rows, events = execute.run_case(_payload("add", "float32"), ctx)
@@ -62,7 +62,10 @@ def test_factory_sample_without_a_device_is_pytorch_applicability_not_a_failure(
     assert rows[0].status.value == "skipped" and rows[0].reason == UpstreamSkip.PYTORCH_APPLICABILITY.value
     assert "names no device" in rows[0].message
     rows, _ = execute.run_case(_payload("arange", "float32", placed), ctx)
-    assert rows[0].status.value in ("pass", "skipped") and rows[0].reason != UpstreamSkip.PYTORCH_APPLICABILITY.value
+    assert (
+        rows[0].status.value in ("pass", "skipped")
+        and rows[0].reason != UpstreamSkip.PYTORCH_APPLICABILITY.value
+    )
 
 
 def test_sparse_output_is_backend_unsupported(ctx):
@@ -145,8 +148,10 @@ def test_sample_numbered_differently_by_the_listing_runs_by_its_fingerprint(ctx,
     hashes = [opinfos.fingerprint(s) for s in samples]
     assert len(set(hashes)) == len(hashes)
     wanted = 3  # listed as sample 2: another numbering than this process's
-    payload = {"info": {"op": "meshgrid", "variant": "list_of_tensors", "dtype": "float32", "sample": 2},
-               "hash": hashes[wanted]}
+    payload = {
+        "info": {"op": "meshgrid", "variant": "list_of_tensors", "dtype": "float32", "sample": 2},
+        "hash": hashes[wanted],
+    }
     seen, real = [], op.op
 
     def recording(*args, **kwargs):
@@ -172,6 +177,7 @@ def test_listed_sample_is_found_only_when_its_fingerprint_is_unique():
 
 # -------------------------------------------------------------------------------------- case ids
 
+
 def test_case_ids_name_op_variant_dtype_index_and_shape_hash():
     op = opinfos.find("nn.functional.pad", "reflect")
     sample = opinfos.generate_samples(op, torch.float32)[3]
@@ -185,16 +191,27 @@ def test_case_ids_name_op_variant_dtype_index_and_shape_hash():
 @pytest.mark.slow
 def test_case_ids_are_stable_across_listings_in_fresh_processes(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
-    first = [c.case_id for c in listing.to_cases(listing.list_groups("add,nn.functional.pad,sum", ["float32", "int64"],
-                                                                      use_cache=False))]
-    second = [c.case_id for c in listing.to_cases(listing.list_groups("add,nn.functional.pad,sum", ["float32", "int64"]))]
+    first = [
+        c.case_id
+        for c in listing.to_cases(
+            listing.list_groups("add,nn.functional.pad,sum", ["float32", "int64"], use_cache=False)
+        )
+    ]
+    second = [
+        c.case_id
+        for c in listing.to_cases(listing.list_groups("add,nn.functional.pad,sum", ["float32", "int64"]))
+    ]
     assert first == second and len(first) == len(set(first)) > 50
     assert (tmp_path / "upstream").is_dir()  # the second listing wrote the cache ...
-    third = [c.case_id for c in listing.to_cases(listing.list_groups("add,nn.functional.pad,sum", ["float32", "int64"]))]
+    third = [
+        c.case_id
+        for c in listing.to_cases(listing.list_groups("add,nn.functional.pad,sum", ["float32", "int64"]))
+    ]
     assert third == first  # ... and the third read it
 
 
 # ------------------------------------------------------------------------------ through the runner
+
 
 @pytest.fixture(scope="module")
 def crash_run(tmp_path_factory):
@@ -203,10 +220,17 @@ def crash_run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("upstream-run")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HARNESS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))  # a cold listing, not the user's cache
-        opts = RunOptions(tier="upstream", out=out, backend="upstream.crashing_device:neuron", workers=1,
-                          progress=False, tier_options={"ops": "add,deg2rad,nonzero,to_sparse,empty_like",
-                                                        "dtypes": "float32"})
+        mp.setenv(
+            "HARNESS_CACHE_DIR", str(tmp_path_factory.mktemp("cache"))
+        )  # a cold listing, not the user's cache
+        opts = RunOptions(
+            tier="upstream",
+            out=out,
+            backend="upstream.crashing_device:neuron",
+            workers=1,
+            progress=False,
+            tier_options={"ops": "add,deg2rad,nonzero,to_sparse,empty_like", "dtypes": "float32"},
+        )
         summary = run_tier(opts)
     return out, summary
 
@@ -240,8 +264,10 @@ def test_breakdowns_sum_to_their_totals(crash_run):
     b = up.breakdown
     assert b["results"] == len(df) == sum(b["by_status"].values())
     assert b["skipped"] == sum(b["skipped_by_reason"].values()) == b["by_status"]["skipped"]
-    assert b["skipped_by_backend"] == b["skipped_by_reason"]["backend-unsupported"] + \
-        b["skipped_by_reason"]["no-native-lowering"]
+    assert (
+        b["skipped_by_backend"]
+        == b["skipped_by_reason"]["backend-unsupported"] + b["skipped_by_reason"]["no-native-lowering"]
+    )
     assert set(b["skipped_by_reason"]) == set(SKIP_REASONS)  # a closed list: no other reason was used
     assert sum(s["results"] for s in up.by_stage.values()) == b["results"]
     assert up.cases == summary["cases"]
@@ -270,21 +296,50 @@ def test_report_compare_and_skip_list_work_on_the_tier(crash_run, tmp_path):
     skips = tmp_path / "skips.yaml"
     changed = skiplist.update_from_run(out, "neuron", skips)
     # the crash: both stage rows (which stage was running when the worker died is not known)
-    assert changed["expected_failures"] == 2 and all(f.startswith("deg2rad/") for f in changed["failures_added"])
+    assert changed["expected_failures"] == 2 and all(
+        f.startswith("deg2rad/") for f in changed["failures_added"]
+    )
     loaded = skiplist.load(skips)
     assert "no-native-lowering" in loaded.skips["nonzero"]["float32"]
     check = skiplist.check_run(out, "neuron", skips)
-    assert check["new_failures_total"] == 0 and check["labels"]["XFAIL"] == 2 and check["skips_changed_total"] == 0
+    assert (
+        check["new_failures_total"] == 0
+        and check["labels"]["XFAIL"] == 2
+        and check["skips_changed_total"] == 0
+    )
 
 
 def test_skip_list_labels_a_new_failure_and_an_improvement():
-    rows = [{"case_id": "a/float32/0-1", "stage": "forward", "status": "fail", "reason": "mismatch: x",
-             "error_class": None, "message": None, "fallback_ops": [], "op": "a", "variant": "", "dtype": "float32"},
-            {"case_id": "b/float32/0-2", "stage": "forward", "status": "skipped", "reason": "no-native-lowering",
-             "error_class": None, "message": "", "fallback_ops": ["aten.b.default"], "op": "b", "variant": "v",
-             "dtype": "float32"}]
+    rows = [
+        {
+            "case_id": "a/float32/0-1",
+            "stage": "forward",
+            "status": "fail",
+            "reason": "mismatch: x",
+            "error_class": None,
+            "message": None,
+            "fallback_ops": [],
+            "op": "a",
+            "variant": "",
+            "dtype": "float32",
+        },
+        {
+            "case_id": "b/float32/0-2",
+            "stage": "forward",
+            "status": "skipped",
+            "reason": "no-native-lowering",
+            "error_class": None,
+            "message": "",
+            "fallback_ops": ["aten.b.default"],
+            "op": "b",
+            "variant": "v",
+            "dtype": "float32",
+        },
+    ]
     listed = skiplist.from_rows(rows, "neuron")
-    assert listed.skips == {"b.v": {"float32": {"no-native-lowering": 1, "of": 1, "fallback_ops": ["aten.b.default"]}}}
+    assert listed.skips == {
+        "b.v": {"float32": {"no-native-lowering": 1, "of": 1, "fallback_ops": ["aten.b.default"]}}
+    }
     assert skiplist.label("a/float32/0-1", "forward", "pass", listed) == "IMPROVED"
     assert skiplist.label("a/float32/0-1", "forward", "error", listed) == "XFAIL"
     assert skiplist.label("c/float32/0-3", "forward", "crash", listed) == "FAIL"
@@ -292,34 +347,67 @@ def test_skip_list_labels_a_new_failure_and_an_improvement():
 
 def test_skip_list_check_of_a_subset_only_judges_the_groups_it_ran(tmp_path):
     def row(op, status, reason):
-        return {"tier": "upstream", "case_id": f"{op}/float32/0-1", "stage": "forward", "status": status,
-                "reason": reason, "error_class": None, "message": "", "fallback_ops": ["aten.x.default"], "op": op,
-                "variant": "", "dtype": "float32"}
+        return {
+            "tier": "upstream",
+            "case_id": f"{op}/float32/0-1",
+            "stage": "forward",
+            "status": status,
+            "reason": reason,
+            "error_class": None,
+            "message": "",
+            "fallback_ops": ["aten.x.default"],
+            "op": op,
+            "variant": "",
+            "dtype": "float32",
+        }
 
-    listed = skiplist.from_rows([row("b", "skipped", "no-native-lowering"), row("z", "skipped", "no-native-lowering")],
-                                "neuron")
+    listed = skiplist.from_rows(
+        [row("b", "skipped", "no-native-lowering"), row("z", "skipped", "no-native-lowering")], "neuron"
+    )
     skiplist.save(listed, tmp_path / "skips.yaml")
     pd.DataFrame([row("b", "pass", "")]).to_parquet(tmp_path / "results.parquet")  # a run of op b only
     check = skiplist.check_run(tmp_path, "neuron", tmp_path / "skips.yaml")
-    assert [(c["op"], c["no-native-lowering_listed"], c["no-native-lowering_now"]) for c in check["skips_changed"]] \
-        == [("b", 1, 0)]  # z was not run: not "changed"
+    assert [
+        (c["op"], c["no-native-lowering_listed"], c["no-native-lowering_now"]) for c in check["skips_changed"]
+    ] == [("b", 1, 0)]  # z was not run: not "changed"
 
 
 def test_skip_list_update_from_a_subset_keeps_the_ops_it_did_not_run(tmp_path):
     def row(op, status, reason, case="0-1"):
-        return {"tier": "upstream", "case_id": f"{op}/float32/{case}", "stage": "forward", "status": status,
-                "reason": reason, "error_class": "RuntimeError" if status == "error" else None, "message": "",
-                "fallback_ops": ["aten.x.default"], "op": op, "variant": "", "dtype": "float32"}
+        return {
+            "tier": "upstream",
+            "case_id": f"{op}/float32/{case}",
+            "stage": "forward",
+            "status": status,
+            "reason": reason,
+            "error_class": "RuntimeError" if status == "error" else None,
+            "message": "",
+            "fallback_ops": ["aten.x.default"],
+            "op": op,
+            "variant": "",
+            "dtype": "float32",
+        }
 
     path = tmp_path / "skips.yaml"
-    skiplist.save(skiplist.from_rows([row("b", "error", "op raised"), row("b", "skipped", "no-native-lowering", "1-2"),
-                                      row("z", "error", "op raised"), row("z", "skipped", "no-native-lowering", "1-2")],
-                                     "neuron"), path)
+    skiplist.save(
+        skiplist.from_rows(
+            [
+                row("b", "error", "op raised"),
+                row("b", "skipped", "no-native-lowering", "1-2"),
+                row("z", "error", "op raised"),
+                row("z", "skipped", "no-native-lowering", "1-2"),
+            ],
+            "neuron",
+        ),
+        path,
+    )
     pd.DataFrame([row("b", "pass", ""), row("b", "pass", "", "1-2")]).to_parquet(tmp_path / "results.parquet")
     changed = skiplist.update_from_run(tmp_path, "neuron", path)  # a run of op b only
     after = skiplist.load(path)
     assert set(after.skips) == {"z"} and set(after.expected_failures) == {"z/float32/0-1|forward"}
-    assert changed["failures_removed"] == ["b/float32/0-1|forward"] and changed["groups_removed"] == ["b/float32"]
+    assert changed["failures_removed"] == ["b/float32/0-1|forward"] and changed["groups_removed"] == [
+        "b/float32"
+    ]
 
 
 def test_sample_tensors_op_db_pins_to_the_cpu_stay_there(ctx):
@@ -346,7 +434,9 @@ def test_listing_blames_the_op_in_flight_when_its_child_dies(monkeypatch):
         calls.append([n[0] for n in names])
         lines = []
         for name, variant in names:
-            lines.append({"begin": [name, variant], "dtypes": ["float32", "int64"], "todo": ["float32", "int64"]})
+            lines.append(
+                {"begin": [name, variant], "dtypes": ["float32", "int64"], "todo": ["float32", "int64"]}
+            )
             if name == "dies":
                 lines.append({"op": name, "variant": "", "dtype": "float32", "hashes": ["aa"]})
                 return lines, "SIGSEGV: Fatal Python error"
@@ -361,5 +451,7 @@ def test_listing_blames_the_op_in_flight_when_its_child_dies(monkeypatch):
     assert by_key[("dies", "float32")].hashes == ["aa"]  # listed before the death: kept
     assert by_key[("dies", "int64")].status == "crash" and "SIGSEGV" in by_key[("dies", "int64")].reason
     cases = listing.to_cases(got.groups)
-    crash = next(c for c in cases if c.payload["info"]["op"] == "dies" and c.payload["info"]["dtype"] == "int64")
+    crash = next(
+        c for c in cases if c.payload["info"]["op"] == "dies" and c.payload["info"]["dtype"] == "int64"
+    )
     assert crash.case_id == "dies/int64/-" and crash.payload["listing"]["status"] == "crash"

@@ -16,9 +16,16 @@ from harness.engine.workers import WorkerLimits
 EXECUTORS = ("local", "ray")
 
 
-def make_executor(kind: str, tier_ref: str, backend: str, workers: int, limits: WorkerLimits,
-                  log_dir: str | os.PathLike | None = None, ray_address: str | None = None,
-                  sys_path: list[str] | None = None) -> Any:
+def make_executor(
+    kind: str,
+    tier_ref: str,
+    backend: str,
+    workers: int,
+    limits: WorkerLimits,
+    log_dir: str | os.PathLike | None = None,
+    ray_address: str | None = None,
+    sys_path: list[str] | None = None,
+) -> Any:
     if kind == "local":
         from harness.engine.executors.local import LocalExecutor
 

@@ -21,8 +21,15 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
 
 
 class LocalExecutor:
-    def __init__(self, tier_ref: str, backend: str, workers: int, limits: WorkerLimits,
-                 log_dir: str | os.PathLike | None = None, sys_path: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        tier_ref: str,
+        backend: str,
+        workers: int,
+        limits: WorkerLimits,
+        log_dir: str | os.PathLike | None = None,
+        sys_path: list[str] | None = None,
+    ) -> None:
         self.tier_ref, self.backend = tier_ref, backend
         self.workers = max(1, int(workers))
         self.limits, self.log_dir, self.sys_path = limits, log_dir, sys_path
@@ -31,9 +38,16 @@ class LocalExecutor:
         self._ready: list[IsolatedWorker] = []  # pre-started (prestart), handed to the dispatchers
 
     def _worker(self, n: int) -> IsolatedWorker:
-        return IsolatedWorker(self.tier_ref, self.backend, self.limits, log_dir=self.log_dir,
-                              sys_path=self.sys_path, name=f"w{n}", threads=worker_threads(self.workers),
-                              fingerprints=n == 0)
+        return IsolatedWorker(
+            self.tier_ref,
+            self.backend,
+            self.limits,
+            log_dir=self.log_dir,
+            sys_path=self.sys_path,
+            name=f"w{n}",
+            threads=worker_threads(self.workers),
+            fingerprints=n == 0,
+        )
 
     def prestart(self, count: int | None = None) -> None:
         """Spawn the worker processes now (they import torch and set the tier up while the runner
@@ -100,8 +114,10 @@ class LocalExecutor:
             finally:
                 worker.close()
 
-        dispatchers = [threading.Thread(target=loop, args=(n,), daemon=True, name=f"harness-worker-{n}")
-                       for n in range(count)]
+        dispatchers = [
+            threading.Thread(target=loop, args=(n,), daemon=True, name=f"harness-worker-{n}")
+            for n in range(count)
+        ]
         for t in dispatchers:
             t.start()
         try:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.records import Case, CaseOutcome
-from harness.engine.executors.base import Chunk, OnResults
 from contracts.tiers import failure_outcome
+from harness.engine.executors.base import Chunk, OnResults
 from harness.engine.workers import WorkerLimits
 
 
@@ -24,20 +24,24 @@ def _ray():
     try:
         import ray
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError("--executor ray needs the ray extra: pip install 'neuron-coverage-harness[ray]'") from exc
+        raise RuntimeError(
+            "--executor ray needs the ray extra: pip install 'neuron-coverage-harness[ray]'"
+        ) from exc
     return ray
 
 
 class _WorkerActor:
     """Runs chunks in an IsolatedWorker on whichever node Ray placed the actor."""
 
-    def __init__(self, tier_ref: str, backend: str, limits: dict[str, Any], sys_path: list[str] | None,
-                 name: str) -> None:
+    def __init__(
+        self, tier_ref: str, backend: str, limits: dict[str, Any], sys_path: list[str] | None, name: str
+    ) -> None:
         from harness.engine.workers import IsolatedWorker
 
         # one CPU per actor: one intra-op thread, as Ray sized it
-        self.worker = IsolatedWorker(tier_ref, backend, WorkerLimits(**limits), sys_path=sys_path, name=name,
-                                     threads=1)
+        self.worker = IsolatedWorker(
+            tier_ref, backend, WorkerLimits(**limits), sys_path=sys_path, name=name, threads=1
+        )
 
     def run_chunk(self, cases: list[dict[str, Any]], many: bool) -> list[dict[str, Any]]:
         outs = self.worker.run_chunk([Case(**c) for c in cases], many)
@@ -51,8 +55,15 @@ class _WorkerActor:
 
 
 class RayExecutor:
-    def __init__(self, tier_ref: str, backend: str, workers: int, limits: WorkerLimits,
-                 address: str | None = None, sys_path: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        tier_ref: str,
+        backend: str,
+        workers: int,
+        limits: WorkerLimits,
+        address: str | None = None,
+        sys_path: list[str] | None = None,
+    ) -> None:
         self.ray = _ray()
         self.tier_ref, self.backend = tier_ref, backend
         self.workers = max(1, int(workers))
@@ -69,8 +80,9 @@ class RayExecutor:
         self._made += 1
         from dataclasses import asdict
 
-        return self._actor_cls.remote(self.tier_ref, self.backend, asdict(self.limits), self.sys_path,
-                                      f"ray{self._made}")
+        return self._actor_cls.remote(
+            self.tier_ref, self.backend, asdict(self.limits), self.sys_path, f"ray{self._made}"
+        )
 
     def run(self, chunks: list[Chunk], on_results: OnResults) -> None:
         ray = self.ray
@@ -99,8 +111,17 @@ class RayExecutor:
                 except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
                     if stages is None:
                         stages = self._stages(actors, actor)
-                    outs = [failure_outcome(c, stages or ["case"], "crash", "ray_actor_died", type(exc).__name__,
-                                            str(exc)[:500]) for c in chunk[0]]
+                    outs = [
+                        failure_outcome(
+                            c,
+                            stages or ["case"],
+                            "crash",
+                            "ray_actor_died",
+                            type(exc).__name__,
+                            str(exc)[:500],
+                        )
+                        for c in chunk[0]
+                    ]
                     ray.kill(actor, no_restart=True)
                     actors.remove(actor)
                     actor = self._actor()
