@@ -38,8 +38,8 @@ Ordering (issue 13): with `--order both` (the default) each fault runs in listin
 cases whose ops' fingerprints differ from the clean run's - the planted fault's op -, see
 harness/engine/ordering.py). A fault the listing order missed is not run again by default: the ordered
 nightly runs the same cases (the same case lists), only in another order, and a verdict does not
-depend on the order or on what ran before it in a worker (tests/runner/test_ordering.py,
-tests/compile/test_dynamo_isolation.py), so it would miss it too; `--ordered-missed` runs it
+depend on the order or on what ran before it in a worker (tests/harness/engine/test_ordering.py,
+tests/backend/compile/test_dynamo_isolation.py), so it would miss it too; `--ordered-missed` runs it
 anyway. For the same reason the ordered nightly takes over the listed one's tiers that ran whole
 without a detection (rows and measured seconds) and runs from the tier that caught the fault
 (`--ordered-all-tiers` runs every tier again). `--json` adds `ordering`: the median time to the first detection with and without the

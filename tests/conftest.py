@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # Tests patch listing code in-process with unchanged inputs, which a content-keyed listing cache
-# cannot see: every tier lists afresh in tests (tests/runner/test_listing_cache.py turns it on).
+# cannot see: every tier lists afresh in tests (tests/harness/engine/test_listing_cache.py turns it on).
 os.environ["HARNESS_LISTING_CACHE"] = "off"
 
 from contracts.settings import current

@@ -6,11 +6,11 @@ import json
 
 import pandas as pd
 import pytest
-from fakes.openai_server import FakeOpenAI
 
 from agents.store import ModelRecord, write_store
 from agents.traits import TRAIT_NAMES, reset_profiles
 from agents.vocabulary import UNKNOWN
+from tests.fakes.openai_server import FakeOpenAI
 
 
 @pytest.fixture()

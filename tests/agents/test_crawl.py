@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes.hub_server import HubModel, HubServer
 
 from agents.crawl import STATE_FILE, CrawlError, HubOptions, crawl_hub
 from agents.store import read_store
+from tests.fakes.hub_server import HubModel, HubServer
 
 TOKEN = "hf_SECRETtokenDoNotLog123"
 WEIGHTS = {"model.safetensors": b"\0" * 64, "pytorch_model.bin": b"\0" * 64}

@@ -6,7 +6,6 @@ import json
 
 import pandas as pd
 import pytest
-from fakes.openai_server import FakeOpenAI
 
 from agents.llm import DECISIONS_FILE, LLMClient, load_prompt
 from agents.llm_groups import group_failures
@@ -15,6 +14,7 @@ from agents.llm_triage import triage_broken
 from agents.traits import reset_profiles
 from agents.vocabulary import UNKNOWN
 from contracts.settings import LLMSettings
+from tests.fakes.openai_server import FakeOpenAI
 
 KEY = "sk-test-secret-0123456789"
 

@@ -6,11 +6,11 @@ import json
 
 import pandas as pd
 import pytest
-from fakes.openai_server import FakeOpenAI
 
 from agents.crawl_triage import TRIAGE_FILE
 from agents.llm import DECISIONS_FILE
 from harness.cli import main
+from tests.fakes.openai_server import FakeOpenAI
 
 ROWS = [
     {

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from fakes.http_server import FakeHTTPServer, Request, Response
+from tests.fakes.http_server import FakeHTTPServer, Request, Response
 
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+(?:/[^/]+)?)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+(?:/[^/]+)?)$")

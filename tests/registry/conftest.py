@@ -1,3 +1,3 @@
 """Registry test fixtures (the helpers live in registry_fixtures.py so tests can import them)."""
 
-from registry_fixtures import bert_outcome, bert_registry  # noqa: F401
+from tests.registry.registry_fixtures import bert_outcome, bert_registry  # noqa: F401

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from registry_fixtures import bert_inputs, tiny_bert
 
 from registry.encoding import parse_signature
 from registry.recorder import OpRecorder, record_workload
+from tests.registry.registry_fixtures import bert_inputs, tiny_bert
 
 
 def test_records_all_phases_with_counts(bert_outcome):

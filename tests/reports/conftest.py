@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reports_synth import EVENTS, base_rows
+
+from tests.reports.reports_synth import EVENTS, base_rows
 
 
 @pytest.fixture

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-from reports_synth import set_status
-
 from contracts.status import REGRESSION_VERDICTS, Verdict
 from harness.cli import main
 from reports.compare import Rule, compare_runs
+from tests.reports.reports_synth import set_status
 
 
 def _verdict(result, case_id, stage):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-from reports_synth import base_rows
-
 from harness.cli import main
 from reports.baseline import MARKER, baseline_dir
 from reports.tables import read_results, read_table
+from tests.reports.reports_synth import base_rows
 
 
 def test_update_into_env_dir_and_compare_by_default(make_run, tmp_path, monkeypatch, capsys):

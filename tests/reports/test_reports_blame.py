@@ -6,7 +6,6 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from reports_synth import base_rows, set_status
 
 from harness.cli import main
 from reports.compare import compare_runs
@@ -14,6 +13,7 @@ from reports.coverage import summarize
 from reports.html import write_report
 from reports.junit import write_junit
 from reports.tables import read_results
+from tests.reports.reports_synth import base_rows, set_status
 
 
 def _blamed_rows():

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from reports_synth import set_status
 
 from contracts.status import Verdict
 from harness.cli import main
 from reports.compare import compare_runs
 from reports.expectations import load_expectations, load_flaky
+from tests.reports.reports_synth import set_status
 
 
 def _verdict(result, case_id, stage):

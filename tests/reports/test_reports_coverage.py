@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from reports_synth import base_rows
 
 from reports.coverage import fmt_rate, summarize, summarize_run
 from reports.tables import read_results
+from tests.reports.reports_synth import base_rows
 
 
 @pytest.fixture

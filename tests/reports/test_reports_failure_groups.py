@@ -6,10 +6,10 @@ import json
 import re
 
 import pytest
-from fakes.openai_server import FakeOpenAI
-from reports_synth import set_status
 
 from harness.cli import main
+from tests.fakes.openai_server import FakeOpenAI
+from tests.reports.reports_synth import set_status
 
 LLM_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "HARNESS_LLM_MODEL", "HARNESS_LLM_MAX_RETRIES")
 NO_KERNEL = dict(error_class="NotImplementedError", failing_op="aten::foo")

@@ -8,9 +8,9 @@ import shutil
 import subprocess
 
 import pytest
-from reports_synth import set_status
 
 from harness.cli import main
+from tests.reports.reports_synth import set_status
 
 
 def _report(run, capsys, *extra):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from reports_synth import base_rows
-
 from reports.junit import write_junit
 from reports.tables import read_results
+from tests.reports.reports_synth import base_rows
 
 
 def test_junit_per_tier_counts(make_run):
