@@ -1,4 +1,9 @@
-"""The one exception classifier: an exception -> status, error class, normalized message, failing op.
+"""The harness' error base and the one exception classifier: an exception -> status, error class,
+normalized message, failing op.
+
+`HarnessError` is the base of every error the packages above the device raise on purpose (each
+also inherits the built-in it is a kind of, so callers may catch either); the device's own errors
+live in `backend/errors.py`.
 
 Used wherever an exception becomes a row (a stage in harness.stages.check, a case in a worker, a replay):
 MemoryError / an allocator's out-of-memory error is ``oom``, TimeoutError is ``timeout``, anything
@@ -24,6 +29,10 @@ _SUBS = [
     (re.compile(r"\s+"), " "),
 ]
 _OOM_WORDS = ("out of memory", "cannot allocate memory", "can't allocate memory", "oom-kill")
+
+
+class HarnessError(Exception):
+    """Base of the errors the harness, its agents, registry and reports raise on purpose."""
 
 
 @dataclass(frozen=True)
