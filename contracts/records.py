@@ -102,6 +102,8 @@ class StageResult:
         ""  # whose failure a stage that did not pass is: a contracts.status.Blame value ("" = not judged)
     )
     blame_evidence: dict[str, Any] = field(default_factory=dict)  # what the blame was decided from
+    # where a backend failure comes from: contracts.rootcause.RootCause.to_dict() ({} = not localized)
+    root_cause: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -185,7 +187,7 @@ def _col(doc: str, required: bool = False, default: Any = None) -> Any:
 class ResultRow:
     """One row of results.parquet: one (tier, case, stage) with its outcome.
 
-    JSON columns (traits, metrics, extra, blame_evidence) hold a JSON object as text."""
+    JSON columns (traits, metrics, extra, blame_evidence, root_cause) hold a JSON object as text."""
 
     run_id: str = _col("Run this row belongs to (runs.run_id).", True)
     tier: str = _col("unit | representative | full | upstream (or a plug-in tier's name).", True)
@@ -236,6 +238,15 @@ class ResultRow:
     dtype: str | None = _col("Upstream tier: the sample's dtype, e.g. float32; null elsewhere.")
     variant: str | None = _col('Upstream tier: the OpInfo variant ("" for the op itself); null elsewhere.')
     sample: int | None = _col("Upstream tier: index of the sample input of the op and dtype; null elsewhere.")
+    root_cause_op: str | None = _col(
+        "The aten overload a backend failure was localized to (e.g. aten.gelu.default); null when the "
+        "row was not localized or no call was found."
+    )
+    root_cause: str | None = _col(
+        "JSON object: the root-cause record (contracts.rootcause.RootCause: op, phase, kind, route, call "
+        "index, input shapes/dtypes/strides, mismatch, module path, source line, repro and repro_verified), "
+        "or why none was found; null when not localized."
+    )
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from contracts.records import CaseOutcome, ResultRow
+from contracts.rootcause import root_cause_op
 from contracts.status import STATUS_VALUES, Blame, Status
 
 _COLUMNS = tuple(f.name for f in fields(ResultRow))
@@ -28,7 +29,7 @@ _FLOAT_COLUMNS = ("weight", "seconds")
 _TEXT_COLUMNS = ("reason", "error_class", "message", "failing_op", "model_id", "op", "dtype", "blame")
 _BLAMES = frozenset(b.value for b in Blame)
 #: columns a tier fills per stage (a key of the stage dict) or per case (a key of CaseOutcome.info)
-_STAGE_OR_CASE_COLUMNS = ("blame", "blame_evidence", "op", "dtype", "variant", "sample")
+_STAGE_OR_CASE_COLUMNS = ("blame", "blame_evidence", "root_cause", "op", "dtype", "variant", "sample")
 #: keys a hand-written row dict may carry that are not columns (reports.tables consumes them)
 ROW_SIDE_KEYS = frozenset({"native_op_calls", "fallback_events"})
 
@@ -68,7 +69,7 @@ def opt_float(value: Any) -> float | None:
 def result_row(
     raw: Mapping[str, Any], run_id: str = "", json_cache: dict[int, str | None] | None = None
 ) -> ResultRow:
-    """A row dict (column names; `traits`, `metrics`, `extra`, `blame_evidence` may be dicts; other
+    """A row dict (column names; `traits`, `metrics`, `extra`, `blame_evidence`, `root_cause` may be dicts; other
     keys go to `extra`; `model_ids` defaults to [model_id]; `graphs`/`recompiles` default to the
     same keys of `metrics`) -> a ResultRow. `json_cache` encodes a dict shared by several rows once."""
     missing = [c for c in _REQUIRED if raw.get(c) in (None, "")]
@@ -117,6 +118,11 @@ def result_row(
         row["traits"] = json_cache[id(traits)]
     row["metrics"], row["extra"] = to_json(metrics), to_json(extra)
     row["blame_evidence"] = to_json(raw.get("blame_evidence"))
+    root_cause = raw.get("root_cause")
+    if isinstance(root_cause, str):  # a hand-written row may carry the JSON text
+        root_cause = json.loads(root_cause) if root_cause else None
+    row["root_cause"] = to_json(root_cause)
+    row["root_cause_op"] = raw.get("root_cause_op") or root_cause_op(root_cause)
     return ResultRow(**row)
 
 
