@@ -55,6 +55,7 @@ def _env() -> jinja2.Environment:
     env.filters["pct"] = lambda v: "n/a" if v is None else f"{100.0 * v:.1f}%"
     env.filters["root_cause"] = lambda record: _root_cause_text(record, rootcauses.describe)
     env.filters["root_cause_short"] = lambda record: _root_cause_text(record, rootcauses.short)
+    env.filters["verified"] = rootcauses.verified_text
     return env
 
 

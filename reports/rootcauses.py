@@ -85,14 +85,19 @@ def _magnitude(rc: RootCause) -> float:
     return value if value == value else float("inf")  # NaN: the worst
 
 
+def verified_text(verified: bool | None) -> str:
+    """A repro's state in words: verified (fails on the backend, passes on the reference), not
+    verified, or unchecked."""
+    return {True: "verified", False: "not verified", None: "unchecked"}[verified]
+
+
 def repro_text(rc: RootCause | None) -> str:
     """The repro file and whether it was checked: 'tests/x.py (verified)', '(not verified: why)'."""
     if rc is None or rc.repro is None:
         return ""
     r = rc.repro
-    state = {True: "verified", False: "not verified", None: "unchecked"}[r.verified]
     why = f": {r.why}" if r.why and r.verified is not True else ""
-    return f"{r.path or 'no file'} ({state}{why})"
+    return f"{r.path or 'no file'} ({verified_text(r.verified)}{why})"
 
 
 def describe(rc: RootCause | None) -> str:
@@ -116,8 +121,8 @@ def short(rc: RootCause | None) -> str:
         return ""
     if not rc.found:
         return f"none: {rc.why or 'not found'}"
-    state = {True: "verified", False: "not verified", None: "unchecked"}[rc.repro_verified]
-    return f"{rc.op} ({rc.phase})" + (f" · repro {state}" if rc.repro is not None else "")
+    repro = f" · repro {verified_text(rc.repro_verified)}" if rc.repro is not None else ""
+    return f"{rc.op} ({rc.phase}){repro}"
 
 
 @dataclass
