@@ -12,7 +12,10 @@ The comparison vocabulary (contracts.status.Verdict; separate from Status, which
     FLAKY     status changed, and the case is on reports/data/flaky.yaml
     FALLBACK_REGRESSION  same status, but a new CPU-fallback op or a higher fallback count
 
-Changed failures and fallback regressions are found by reports/hidden_regressions.py.
+Changed failures and fallback regressions are found by reports/hidden_regressions.py. Every verdict
+that is not PASS names its row's root cause (`root_cause`: contracts.rootcause.RootCause as a dict,
+found or why not; `root_cause_stage`: the stage it was found on, an earlier one for a stage not
+attempted because of it), from the run's `root_cause` column (reports.rootcauses).
 
 A stage that passed in the baseline and is now skipped or not attempted is a FAIL: coverage was
 lost, and the detail says why. The exit code is non-zero when a regression (FAIL,
@@ -39,7 +42,7 @@ import pandas as pd
 import yaml
 
 from contracts.status import Verdict
-from reports import hidden_regressions
+from reports import hidden_regressions, rootcauses
 from reports.expectations import Rule, for_backend, load_expectations, load_flaky
 from reports.verdicts import verdict_of
 
@@ -66,6 +69,8 @@ class CaseVerdict:
     detail: str = ""
     model_ids: list[str] = field(default_factory=list)
     blame: str | None = None  # the run's row blame (the baseline's for MISSING): reports.gate decides on it
+    root_cause: dict[str, Any] | None = None  # the run row's root-cause record (RootCause.to_dict())
+    root_cause_stage: str | None = None  # the stage that record is on
 
 
 @dataclass
@@ -243,7 +248,21 @@ def compare_frames(
             ids = _ids(ids_run[i] if st is not None else ids_base[i])
         verdicts.append(CaseVerdict(*key, verdict, st, bs, detail, ids or [], blames[i]))
     hidden_regressions.refine(merged, verdicts)
+    _name_root_causes(run, verdicts)
     return Comparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold), gate=gate)
+
+
+def _name_root_causes(run: pd.DataFrame, verdicts: list[CaseVerdict]) -> None:
+    """Each verdict that is not PASS names the root cause of its row in the run, when there is one."""
+    records = rootcauses.case_records(run)
+    if not records:
+        return
+    for v in verdicts:
+        if v.verdict is Verdict.PASS or v.status is None:
+            continue
+        rc, stage = rootcauses.for_row(records, v.tier, v.case_id, v.stage, v.status)
+        if rc is not None:
+            v.root_cause, v.root_cause_stage = rc.to_dict(), stage
 
 
 def _row_blames(merged: pd.DataFrame) -> list[str | None]:
