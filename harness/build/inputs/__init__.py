@@ -21,22 +21,37 @@ import re
 
 import torch
 
-from harness.build.inputs.base import BATCH, CHOICES, ConfigScope, Maker, ModelInputs, forward_parameters, get, required_inputs
+from harness.build.formula import defined, evaluate
+from harness.build.inputs.base import (
+    BATCH,
+    CHOICES,
+    ConfigScope,
+    Maker,
+    ModelInputs,
+    forward_parameters,
+    get,
+    required_inputs,
+)
 from harness.build.inputs.docshapes import docstring_input, documented_unused
-from harness.build.inputs.labels import add_labels, label_kind, loss_missing_arguments, refused_labels, returns_no_loss
+from harness.build.inputs.labels import (
+    add_labels,
+    label_kind,
+    loss_missing_arguments,
+    refused_labels,
+    returns_no_loss,
+)
 from harness.build.inputs.media import add_audio, add_images, add_videos, image_shape, takes_clips
 from harness.build.inputs.placeholders import add_placeholders
-from harness.build.inputs.recipes import recipe_input, recipes, through_kwargs_names, type_recipe_names
+from harness.build.inputs.recipes import recipe_input, through_kwargs_names, type_recipe_names
 from harness.build.inputs.sessions import add_sessions
-from harness.build.inputs.expr import defined, evaluate
-from harness.build.shrink import rules as shrink_rules
+from harness.build.rules import input_recipes, shrink_rules
 
-__all__ = ["BATCH", "CHOICES", "ModelInputs", "make_inputs", "special_token_ids", "image_shape"]
+__all__ = ["BATCH", "CHOICES", "ModelInputs", "image_shape", "make_inputs", "special_token_ids"]
 
 
 def special_token_ids(config) -> set[int]:
     ids: set[int] = set()
-    suffixes = tuple(shrink_rules()["token_id_suffixes"]) + ("pad_token_id", "bos_token_id", "eos_token_id")
+    suffixes = tuple(shrink_rules().token_id_suffixes) + ("pad_token_id", "bos_token_id", "eos_token_id")
 
     def walk(d: dict) -> None:
         for k, v in d.items():
@@ -81,9 +96,14 @@ def _prompt_tokens(ids: torch.Tensor, config, m: Maker) -> torch.Tensor:
     """Marker tokens a prompt holds once per sample (the config names the id; the synthetic ids
     avoid it): Splinter's span selection reads at its `[QUESTION]` token and refuses a sample
     without one. Put at position 1, inside every sample's unpadded part."""
-    for name in recipes()["prompt_tokens"]:
+    for name in input_recipes().prompt_tokens:
         token = get(m.text, name, default=get(config, name))
-        if isinstance(token, int) and not isinstance(token, bool) and 0 <= token < m.vocab and ids.shape[-1] > 2:
+        if (
+            isinstance(token, int)
+            and not isinstance(token, bool)
+            and 0 <= token < m.vocab
+            and ids.shape[-1] > 2
+        ):
             ids = ids.clone()
             ids[..., 1] = token
     return ids
@@ -92,15 +112,26 @@ def _prompt_tokens(ids: torch.Tensor, config, m: Maker) -> torch.Tensor:
 def _pair_separators(ids: torch.Tensor, config, m: Maker, architecture: str) -> torch.Tensor:
     """A question/context pair for the heads that read one (`pair_prompts`): the separator token
     at the same positions of every sample (and choice)."""
-    rule = recipes().get("pair_prompts") or {}
-    if label_kind(architecture) not in rule.get("kinds", []):
+    rule = input_recipes().pair_prompts
+    if label_kind(architecture) not in rule.kinds:
         return ids
-    token = next((t for name in rule["token_fields"]
-                  for t in [get(m.text, name, default=get(config, name))] if t is not None), None)
+    token = next(
+        (
+            t
+            for name in rule.token_fields
+            for t in [get(m.text, name, default=get(config, name))]
+            if t is not None
+        ),
+        None,
+    )
     if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < m.vocab:
         return ids
-    positions = [int(p) for p in evaluate(rule["positions"], ConfigScope(config, seq=ids.shape[-1]))]
-    if not positions or len(set(positions)) != len(positions) or not all(0 < p < ids.shape[-1] for p in positions):
+    positions = [int(p) for p in evaluate(rule.positions, ConfigScope(config, seq=ids.shape[-1]))]
+    if (
+        not positions
+        or len(set(positions)) != len(positions)
+        or not all(0 < p < ids.shape[-1] for p in positions)
+    ):
         return ids
     ids = ids.clone()
     ids[..., positions] = token
@@ -110,22 +141,28 @@ def _pair_separators(ids: torch.Tensor, config, m: Maker, architecture: str) -> 
 def _alias_sources(sig: set[str], scope: ConfigScope) -> set[str]:
     """Processor outputs an alias renames into the forward's names (image_grid_thw -> grid_thw):
     the builders keep them so the rename finds them."""
-    return {source for rule in recipes()["aliases"] if set(rule["needs"]) <= sig and defined(rule["when"], scope)
-            for target, source in rule["map"].items() if target in sig}
+    return {
+        source
+        for rule in input_recipes().aliases
+        if set(rule.needs) <= sig and defined(rule.when, scope)
+        for target, source in rule.map.items()
+        if target in sig
+    }
 
 
 def _aliases(out: ModelInputs, sig: set[str], scope: ConfigScope) -> None:
-    for rule in recipes()["aliases"]:
-        if not set(rule["needs"]) <= sig or not defined(rule["when"], scope):
+    for rule in input_recipes().aliases:
+        if not set(rule.needs) <= sig or not defined(rule.when, scope):
             continue
-        for target, source in rule["map"].items():
+        for target, source in rule.map.items():
             if target in sig and target not in out.kwargs and source in out.kwargs:
                 out.kwargs[target] = out.kwargs.pop(source)
                 out.sources[target] = out.sources.pop(source, "synthetic")
 
 
-def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: ConfigScope,
-             required: set[str]) -> list[str]:
+def _recipes(
+    out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: ConfigScope, required: set[str]
+) -> list[str]:
     labels = []
     own = {n for n in type_recipe_names(model_type) if n in sig}
     for name in sorted((sig - set(out.kwargs)) | own):
@@ -135,7 +172,9 @@ def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: 
         tensor, key, is_label = made
         if name == "input_ids" and "attention_mask" in out.kwargs:  # keep the padding consistent
             out.kwargs["attention_mask"] = m.mask(*tensor.shape[:2])  # (batch, seq[, codebooks])
-            if tensor.dim() == 2 and m.pad is not None and m.pad <= int(tensor.max()):  # else another vocab's pad (Dia's
+            if (
+                tensor.dim() == 2 and m.pad is not None and m.pad <= int(tensor.max())
+            ):  # else another vocab's pad (Dia's
                 tensor = m.pad_ids(tensor, out.kwargs["attention_mask"])  # decoder's, not its encoder's)
         out.kwargs[name] = tensor
         out.sources[name] = f"recipe:{key}"
@@ -144,8 +183,10 @@ def _recipes(out: ModelInputs, m: Maker, sig: set[str], model_type: str, scope: 
     return labels
 
 
-_EXCLUSIVE = (re.compile(r"if (\w+) is not None and (\w+) is not None:\s*\n\s*raise "),
-              re.compile(r"`(\w+)` and `(\w+)` are mutually exclusive"))
+_EXCLUSIVE = (
+    re.compile(r"if (\w+) is not None and (\w+) is not None:\s*\n\s*raise "),
+    re.compile(r"`(\w+)` and `(\w+)` are mutually exclusive"),
+)
 # an input the forward takes as the embeddings (Pop2Piano: `inputs_embeds = input_features`)
 # excludes the token ids, as embeddings do
 _EMBEDS_ALIAS = re.compile(r"^\s*inputs_embeds = (\w+)\s*$", re.M)
@@ -154,9 +195,10 @@ _EMBEDS_ALIAS = re.compile(r"^\s*inputs_embeds = (\w+)\s*$", re.M)
 def _exclusive(out: ModelInputs, model) -> None:
     """Inputs the forward refuses together (Molmo2: images or videos, not both) or says are
     mutually exclusive (SeamlessM4T: speech or text, one attention mask), token ids next to an
-    input it takes as the embeddings (Pop2Piano's features): the later one is left out. Read from the forward's own `if a is not None and b is not None: raise` or its warning.
-    Token ids left out take their mask along; the audio's own mask, set aside while the text's
-    held the name, becomes the attention mask."""
+    input it takes as the embeddings (Pop2Piano's features): the later one is left out. Read from
+    the forward's own `if a is not None and b is not None: raise` or its warning. Token ids left
+    out take their mask along; the audio's own mask, set aside while the text's held the name,
+    becomes the attention mask."""
     for owner in (model, getattr(model, "model", None)):
         try:
             source = inspect.getsource(type(owner).forward) if owner is not None else ""
@@ -183,10 +225,10 @@ def _documented(out: ModelInputs, model, m: Maker, scope: ConfigScope, required:
     """Required inputs still missing, in the shape the forward's docstring gives them; once one
     is made that way, the forward's documented mask too (its length may differ from the
     embeddings': a drafter attends over context + block)."""
-    rules = recipes()["docstring_shapes"]
+    rules = input_recipes().docstring_shapes
     made = False
-    for name in sorted(required - set(out.kwargs)) + list(rules["companions"]):
-        if name in out.kwargs or name not in required and not made:
+    for name in sorted(required - set(out.kwargs)) + list(rules.companions):
+        if name in out.kwargs or (name not in required and not made):
             continue
         tensor = docstring_input(model.forward, name, m, scope, rules)
         if tensor is not None:
@@ -199,7 +241,11 @@ def _decoder(out: ModelInputs, m: Maker, config, sig: set[str], architecture: st
     kw = out.kwargs
     if "decoder_input_ids" not in sig or "decoder_input_ids" in kw:  # a recipe made them (Dia's codes)
         return
-    if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw and label_kind(architecture) in ("sequence", "qa", "tokens"):
+    if (
+        getattr(config, "is_encoder_decoder", False)
+        and "input_ids" in kw
+        and label_kind(architecture) in ("sequence", "qa", "tokens")
+    ):
         # classification heads pool decoder states at the input's eos positions, and token
         # classification labels each input position from the decoder's: the decoder sees the
         # input shifted right, as the model would build it itself
@@ -209,8 +255,15 @@ def _decoder(out: ModelInputs, m: Maker, config, sig: set[str], architecture: st
         out.sources["decoder_input_ids"] = "synthetic:shifted_input_ids"
         return
     from_media = any(str(out.sources.get(k, "")).startswith("processor:") for k in kw)
-    if getattr(config, "is_encoder_decoder", False) and "input_ids" in kw or (
-        "input_features" in kw or "input_values" in kw or ("pixel_values" in kw or from_media) and "input_ids" not in kw
+    if (
+        (getattr(config, "is_encoder_decoder", False)
+        and "input_ids" in kw)
+        or (
+            "input_features" in kw
+            or "input_values" in kw
+            or (("pixel_values" in kw or from_media)
+            and "input_ids" not in kw)
+        )
     ):
         kw["decoder_input_ids"] = m.ids(BATCH, m.seq // 2)
         out.sources["decoder_input_ids"] = "synthetic"
@@ -219,7 +272,7 @@ def _decoder(out: ModelInputs, m: Maker, config, sig: set[str], architecture: st
 def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None = None) -> ModelInputs:
     """Inputs for `model.forward`, deterministic for a seed. Never raises for a missing recipe:
     what it cannot build is left out and noted (the forward stage then reports the model's error)."""
-    seq = seq or shrink_rules()["targets"]["test_sequence_length"]
+    seq = seq or shrink_rules().targets.test_sequence_length
     params = forward_parameters(model)
     sig = set(params) - {"self", "kwargs", "args"}
     model_type = str(getattr(config, "model_type", "") or "")
@@ -242,7 +295,7 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
         out.kwargs.pop(name)
         out.sources.pop(name, None)
         out.notes.append(f"no {name}: the forward's docstring says it is not used")
-    add_placeholders(out, model, config, sig, recipes()["placeholders"])
+    add_placeholders(out, model, config, sig, input_recipes().placeholders)
     _decoder(out, m, config, sig, architecture)
     if "use_cache" in sig:
         out.kwargs["use_cache"] = False
@@ -257,7 +310,9 @@ def make_inputs(model, config, architecture: str, seed: int = 0, seq: int | None
         out.notes.append("no labels: the forward's output has no loss")
     elif "labels" in sig and (missing := loss_missing_arguments(model)):
         sig = sig - {"labels"}
-        out.notes.append(f"no labels: the head's loss function needs {missing}, which its forward never passes")
+        out.notes.append(
+            f"no labels: the head's loss function needs {missing}, which its forward never passes"
+        )
     out.labels = add_labels(m, architecture, config, out.kwargs, sig - set(recipe_labels)) + recipe_labels
     for name in out.labels:
         out.sources.setdefault(name, "synthetic")
