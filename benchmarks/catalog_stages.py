@@ -306,9 +306,9 @@ def run_backend(
 
 
 def run_shrink(tasks: list[dict], workers: int, timeout: float) -> dict:
-    from harness.build.shrink import rules
+    from harness.build.rules import shrink_rules
 
-    budget = rules()["targets"]["max_parameters"]
+    budget = shrink_rules().targets.max_parameters
     t0 = time.monotonic()
     pool = Pool(_shrink_worker, (), workers, timeout)
     try:

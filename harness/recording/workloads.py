@@ -27,9 +27,9 @@ from contracts.settings import current
 
 
 def _model_tier_seq() -> int:
-    from harness.build.shrink import rules
+    from harness.build.rules import shrink_rules
 
-    return int(rules()["targets"]["test_sequence_length"])
+    return shrink_rules().targets.test_sequence_length
 
 
 #: Sequence lengths recorded per model (batch is the inputs module's, 2): the length the model

@@ -1,25 +1,18 @@
-"""Video trackers take an `inference_session` object, not tensors: the harness builds the session
-class the forward names, with seeded frames and a prompt through the session's own API (a point
-for the SAM-2 family, text ids for SAM-3 video). Their forward runs under torch.inference_mode:
-the backward stage is skipped as not applicable, not failed."""
+"""Video trackers take an `inference_session` object, not tensors (harness.build.inputs.sessions):
+the session class the forward names, with seeded frames and a prompt through the session's own
+API (a point for the SAM-2 family, text ids for SAM-3 video). Their forward runs under
+torch.inference_mode: the backward stage is skipped as not applicable, not failed."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
-from contracts.records import ModelSpec
 from harness.build.inputs.sessions import session_classes
-from harness.stages.check import check_model
-from tests.harness.build.shrink_helpers import built
-
-STAGES = ["load", "forward", "backward"]
-
-
-def stages(model_type: str, architecture: str) -> dict:
-    result = check_model(
-        ModelSpec(f"test/{model_type}", model_type, architecture), backend="cpu", stages=STAGES
-    )
-    return {s: (r.status.value, r.reason) for s, r in result.stages.items()}
+from tests.harness.build.helpers import (
+    built,
+    stages,
+)
 
 
 @pytest.mark.parametrize(
@@ -49,26 +42,9 @@ def test_a_model_without_a_session_parameter_gets_none():
     assert not any(str(s).startswith("session:") for s in inputs.sources.values())
 
 
-def test_frames_are_the_size_the_visual_prompter_pads():
-    """TVP pads every frame with a learned prompt around an image of `max_img_size`: the frames
-    its processor makes have that size (before: the backbone's nominal 64 px against 448), so
-    the prompter runs. (Its forward then fails in transformers for any batch > 1: the column
-    position embeddings are viewed with the batch size.)"""
-    import torch
-
-    model, cfg, inputs = built("tvp", "TvpModel")
-    pv = inputs.kwargs["pixel_values"]
-    assert inputs.sources["pixel_values"].startswith("processor:")
-    assert tuple(pv.shape[-2:]) == (cfg.max_img_size, cfg.max_img_size)
-    assert 2 * cfg.visual_prompt_size < cfg.max_img_size
-    with torch.no_grad():
-        assert model.visual_prompter(pv.clone()).shape == pv.shape
-
-
 def test_a_session_moves_to_the_device_as_a_copy_with_its_tensors_and_dtype():
     """The device copy of the inputs holds its own session: its frames and cached prompts in the
     target dtype, its device fields naming the target (the CPU one stays as the inputs made it)."""
-    import torch
 
     from harness.stages.run import fresh, to_device
 
