@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from agents.quiet import quiet_transformers
 from harness.blame import rules as rules_mod
-from harness.build.quiet import quiet_transformers
 
 _CONFIG_ATTRIBUTE = re.compile(r"'(\w+Config)' object has no attribute '(\w+)'")
 

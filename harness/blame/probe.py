@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from agents.quiet import quiet_transformers
 from contracts.backends import get_backend
 from contracts.errors import classify
 from contracts.records import ModelCheck, ModelSpec, StageResult
@@ -52,7 +53,6 @@ from harness.blame.compile import compile_reference, device_graph_evidence, judg
 from harness.blame.layers import interior_width_mismatch, watch_layers
 from harness.blame.selection import selection_ties_evidence
 from harness.build.models import config_for, model_class
-from harness.build.quiet import quiet_transformers
 from harness.stages.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.stages.torch_state import restored_torch_state
 

@@ -38,9 +38,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from agents.quiet import quiet_transformers
 from contracts.status import Status
 from harness.blame import rules as rules_mod
-from harness.build.quiet import quiet_transformers
 from harness.stages.compare import named_float_tensors
 from harness.stages.compile import worst_compared
 from harness.stages.step import NoLoss, parameter_grads, train_mode, training_loss

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.build.quiet import quiet_transformers
+from agents.quiet import quiet_transformers
 from harness.stages.step import parameter_grads, train_mode
 
 LossFn = Callable[[Any], "tuple[torch.Tensor, str]"]
