@@ -54,7 +54,7 @@ HEADER = """\
 #     case_id: "*deberta*"
 #     stage: compile
 #     status: [error]
-#     reason: "relative-position gather needs dynamic shapes (issue #123)"
+#     reason: "relative-position gather needs dynamic shapes (https://tracker.example/BACKEND-123)"
 """
 _MATCH_KEYS = ("backend", "tier", "case_id", "stage", "model_id")
 _GLOB = re.compile(r"[*?\[]")

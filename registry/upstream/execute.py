@@ -112,7 +112,7 @@ class _Skip(Exception):
         self.reason, self.message = reason, message
 
 
-# ------------------------------------------------------------------------------------- helpers
+# -------------------------------------------------------------------- samples, calls, comparison
 
 
 def _short(exc: BaseException) -> str:
