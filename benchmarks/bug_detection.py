@@ -42,9 +42,10 @@ depend on the order or on what ran before it in a worker (tests/harness/engine/t
 tests/backend/compile/test_dynamo_isolation.py), so it would miss it too; `--ordered-missed` runs it
 anyway. For the same reason the ordered nightly takes over the listed one's tiers that ran whole
 without a detection (rows and measured seconds) and runs from the tier that caught the fault
-(`--ordered-all-tiers` runs every tier again). `--json` adds `ordering`: the median time to the first detection with and without the
-order over the faults both detected, their ratio (target <= 1/3) and whether the two orders'
-first tiers differ (they must not); each fault record gets `ordered`.
+(`--ordered-all-tiers` runs every tier again). `--json` adds `ordering`: the median time to the
+first detection with and without the order over the faults both detected, their ratio (target
+<= 1/3) and whether the two orders' first tiers differ (they must not); each fault record gets
+`ordered`.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def tier_plans(
     from harness.engine.nightly import load_config
 
     config = load_config(quick=True)
-    names = list(config.get("tiers", ["unit", "representative", "full"]))
+    names = list(config.tiers)
     unknown = [t for t in tiers or [] if t not in names]
     if unknown:
         raise SystemExit(
@@ -106,21 +107,18 @@ def tier_plans(
     for name in names:
         if tiers and name not in tiers:
             continue
-        tier, tcfg = load_tier(name), config.get(name, {})
-        limit = (limits or {}).get(name, tcfg.get("limit"))
+        tier, tcfg = load_tier(name), config.tier(name)
+        limit = (limits or {}).get(name, tcfg.limit)
         plans.append(
             {
                 "tier": name,
                 "limit": limit,
                 "chunk": tier_chunk_size(tier),
                 "timeout": float(
-                    (case_timeouts or {}).get(name)
-                    or tcfg.get("timeout")
-                    or getattr(tier, "timeout", None)
-                    or 600.0
+                    (case_timeouts or {}).get(name) or tcfg.timeout or getattr(tier, "timeout", None) or 600.0
                 ),
                 # the upstream tier's op_db selection, as `harness nightly --quick` passes it
-                "options": {k: str(tcfg[k]) for k in ("ops", "dtypes") if k in tcfg},
+                "options": tcfg.options(),
             }
         )
     return plans
@@ -662,7 +660,8 @@ def main(argv: list[str] | None = None) -> int:
         if summary.get("ordering"):
             o = summary["ordering"]
             print(
-                f"median first detection: listed {o['median_first_detection_seconds_listed']} s, likely failures "
+                f"median first detection: listed {o['median_first_detection_seconds_listed']} s, "
+                "likely failures "
                 f"first {o['median_first_detection_seconds_ordered']} s (ratio {o['ordered_over_listed']}, "
                 f"target <= {o['target']:.2f}) over {o['faults_compared']} faults"
             )

@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     quick = load_config(True)
     t0 = time.perf_counter()
     out = {
-        "unit": unit(quick["unit"]["limit"], args.registry),
-        "representative": representative(quick["representative"]["limit"], args.registry),
-        "full": full(quick["full"]["limit"], args.registry, args.workers),
+        "unit": unit(quick.tier("unit").limit, args.registry),
+        "representative": representative(quick.tier("representative").limit, args.registry),
+        "full": full(quick.tier("full").limit, args.registry, args.workers),
     }
     out["seconds"] = round(time.perf_counter() - t0, 1)
     if args.json:

@@ -22,6 +22,7 @@ from contracts.backends import fallback_ops
 from contracts.records import StageResult
 from contracts.status import Status
 from contracts.timing import phase
+from contracts.tolerance import Tolerance
 from registry import boundaries, scaling
 from registry.constraints import (
     infer_constraints,
@@ -31,7 +32,7 @@ from registry.constraints import (
 )
 from registry.encoding import DTYPE_ABBREVS, UnreplayableError, find_opaque, parse_signature, signature_hash
 from registry.inputs import BuiltTensor, build_args, build_tensor, materialize  # noqa: F401  (re-exported)
-from registry.tolerances import Tolerance, tolerance_for
+from registry.tolerances import tolerance_for
 
 
 @dataclass
@@ -96,29 +97,32 @@ def _mutated(func: torch._ops.OpOverload, args: list, kwargs: dict) -> list[Any]
 
 
 @dataclass
-class Comparison:
+class OpComparison:
+    """An op call's outputs on the device against the CPU's, by registry/data/tolerances.yaml.
+    Not harness.stages.compare.TensorComparison (a model's tensors against a float64 truth)."""
+
     ok: bool
     reason: str = ""
     max_abs_err: float | None = None
 
 
-def compare(op: str, expected: list[Any], actual: list[Any], mode: str, upcast: bool = False) -> Comparison:
+def compare(op: str, expected: list[Any], actual: list[Any], mode: str, upcast: bool = False) -> OpComparison:
     if len(expected) != len(actual):
-        return Comparison(False, f"{len(actual)} outputs, expected {len(expected)}")
+        return OpComparison(False, f"{len(actual)} outputs, expected {len(expected)}")
     worst: float | None = None
     meta_only = is_metadata_only(op)
     meta_outputs = metadata_only_outputs(op)
     for i, (e, a) in enumerate(zip(expected, actual)):
         if not isinstance(e, torch.Tensor):
             if isinstance(a, torch.Tensor) or not _same_scalar(e, a):
-                return Comparison(False, f"output {i}: {a!r} != {e!r}")
+                return OpComparison(False, f"output {i}: {a!r} != {e!r}")
             continue
         if not isinstance(a, torch.Tensor):
-            return Comparison(False, f"output {i}: {type(a).__name__}, expected a tensor")
+            return OpComparison(False, f"output {i}: {type(a).__name__}, expected a tensor")
         if upcast and e.dtype == torch.float32 and a.dtype in (torch.float16, torch.bfloat16):
             e = e.to(a.dtype)
         if tuple(a.shape) != tuple(e.shape) or a.dtype != e.dtype:
-            return Comparison(
+            return OpComparison(
                 False, f"output {i}: {list(a.shape)} {a.dtype}, expected {list(e.shape)} {e.dtype}"
             )
         if meta_only or i in meta_outputs or e.numel() == 0:
@@ -129,12 +133,13 @@ def compare(op: str, expected: list[Any], actual: list[Any], mode: str, upcast: 
         if err is not None:
             worst = err if worst is None else max(worst, err)
         if not ok:
-            return Comparison(
+            return OpComparison(
                 False,
-                f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} atol_rms={tol.atol_rms:g}",
+                f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} "
+                f"atol_rms={tol.atol_rms:g}",
                 worst,
             )
-    return Comparison(True, "", worst)
+    return OpComparison(True, "", worst)
 
 
 def _same_scalar(e: Any, a: Any) -> bool:
@@ -179,23 +184,24 @@ def _upcast(value: Any) -> Any:
 
 
 @dataclass
-class Reference:
-    """The CPU's outputs (plus mutated args). `rejected` is the error of the call as recorded when
-    the CPU kernel refused it and the outputs come from an f32 upcast of its 16-bit inputs."""
+class OpReference:
+    """The CPU's outputs (plus mutated args) of one op call. `rejected` is the error of the call as
+    recorded when the CPU kernel refused it and the outputs come from an f32 upcast of its 16-bit
+    inputs. Not harness.stages.reference.StepReference (a model's training step on the CPU)."""
 
     outputs: list[Any] | None
     rejected: str = ""
 
 
 @phase("reference")  # the nightly's time shares (contracts.timing)
-def _reference(func: Any, args: list, kwargs: dict) -> Reference:
+def _reference(func: Any, args: list, kwargs: dict) -> OpReference:
     """Mixed 16/32-bit calls that CUDA accepts and the CPU kernel rejects (layer-norm backward with
     f16 input and f32 stats, recorded under autocast) get an f32-upcast reference, which `compare`
     casts to the backend's 16-bit output dtype; `outputs` is None when even that fails."""
     with torch.no_grad():
         try:
             out = func(*args, **kwargs)
-            return Reference(_flatten(out) + _mutated(func, args, kwargs))
+            return OpReference(_flatten(out) + _mutated(func, args, kwargs))
         except Exception as exc:
             if not any(
                 isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
@@ -207,8 +213,8 @@ def _reference(func: Any, args: list, kwargs: dict) -> Reference:
         try:
             out = _flatten(func(*up_args, **up_kwargs)) + _mutated(func, up_args, up_kwargs)
         except Exception:  # noqa: BLE001
-            return Reference(None, rejected)
-        return Reference(out, rejected)
+            return OpReference(None, rejected)
+        return OpReference(out, rejected)
 
 
 # -- replay ---------------------------------------------------------------------------------------
@@ -238,7 +244,7 @@ class Plan:
     factor: int = 1
     variants: list = field(default_factory=list)  # [(name, constraints)], the base variant first
     built: tuple = ()
-    expected: Reference | None = None
+    expected: OpReference | None = None
 
 
 def plan(spec: CaseSpec, max_numel: int | None = None) -> Plan:
@@ -326,7 +332,7 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
                     cpu_args, cpu_kwargs = round_declared(p.func, cpu_args, cpu_kwargs, rounded)
                 expected = _reference(p.func, cpu_args, cpu_kwargs)
             except Exception:  # noqa: BLE001 - invalid on the reference (e.g. a mask count the op needs)
-                expected = Reference(None)
+                expected = OpReference(None)
             if expected.outputs is None:
                 skipped.append(name)
                 continue
@@ -368,7 +374,8 @@ def _round_bf16(value: Any) -> Any:
 
 
 def round_declared(func: Any, args: list, kwargs: dict, names: tuple[str, ...]) -> tuple[list, dict]:
-    """`args`/`kwargs` with the schema arguments named in `names` rounded to bfloat16 (kept in their dtype)."""
+    """`args`/`kwargs` with the schema arguments named in `names` rounded to bfloat16 (kept in their
+    dtype)."""
     args, kwargs = list(args), dict(kwargs)
     for i, arg in enumerate(func._schema.arguments):
         if arg.name not in names:
@@ -384,7 +391,7 @@ def _run_on_device(
     spec: CaseSpec,
     func: Any,
     built: tuple,
-    expected: Reference,
+    expected: OpReference,
     adapter: Any,
     mode: str,
     metrics: dict[str, Any],

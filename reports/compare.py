@@ -31,16 +31,14 @@ Usage::
 from __future__ import annotations
 
 import fnmatch
-import functools
 import re
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
-import yaml
 
+from contracts.rulefiles import Rules, cached_rules, resource
 from contracts.status import Verdict
 from reports import hidden_regressions, rootcauses
 from reports.expectations import Rule, for_backend, load_expectations, load_flaky
@@ -49,10 +47,23 @@ from reports.verdicts import verdict_of
 KEY = ["tier", "case_id", "stage"]
 
 
-@functools.cache
-def metric_rules() -> dict[str, dict[str, Any]]:
-    data = yaml.safe_load(resources.files("reports").joinpath("data/metrics.yaml").read_text())
-    return dict(data["metrics"])
+class MetricRule(Rules):
+    """How one metric is compared: which direction is better, and the smallest change reported."""
+
+    better: Literal["lower", "higher"] = "lower"
+    min_abs: float = 0.0
+    min_rel: float | None = None
+
+
+class MetricRules(Rules):
+    """reports/data/metrics.yaml."""
+
+    version: int
+    metrics: dict[str, MetricRule]
+
+
+def metric_rules() -> dict[str, MetricRule]:
+    return cached_rules(MetricRules, str(resource("reports", "data/metrics.yaml"))).metrics
 
 
 # ---------------------------------------------------------------------------------------- records
@@ -86,7 +97,10 @@ class MetricDelta:
 
 
 @dataclass
-class Comparison:
+class RunComparison:
+    """A run against a baseline: a verdict per (tier, case, stage) and the metric changes. Not
+    harness.stages.compare.TensorComparison nor registry.replay.OpComparison (one tensor, one op call)."""
+
     run: str
     baseline: str
     verdicts: list[CaseVerdict]
@@ -138,7 +152,7 @@ class Comparison:
         }
 
 
-def _gate_summary(comparison: Comparison) -> dict[str, Any]:
+def _gate_summary(comparison: RunComparison) -> dict[str, Any]:
     from reports.gate import summary
 
     return summary(comparison, comparison.gate)
@@ -153,11 +167,11 @@ def _metric_deltas(merged: pd.DataFrame, time_rel: float | None) -> list[MetricD
         cur, base = f"{metric}_run", f"{metric}_base"
         if cur not in merged or base not in merged:
             continue
-        min_rel = time_rel if (metric == "seconds" and time_rel is not None) else rule.get("min_rel")
-        sign = -1.0 if rule.get("better", "lower") == "lower" else 1.0
+        min_rel = time_rel if (metric == "seconds" and time_rel is not None) else rule.min_rel
+        sign = -1.0 if rule.better == "lower" else 1.0
         c, b = merged[cur].astype("float64"), merged[base].astype("float64")
         delta = c - b
-        mask = c.notna() & b.notna() & (delta != 0) & (delta.abs() >= float(rule.get("min_abs", 0)))
+        mask = c.notna() & b.notna() & (delta != 0) & (delta.abs() >= rule.min_abs)
         if min_rel is not None:
             mask &= (b == 0) | (delta.abs() >= float(min_rel) * b.abs())
         hit = merged.loc[mask, KEY]
@@ -201,7 +215,7 @@ def compare_frames(
     time_threshold: float | None = None,
     gate: str = "backend",
     backend: str | None = None,
-) -> Comparison:
+) -> RunComparison:
     """Compare two results tables (reports.schema.RESULTS) of runs on `backend`; pure computation.
 
     Rules naming another backend do not apply (backend None: only rules for every backend).
@@ -249,7 +263,7 @@ def compare_frames(
         verdicts.append(CaseVerdict(*key, verdict, st, bs, detail, ids or [], blames[i]))
     hidden_regressions.refine(merged, verdicts)
     _name_root_causes(run, verdicts)
-    return Comparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold), gate=gate)
+    return RunComparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold), gate=gate)
 
 
 def _name_root_causes(run: pd.DataFrame, verdicts: list[CaseVerdict]) -> None:
@@ -283,7 +297,7 @@ def run_backend(run_dir: str | Path) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
-def compare_runs(run_dir: str | Path, baseline_dir: str | Path, **kwargs: Any) -> Comparison:
+def compare_runs(run_dir: str | Path, baseline_dir: str | Path, **kwargs: Any) -> RunComparison:
     from reports.tables import read_results
 
     kwargs.setdefault("backend", run_backend(run_dir))

@@ -31,7 +31,7 @@ from markupsafe import Markup
 from contracts.rootcause import RootCause
 from contracts.status import STATUS_VALUES, Verdict
 from reports import plots, rootcauses, summary, upstream
-from reports.compare import Comparison
+from reports.compare import RunComparison
 from reports.coverage import BLAME_KEYS, Coverage, fmt_rate, levels, summarize
 from reports.gate import gated, regressions
 from reports.history import load_history
@@ -95,7 +95,7 @@ def _tier_totals(cov: Coverage) -> list[dict[str, Any]]:
 
 def build_context(
     run_dir: str | os.PathLike,
-    comparison: Comparison | None = None,
+    comparison: RunComparison | None = None,
     baseline_note: str = "",
     history: int = 10,
     coverage: Coverage | None = None,
@@ -189,7 +189,7 @@ def render(context: dict[str, Any]) -> str:
 
 def write_report(
     run_dir: str | os.PathLike,
-    comparison: Comparison | None = None,
+    comparison: RunComparison | None = None,
     baseline_note: str = "",
     history: int = 10,
     out: str | os.PathLike | None = None,

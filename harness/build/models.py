@@ -17,8 +17,8 @@ from functools import cache
 
 import torch
 
+from agents.quiet import quiet_transformers
 from contracts.timing import phase
-from harness.build.quiet import quiet_transformers
 from harness.build.shrink import shrink_config
 from harness.build.train_mode import prepare_config, zero_dropout_modules
 

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from contracts.rulefiles import RuleFileError
+
 # subcommand name -> module path. Order is the order shown in --help.
 SUBCOMMANDS: dict[str, str] = {
     "doctor": "harness.cli.doctor",
@@ -64,3 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except RuleFileError as exc:  # a rule file (bundled or the user's) with a typo: name it, no traceback
+        print(f"harness {args.command}: error: {exc}", file=sys.stderr)
+        return 2

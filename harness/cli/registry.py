@@ -149,7 +149,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--file",
         metavar="PATH",
-        help="skip list (default: $HARNESS_UPSTREAM_SKIPS, else registry/data/upstream_skips/BACKEND.yaml)",
+        help="skip list (default: $HARNESS_UPSTREAM_SKIPS, else reports/data/upstream_skips/BACKEND.yaml)",
     )
     p.add_argument("--json", action="store_true")
 
@@ -283,7 +283,7 @@ def _expectations(args: argparse.Namespace) -> int:
 
 
 def _upstream_skips(args: argparse.Namespace) -> int:
-    from registry.upstream import skiplist
+    from reports import upstream_skips as skiplist
 
     try:
         if args.action == "update":

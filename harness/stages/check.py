@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 
+from agents.quiet import quiet_transformers
 from contracts.backends import fallback_count, fallback_ops, get_backend
 from contracts.errors import classify
 from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import MODEL_STAGES, Status
 from harness.build.inputs import make_inputs
 from harness.build.models import architecture_of, build_model, parameter_count, resolve_config
-from harness.build.quiet import quiet_transformers
 from harness.stages.compare import float_tensors, named_tensors
 from harness.stages.compile import compile_stage
 from harness.stages.numerics import numerics_stage
@@ -170,7 +170,7 @@ def _wanted(stages: Sequence[str] | None) -> list[str]:
     if unknown:
         raise ValueError(f"unknown stage(s) {unknown}: choose from {', '.join(MODEL_STAGES)}")
     need = set(stages)
-    for s in [*stages, *(c for s in stages for c in COMPARED_WITH.get(s, ()))]:
+    for s in [*stages, *(c for st in stages for c in COMPARED_WITH.get(st, ()))]:
         need.add(s)
         stack = list(PREREQUISITES[s])
         while stack:

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from agents.quiet import quiet_transformers
 from contracts.errors import classify
 from contracts.status import FAILING, Status
-from harness.build.quiet import quiet_transformers
 from harness.stages.compare import compare_with_eager, worst
 from harness.stages.numerics import cpu_named, reference_of, undeclared_rounding
 from harness.stages.run import StageFailed, StageRun, StageSkipped, tracked

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.status import Status
-from harness.stages.compare import Comparison, compare_named, compare_outputs, named_float_tensors
-from harness.stages.reference import Reference, compute_reference, dispatch_key
+from harness.stages.compare import TensorComparison, compare_named, compare_outputs, named_float_tensors
+from harness.stages.reference import StepReference, compute_reference, dispatch_key
 from harness.stages.run import StageFailed, StageRun, StageSkipped
 from harness.stages.step import parameter_grads, training_loss
 
@@ -29,7 +29,7 @@ def undeclared_rounding(run: StageRun) -> bool:
     return run.adapter.precision_mode() != "exact" and not rounded_inputs(run)
 
 
-def reference_of(run: StageRun) -> Reference:
+def reference_of(run: StageRun) -> StepReference:
     """The run's CPU reference of the training step, computed once (numerics and compile share it)."""
     if run.reference is None:
         try:
@@ -62,7 +62,7 @@ def _backward_passed(run: StageRun) -> str:
     return ""
 
 
-def check_gradients(run: StageRun, ref: Reference) -> tuple[Comparison | None, str]:
+def check_gradients(run: StageRun, ref: StepReference) -> tuple[TensorComparison | None, str]:
     """The device's parameter gradients against the reference's (None, why: not checked)."""
     why = _backward_passed(run) or (
         f"the reference's backward failed: {ref.truth.error}" if ref.truth.error else ""

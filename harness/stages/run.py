@@ -50,7 +50,7 @@ class StageRun:
     train_output: Any = None  # the eager device training step's output (train mode: the backward stage)
     loss: Any = None  # the eager device training step's loss (detached)
     fallback_events: list = field(default_factory=list)
-    reference: Any = None  # harness.stages.reference.Reference, computed once when first needed
+    reference: Any = None  # harness.stages.reference.StepReference, computed once when first needed
     reference_forward: str | None = None  # why the forward fails on the cpu reference too ("" passes there)
 
 

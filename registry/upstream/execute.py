@@ -34,9 +34,10 @@ from torch.utils._pytree import tree_flatten
 from contracts.backends import fallback_count, fallback_ops
 from contracts.records import StageResult
 from contracts.status import UPSTREAM_STAGES, Status, UpstreamSkip
+from contracts.tolerance import Tolerance
 from registry.encoding import DTYPE_ABBREVS
 from registry.replay import _close
-from registry.tolerances import Tolerance, tolerance_for
+from registry.tolerances import tolerance_for
 from registry.upstream import opinfos
 
 STAGES = UPSTREAM_STAGES
@@ -49,9 +50,7 @@ class Context:
 
     adapter: Any
     mode: str = "exact"
-    samples: OrderedDict[tuple[str, str, str], list[Any] | BaseException] = field(
-        default_factory=OrderedDict
-    )
+    samples: OrderedDict[tuple[str, str, str], list[Any] | BaseException] = field(default_factory=OrderedDict)
     pinned: dict[tuple[str, str, str], list[frozenset[int]]] = field(default_factory=dict)
 
     @property
@@ -113,7 +112,7 @@ class _Skip(Exception):
         self.reason, self.message = reason, message
 
 
-# ------------------------------------------------------------------------------------- helpers
+# -------------------------------------------------------------------- samples, calls, comparison
 
 
 def _short(exc: BaseException) -> str:
@@ -248,7 +247,7 @@ def _tolerance(
         if t.atol_rms > tol.atol_rms or t.rtol > tol.rtol:
             tol = t
     if override and not tol.exact and (dtype.is_floating_point or dtype.is_complex):
-        tol = Tolerance(max(tol.rtol, override.rtol), max(tol.atol, override.atol), tol.atol_rms)
+        tol = tol.loosened(override.rtol, override.atol)
     return tol
 
 
@@ -350,8 +349,10 @@ def forward(
                 run.cpu_out = _call(op, run.cpu_sample, seed)
         with torch.no_grad():
             again = _call(op, _map_sample(sample, _no_grad_clone, None), seed)
-    except Exception as exc:  # noqa: BLE001 - the reference itself cannot run this sample
-        raise _Skip(UpstreamSkip.REFERENCE_ERROR, f"cpu reference raised {type(exc).__name__}: {_short(exc)}")
+    except Exception as exc:  # the reference itself cannot run this sample
+        raise _Skip(
+            UpstreamSkip.REFERENCE_ERROR, f"cpu reference raised {type(exc).__name__}: {_short(exc)}"
+        ) from exc
     if not _same(run.cpu_out, again):
         raise _Skip(
             UpstreamSkip.REFERENCE_ERROR,
@@ -367,10 +368,10 @@ def forward(
             ctx.device,
             keep,
         )
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # moving the inputs is already the backend's work
         feature = declared_unsupported(exc)
         if feature:
-            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
+            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}") from exc
         return _stage(
             "forward",
             Status.ERROR,
@@ -389,10 +390,10 @@ def forward(
     try:
         with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch, grad_mode:
             run.dev_out = _call(op, run.dev_sample, seed, ctx.device_type)
-    except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
+    except Exception as exc:  # the backend failing the op is the finding
         feature = declared_unsupported(exc)
         if feature:
-            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
+            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}") from exc
         return _stage(
             "forward",
             Status.ERROR,

@@ -457,7 +457,7 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
     be built from it; the strongest level that passes wins. Without it a level wins when the
     config class accepts it.
     """
-    from harness.build.quiet import quiet_transformers
+    from agents.quiet import quiet_transformers
 
     with quiet_transformers():
         mt, full = full_config_dict(config, model_type)
