@@ -58,13 +58,13 @@ from backend.errors import (  # noqa: E402
     LoweringTableError,
     NeuronError,
     NeuronFallbackError,
+    NeuronFallbackWarning,
     NeuronFaultError,
     NeuronOutOfMemoryError,
     NeuronUnsupportedError,
 )
 from backend.fallback import (  # noqa: E402
     FallbackEvent,
-    NeuronFallbackWarning,
     clear_op_tracking,
     collect_fallbacks,
     executed_ops,
