@@ -9,7 +9,7 @@ its rule (default, type, error message) here and nowhere else. A malformed value
 ValueError naming the variable when that setting is used, so a bad LLM timeout never stops a run
 that does not use the LLM.
 
-NEURON_* variables belong to the device: the bundled backend reads them in one place each, and
+NEURON_* variables belong to the device: the bundled backend reads them all in backend/settings.py, and
 the harness asks the backend adapter (contracts.backends: precision_mode(), describe()), never
 the environment.
 
