@@ -49,9 +49,7 @@ class Context:
 
     adapter: Any
     mode: str = "exact"
-    samples: OrderedDict[tuple[str, str, str], list[Any] | BaseException] = field(
-        default_factory=OrderedDict
-    )
+    samples: OrderedDict[tuple[str, str, str], list[Any] | BaseException] = field(default_factory=OrderedDict)
     pinned: dict[tuple[str, str, str], list[frozenset[int]]] = field(default_factory=dict)
 
     @property
@@ -350,8 +348,10 @@ def forward(
                 run.cpu_out = _call(op, run.cpu_sample, seed)
         with torch.no_grad():
             again = _call(op, _map_sample(sample, _no_grad_clone, None), seed)
-    except Exception as exc:  # noqa: BLE001 - the reference itself cannot run this sample
-        raise _Skip(UpstreamSkip.REFERENCE_ERROR, f"cpu reference raised {type(exc).__name__}: {_short(exc)}")
+    except Exception as exc:  # the reference itself cannot run this sample
+        raise _Skip(
+            UpstreamSkip.REFERENCE_ERROR, f"cpu reference raised {type(exc).__name__}: {_short(exc)}"
+        ) from exc
     if not _same(run.cpu_out, again):
         raise _Skip(
             UpstreamSkip.REFERENCE_ERROR,
@@ -360,17 +360,18 @@ def forward(
     del again
     grad_mode = torch.enable_grad() if (wants_grad and run.grad_ok) else torch.no_grad()
     use_grad = wants_grad and run.grad_ok
-    try:
-        run.dev_sample = _map_sample(
-            sample,
-            lambda t: t.detach().to(ctx.device, copy=True).requires_grad_(t.requires_grad and use_grad),
-            ctx.device,
-            keep,
-        )
-    except Exception as exc:  # noqa: BLE001
+    try:  # the device's part runs in its scope; the CPU reference above ran outside it
+        with ctx.adapter.device_scope():
+            run.dev_sample = _map_sample(
+                sample,
+                lambda t: t.detach().to(ctx.device, copy=True).requires_grad_(t.requires_grad and use_grad),
+                ctx.device,
+                keep,
+            )
+    except Exception as exc:
         feature = declared_unsupported(exc)
         if feature:
-            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
+            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}") from exc
         return _stage(
             "forward",
             Status.ERROR,
@@ -387,12 +388,13 @@ def forward(
             "device=): nothing of it runs on the device",
         )
     try:
-        with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch, grad_mode:
-            run.dev_out = _call(op, run.dev_sample, seed, ctx.device_type)
-    except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
+        with ctx.adapter.device_scope(), ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch:
+            with grad_mode:
+                run.dev_out = _call(op, run.dev_sample, seed, ctx.device_type)
+    except Exception as exc:  # the backend failing the op is the finding
         feature = declared_unsupported(exc)
         if feature:
-            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
+            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}") from exc
         return _stage(
             "forward",
             Status.ERROR,
@@ -403,7 +405,8 @@ def forward(
             failing_op=opinfos.full_name(op),
         )
     events.extend(fell)
-    problem, err = compare(run.dev_out, run.cpu_out, ctx.mode, _seen(watch), override, ctx.device_type)
+    with ctx.adapter.device_scope():  # the device's outputs leave the device in its scope
+        problem, err = compare(run.dev_out, run.cpu_out, ctx.mode, _seen(watch), override, ctx.device_type)
     return _judged("forward", t0, op, problem, err, fell, ctx)
 
 
@@ -519,9 +522,10 @@ def backward(
             failing_op=opinfos.full_name(op),
         )
     try:
-        dev_grads_out = [g.to(ctx.device) for g in grads_out]
-        with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch:
-            actual = torch.autograd.grad(dev_outputs, dev_inputs, dev_grads_out, allow_unused=True)
+        with ctx.adapter.device_scope():
+            dev_grads_out = [g.to(ctx.device) for g in grads_out]
+            with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch:
+                actual = torch.autograd.grad(dev_outputs, dev_inputs, dev_grads_out, allow_unused=True)
     except Exception as exc:  # noqa: BLE001
         feature = declared_unsupported(exc)
         if feature:
@@ -553,9 +557,10 @@ def backward(
                 f"device, {'present' if e is not None else 'missing'} on cpu",
             )
     pairs = [(a, e) for a, e in zip(actual, expected) if e is not None]
-    problem, err = compare(
-        [a for a, _ in pairs], [e for _, e in pairs], ctx.mode, _seen(watch), override, ctx.device_type
-    )
+    with ctx.adapter.device_scope():
+        problem, err = compare(
+            [a for a, _ in pairs], [e for _, e in pairs], ctx.mode, _seen(watch), override, ctx.device_type
+        )
     return _judged("backward", t0, op, problem, err, fell, ctx)
 
 
