@@ -331,10 +331,13 @@ def forward(
 ) -> StageResult:
     t0 = time.perf_counter()
     wants_grad = opinfos.wants_backward(op, dtype)
+    # the determinism check repeats the reference exactly as it ran: with or without inputs that
+    # require grad (matmul folds its batch dimensions only without, which changes the last bits)
+    clone, mode = _clone, torch.enable_grad
     try:
         try:
-            run.cpu_sample = _map_sample(sample, _clone, None)
-            with torch.enable_grad():
+            run.cpu_sample = _map_sample(sample, clone, None)
+            with mode():
                 run.cpu_out = _call(op, run.cpu_sample, seed)
         except Exception as exc:
             if not wants_grad:
@@ -343,11 +346,12 @@ def forward(
                 False,
                 f"cpu reference raised with inputs that require grad: {type(exc).__name__}: {_short(exc)}",
             )
-            run.cpu_sample = _map_sample(sample, _no_grad_clone, None)
-            with torch.no_grad():
+            clone, mode = _no_grad_clone, torch.no_grad
+            run.cpu_sample = _map_sample(sample, clone, None)
+            with mode():
                 run.cpu_out = _call(op, run.cpu_sample, seed)
-        with torch.no_grad():
-            again = _call(op, _map_sample(sample, _no_grad_clone, None), seed)
+        with mode():
+            again = _call(op, _map_sample(sample, clone, None), seed)
     except Exception as exc:  # the reference itself cannot run this sample
         raise _Skip(
             UpstreamSkip.REFERENCE_ERROR, f"cpu reference raised {type(exc).__name__}: {_short(exc)}"
