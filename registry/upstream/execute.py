@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map_only
 
 from contracts.backends import fallback_count, fallback_ops
 from contracts.records import StageResult
@@ -250,10 +250,28 @@ def _tolerance(
     return tol
 
 
+def from_device(ctx: Context, actual: Any, expected: Any) -> tuple[Any, str | None]:
+    """The device's outputs moved to the CPU inside the device scope (the comparison after it is
+    CPU work, outside the scope), or why they cannot be compared: an output left on the CPU."""
+    fa, fe = _leaves(actual), _leaves(expected)
+    for i, (a, e) in enumerate(zip(fa, fe)):
+        if (
+            ctx.device_type != "cpu"
+            and isinstance(a, torch.Tensor)
+            and isinstance(e, torch.Tensor)
+            and a.device.type == "cpu"
+            and e.device.type == "cpu"
+        ):
+            return None, f"output {i}: left on cpu, expected on {ctx.device_type}"
+    with ctx.adapter.device_scope():
+        return tree_map_only(torch.Tensor, lambda t: t.detach().to("cpu"), actual), None
+
+
 def compare(
-    actual: Any, expected: Any, mode: str, ops_run: list[str], override: Any, device_type: str
+    actual: Any, expected: Any, mode: str, ops_run: list[str], override: Any
 ) -> tuple[str | None, float | None]:
-    """None when actual (from the device) matches expected (CPU); else what differs."""
+    """None when actual (from the device, on the CPU now: from_device) matches expected (CPU);
+    else what differs."""
     fa, fe = _leaves(actual), _leaves(expected)
     if len(fa) != len(fe):
         return f"{len(fa)} outputs, expected {len(fe)}", None
@@ -265,9 +283,7 @@ def compare(
             continue
         if not isinstance(a, torch.Tensor):
             return f"output {i}: {type(a).__name__}, expected a tensor", worst
-        if device_type != "cpu" and a.device.type == "cpu" and e.device.type == "cpu":
-            return f"output {i}: left on cpu, expected on {device_type}", worst
-        a, e = _plain(a).cpu(), _plain(e)
+        a, e = _plain(a), _plain(e)
         if tuple(a.shape) != tuple(e.shape) or a.dtype != e.dtype:
             return f"output {i}: {list(a.shape)} {a.dtype}, expected {list(e.shape)} {e.dtype}", worst
         if e.numel() == 0:
@@ -409,8 +425,8 @@ def forward(
             failing_op=opinfos.full_name(op),
         )
     events.extend(fell)
-    with ctx.adapter.device_scope():  # the device's outputs leave the device in its scope
-        problem, err = compare(run.dev_out, run.cpu_out, ctx.mode, _seen(watch), override, ctx.device_type)
+    moved, left = from_device(ctx, run.dev_out, run.cpu_out)
+    problem, err = (left, None) if left else compare(moved, run.cpu_out, ctx.mode, _seen(watch), override)
     return _judged("forward", t0, op, problem, err, fell, ctx)
 
 
@@ -561,10 +577,10 @@ def backward(
                 f"device, {'present' if e is not None else 'missing'} on cpu",
             )
     pairs = [(a, e) for a, e in zip(actual, expected) if e is not None]
-    with ctx.adapter.device_scope():
-        problem, err = compare(
-            [a for a, _ in pairs], [e for _, e in pairs], ctx.mode, _seen(watch), override, ctx.device_type
-        )
+    moved, left = from_device(ctx, [a for a, _ in pairs], [e for _, e in pairs])
+    problem, err = (
+        (left, None) if left else compare(moved, [e for _, e in pairs], ctx.mode, _seen(watch), override)
+    )
     return _judged("backward", t0, op, problem, err, fell, ctx)
 
 
