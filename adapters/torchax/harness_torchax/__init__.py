@@ -53,14 +53,23 @@ class TorchaxBackend(BackendDefaults):
 
     @contextlib.contextmanager
     def device_scope(self) -> Iterator[None]:
-        """torchax's modes, once: a scope entered inside another changes nothing."""
+        """torchax's modes, once: a scope entered inside another changes nothing. MultiheadAttention's
+        fast path (sparse kernels torchax cannot lower) is off inside it, as torchax wants, and
+        as it was outside."""
+        import torch
+
         if self._env is None:
             raise RuntimeError("torchax backend used before activate()")
         if self._env.enabled:
             yield
             return
-        with self._env:
-            yield
+        fastpath = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            with self._env:
+                yield
+        finally:
+            torch.backends.mha.set_fastpath_enabled(fastpath)
 
     def describe(self) -> dict[str, Any]:
         from harness_torchax.compat import RESOLVED

@@ -72,8 +72,12 @@ def import_torchax() -> ModuleType:
             f"torchax cannot register its device: PrivateUse1 is already registered as {owner!r} "
             "by another backend in this process (run torchax in a process without it)"
         )
-    with missing_overloads_resolve_to_placeholders("torchax") as found:
-        module = importlib.import_module("torchax")
-        module.default_env()
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    try:
+        with missing_overloads_resolve_to_placeholders("torchax") as found:
+            module = importlib.import_module("torchax")
+            module.default_env()
+    finally:  # torchax switches MultiheadAttention's fast path off for the whole process on import:
+        torch.backends.mha.set_fastpath_enabled(fastpath)  # only its scope needs that (the adapter)
     RESOLVED[:] = sorted(set(RESOLVED) | set(found))
     return module
