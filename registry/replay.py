@@ -357,9 +357,8 @@ def declared_rounding(adapter: Any, op: str) -> tuple[str, ...]:
     Then the reference rounds the same arguments, as the model tiers' numerics reference does, and
     a 1% error of a matmul no longer hides under bf16-level tolerances. Empty for a device that
     computes as the dtypes say, or that predates the declaration (its mode loosens the tolerance)."""
-    declared = getattr(adapter, "rounded_inputs", None)
     try:
-        table = dict(declared() or {}) if callable(declared) else {}
+        table = dict(adapter.rounded_inputs() or {})
     except Exception:  # noqa: BLE001 - a broken declaration: the tolerance of the mode applies
         return ()
     return tuple(table.get(op.rsplit(".", 1)[0] if op.count(".") >= 2 else op, ()))
@@ -399,8 +398,12 @@ def _run_on_device(
     """Run one built variant on the device and compare; None when it passes, else (status, fields)."""
     if expected.rejected:
         metrics["reference"] = "f32-upcast"
-    try:
-        dev_args, dev_kwargs = materialize(built[0], adapter.device), materialize(built[1], adapter.device)
+    try:  # the device's part runs in its scope; the plan and the CPU reference ran outside it
+        with adapter.device_scope():
+            dev_args, dev_kwargs = (
+                materialize(built[0], adapter.device),
+                materialize(built[1], adapter.device),
+            )
     except Exception as exc:  # noqa: BLE001 - moving inputs is already backend work
         return Status.ERROR, dict(
             reason="inputs could not be moved to the device",
@@ -409,10 +412,11 @@ def _run_on_device(
             failing_op="aten._to_copy.default",
         )
     try:
-        with adapter.track_fallbacks() as events, torch.no_grad():
-            actual_out = func(*dev_args, **dev_kwargs)
-        actual = _flatten(actual_out) + _mutated(func, dev_args, dev_kwargs)
-        actual = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in actual]
+        with adapter.device_scope():
+            with adapter.track_fallbacks() as events, torch.no_grad():
+                actual_out = func(*dev_args, **dev_kwargs)
+            actual = _flatten(actual_out) + _mutated(func, dev_args, dev_kwargs)
+            actual = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in actual]
     except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
         raised = f"{type(exc).__name__}: {_normalize(exc)}"
         if expected.rejected and _same_error(raised, expected.rejected):

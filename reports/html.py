@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from importlib import resources
 from pathlib import Path
@@ -61,6 +62,21 @@ def _env() -> jinja2.Environment:
 
 def _root_cause_text(record: dict[str, Any] | None, how) -> str:
     return how(RootCause.from_dict(record)) if record else ""
+def _identity_text(rec: dict[str, Any]) -> str:
+    """What was tested, from runs.parquet's backend columns: "real; torchax 0.0.13, jax 0.10.2;
+    jax_enable_x64=False" ("" when the run did not record it)."""
+    parts = [str(rec["backend_kind"])] if rec.get("backend_kind") else []
+    for key, fmt in (("backend_versions", "{} {}"), ("backend_settings", "{}={}")):
+        text = rec.get(key)
+        values = json.loads(text) if isinstance(text, str) and text else {}
+        if values:
+            parts.append(", ".join(fmt.format(k, _short(v)) for k, v in values.items()))
+    return "; ".join(parts)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _runs(run_dir: Path) -> list[dict[str, Any]]:
@@ -75,6 +91,7 @@ def _runs(run_dir: Path) -> list[dict[str, Any]]:
                 if isinstance(value, dt.datetime) and not pd.isna(value)
                 else None
             )
+        rec["backend_identity"] = _identity_text(rec)
         rec = {k: ("" if v is None or (isinstance(v, float) and v != v) else v) for k, v in rec.items()}
         out.append(rec)
     return out

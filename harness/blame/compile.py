@@ -32,7 +32,7 @@ def compile_reference(reference: Any, device: Any) -> Any:
     same way as its own compiler (the simulated neuron: Dynamo -> AOTAutograd -> its partitions,
     so `aot_eager`, not inductor, which decomposes and partitions differently and can hide a
     failure of AOT autograd). Without a declaration the reference compiles with its own backend."""
-    pipeline = getattr(device, "reference_compile_backend", None)
+    pipeline = device.reference_compile_backend
     if not pipeline or pipeline == reference.compile_backend:
         return reference
     out = copy.copy(reference)
@@ -119,8 +119,8 @@ def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]
         or getattr(run, "model", None) is None
     ):
         return None  # switched off, no comparison, or no device model to compile again
-    pipeline = getattr(run.adapter, "reference_compile_backend", None)
-    if not pipeline or getattr(run.adapter, "compile_backend", None) in (None, pipeline):
+    pipeline = run.adapter.reference_compile_backend
+    if not pipeline or run.adapter.compile_backend in (None, pipeline):
         return None
     limit = rules.timeout
     if limit and row.seconds > limit:  # a second compile as slow as the first would outlast the probe
@@ -150,8 +150,8 @@ def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]
     kernels = f"the device's own eager kernels running the compiled graph ({pipeline})"
     if same:
         note = (
-            f"{kernels} fail the same way ({tensor}, rmse {float(probe_rmse):.3g}): the difference is the "
-            "graph's decompositions and op order under the device's arithmetic, not the compiler's"
+            f"{kernels} fail the same way ({tensor}, rmse {float(probe_rmse):.3g}): the difference is "
+            "the graph's decompositions and op order under the device's arithmetic, not the compiler's"
         )
     elif got.status == Status.PASS:
         note = f"{kernels} pass: the difference is the compiler's own"

@@ -125,12 +125,21 @@ def render_table(result) -> str:
     ]
     for name, text in why:
         lines.append(f"blame {name}: {result.stages[name].blame}, {text}")
+    fallbacks = (
+        "n/a (the backend cannot report them)"
+        if result.fallback_count is None
+        else f"{result.fallback_count} ({', '.join(result.fallback_ops or []) or 'none'})"
+    )
     lines.append(
-        f"fallbacks: {result.fallback_count} ({', '.join(result.fallback_ops) or 'none'}); "
-        f"graphs: {result.graphs}; recompiles: {result.recompiles}; "
-        f"peak device memory: {result.peak_memory_bytes if result.peak_memory_bytes is not None else 'n/a'}"
+        f"fallbacks: {fallbacks}; graphs: {_or_na(result.graphs)}; recompiles: {_or_na(result.recompiles)}; "
+        f"peak device memory: {_or_na(result.peak_memory_bytes)}"
     )
     return "\n".join(lines)
+
+
+def _or_na(value) -> str:
+    """A figure the backend (or a stage that did not run) could not give: n/a, never 0."""
+    return "n/a" if value is None else str(value)
 
 
 def run(args: argparse.Namespace) -> int:
