@@ -25,6 +25,9 @@ the environment.
 | HARNESS_SHARED_DATA | shared_data | ../shared/data beside the checkout |
 | HARNESS_REPLAY_MAX_NUMEL | replay_max_numel | 262,144 elements per replayed case (registry.scaling) |
 | HARNESS_RECORD_FAKE_MIN_PARAMS | record_fake_min_params | 20,000,000 parameters |
+| HARNESS_ROOT_CAUSE | root_cause | on (`0`/`off`/`false`: backend-blamed rows are not localized; harness.rootcause) |
+| HARNESS_ROOT_CAUSE_SECONDS | root_cause_seconds | 120 s per row to localize a backend failure and verify its repro |
+| HARNESS_REPRO_SECONDS | repro_seconds | 60 s per run of a standalone repro (on the device, on the reference) |
 | OPENAI_BASE_URL, OPENAI_API_KEY, HARNESS_LLM_* | LLMSettings.from_env() | off |
 """
 
@@ -83,6 +86,18 @@ def _number(env: Mapping[str, str], name: str, default: Any, kind: type = float)
         return kind(raw)
     except ValueError:
         raise ValueError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    value = _number(env, name, default)
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {env.get(name)!r}")
+    return value
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    """On unless the variable says 0, off, false or no."""
+    return (env.get(name) or "on").strip().lower() not in ("0", "off", "false", "no")
 
 
 def _path(env: Mapping[str, str], name: str) -> Path | None:
@@ -149,6 +164,18 @@ class Settings:
     @property
     def record_fake_min_params(self) -> int:
         return _number(self.env, "HARNESS_RECORD_FAKE_MIN_PARAMS", 20_000_000, int)
+
+    @property
+    def root_cause(self) -> bool:
+        return _switch(self.env, "HARNESS_ROOT_CAUSE")
+
+    @property
+    def root_cause_seconds(self) -> float:
+        return _positive(self.env, "HARNESS_ROOT_CAUSE_SECONDS", 120.0)
+
+    @property
+    def repro_seconds(self) -> float:
+        return _positive(self.env, "HARNESS_REPRO_SECONDS", 60.0)
 
     def llm(self) -> LLMSettings:
         return LLMSettings.from_env(self.env)
