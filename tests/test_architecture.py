@@ -43,14 +43,16 @@ HARNESS_ALLOWED: dict[str, set[str]] = {
     "build": set(),  # spec -> tiny model and its inputs
     "stages": {"build"},  # the stages of one model check
     "blame": {"build", "stages"},  # whose failure: rules and the probes that re-run stages
+    "rootcause": {"build", "stages", "blame"},  # which call broke a backend-blamed row, and its repro
     "tiers": {
         "build",
         "stages",
         "blame",
+        "rootcause",
     },  # the built-in tiers (found by entry point, never imported by the engine)
     "engine": {"blame"},  # runner, workers, executors, journal, nightly: tiers only through contracts.tiers
     "recording": {"build", "engine"},  # the record tier that regenerates the registry
-    "cli": {"build", "stages", "blame", "tiers", "engine", "recording"},
+    "cli": {"build", "stages", "blame", "rootcause", "tiers", "engine", "recording"},
 }
 #: the only blame module the engine may use: the rules that blame a dead case by its reference re-run
 ENGINE_BLAME_MODULES = {"harness.blame.rules"}

@@ -9,7 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-HELP = "Shape registry: regenerate from models, import/export op logs, export tests, expectations, upstream skips."
+HELP = (
+    "Shape registry: regenerate from models, import/export op logs, export tests, add a run's "
+    "verified root-cause repros, expectations, upstream skips."
+)
 
 EPILOG = """examples:
   harness registry regenerate --json                                    # the offline catalog's representatives
@@ -18,6 +21,7 @@ EPILOG = """examples:
   harness registry import GPT2ForSequenceClassification_training.txt --format pytorch-oplog --out gpt2.parquet --json
   harness registry export ops.parquet --format pytorch-oplog --out ops.txt
   harness registry export-tests repro/ --op aten.addmm.default --registry ops.parquet
+  harness registry add-repros runs/nightly --registry ops.parquet     # a night's verified root causes
   harness registry expectations update runs/u1 --backend neuron        # rewrite the known failures
   harness registry expectations check runs/u1 --json                    # PASS/XFAIL/FAIL/IMPROVED counts
   harness registry upstream-skips update runs/up --backend neuron       # rewrite the upstream tier's skip list
@@ -123,6 +127,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--op", action="append", metavar="OP", help="op overload (repeatable); default: all")
     p.add_argument("--registry", metavar="PATH", help="default: $HARNESS_REGISTRY or the bundled one")
     p.add_argument("--backend", default="neuron", help="device the tests run on by default (neuron)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser(
+        "add-repros",
+        help="merge a run's verified root-cause repros into a registry (the unit tier runs them first)",
+    )
+    p.add_argument("rundir", metavar="RUNDIR", help="a run directory or a nightly dir")
+    p.add_argument(
+        "--registry",
+        metavar="PATH",
+        help="registry to merge into (created if missing; default: $HARNESS_REGISTRY or the bundled one)",
+    )
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser(
@@ -257,6 +273,43 @@ def _export_tests(args: argparse.Namespace) -> int:
     return 0 if summary["cases"] else 1
 
 
+def _add_repros(args: argparse.Namespace) -> int:
+    from harness.rootcause.repro import entries, run_rows, write_repros
+    from registry.store import Registry, RegistryFormatError
+
+    path = Path(args.registry) if args.registry else default_registry_path()
+    try:
+        rows = run_rows(args.rundir)
+        registry = Registry.load(path) if path.is_file() else Registry()
+    except (FileNotFoundError, RegistryFormatError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    new, left = entries(args.rundir, rows)
+    before = {e.case_id for e in registry}
+    registry.merge(Registry(new))
+    registry.save(path)
+    files = write_repros(args.rundir, rows)
+    added = sorted({e.case_id for e in new} - before)
+    summary = {
+        "registry": str(path),
+        "repros": len(new),
+        "added": added,
+        "already_there": sorted({e.case_id for e in new} & before),
+        "ops": sorted({e.op for e in new}),
+        "left_out": left,
+        "repro_files": files,
+    }
+    text = (
+        f"{len(new)} verified repros of {len(summary['ops'])} ops -> {path} ({len(added)} new cases"
+        f"{', ' + str(len(summary['already_there'])) + ' already there' if summary['already_there'] else ''}); "
+        f"left out {len(left)}"
+    )
+    for item in left[:20]:
+        text += f"\n  {item['case']} [{item['stage']}] {item['op']}: {item['why'][:160]}"
+    _emit(args, summary, text)
+    return 0
+
+
 def _expectations(args: argparse.Namespace) -> int:
     from reports import expectations
 
@@ -319,13 +372,15 @@ def run(args: argparse.Namespace) -> int:
         "import": _import,
         "export": _export,
         "export-tests": _export_tests,
+        "add-repros": _add_repros,
         "expectations": _expectations,
         "upstream-skips": _upstream_skips,
     }
     handler = handlers.get(args.registry_command or "")
     if handler is None:
         print(
-            "usage: harness registry {regenerate,import,export,export-tests,expectations,upstream-skips} ... "
+            "usage: harness registry {regenerate,import,export,export-tests,add-repros,expectations,"
+            "upstream-skips} ... "
             "(see --help)",
             file=sys.stderr,
         )
