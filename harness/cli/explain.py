@@ -71,8 +71,8 @@ def describe(rc: Any) -> list[str]:
     m = rc.mismatch
     if m is not None:
         lines.append(
-            f"  mismatch: output {m.output} {m.dtype}{m.shape}: max abs {m.max_abs:.3g}, max rel {m.max_rel:.3g} "
-            f"against {m.tolerance_class} (atol {m.atol:g}, rtol {m.rtol:g})"
+            f"  mismatch: output {m.output} {m.dtype}{m.shape}: max abs {m.max_abs:.3g}, "
+            f"max rel {m.max_rel:.3g} against {m.tolerance_class} (atol {m.atol:g}, rtol {m.rtol:g})"
         )
     if rc.kind == "error":
         lines.append(f"  error:    {rc.error_class}: {rc.message[:200]}")

@@ -183,6 +183,7 @@ def _mode(run: StageRun, deadline: float, only_compiled: bool) -> ShadowMode:
         deadline,
         model_dirs=calls.model_code_dirs(run.model),
         only_compiled=only_compiled,
+        device_key=dispatch_key(run.adapter.device_type),
     )
 
 

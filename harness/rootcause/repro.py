@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,9 @@ MAX_CONCRETE = 65_536
 REPRO_DIR = "repros"
 #: a verification left with less than this is not started (it could not finish)
 MIN_VERIFY_SECONDS = 5.0
+
+#: the exception line of pytest's traceback: "E   AssertionError: Tensor-likes are not close!"
+_RAISED = re.compile(r"^E\s+((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Failed|Fault\w*)\b.*)$")
 
 _verified: dict[str, tuple[bool | None, str]] = {}  # case id -> verdict, once per worker process
 
@@ -108,7 +112,7 @@ def reduce(f: Finding, run: Any, deadline: float) -> Repro:
     path = f"{REPRO_DIR}/{file_name(case['op'], key)}"
     if not fails:
         return Repro(path, key, False, f"the call replayed alone passes on the device ({how})", case=case)
-    verified, why = verify(case, run.adapter.name, deadline)
+    verified, why = verify(case, run.adapter.name, deadline, f.kind, f.error_class)
     return Repro(path, key, verified, why, case=case)
 
 
@@ -126,8 +130,11 @@ def standalone(case: dict[str, Any], backend: str) -> tuple[str, str] | None:
     return name, render(entry.op, {entry.case_id: data}, facts, name)
 
 
-def verify(case: dict[str, Any], backend: str, deadline: float) -> tuple[bool | None, str]:
-    """Run the standalone test on `backend` (must fail) and on the cpu (must pass), in fresh
+def verify(
+    case: dict[str, Any], backend: str, deadline: float, kind: str = "mismatch", error_class: str = ""
+) -> tuple[bool | None, str]:
+    """Run the standalone test on `backend` (it must fail the way the root cause does: an assertion
+    for a mismatch, the same exception for an error) and on the cpu (it must pass), in fresh
     processes side by side, each bounded; (verified, why)."""
     key = _entry(case).case_id
     if key in _verified:
@@ -145,51 +152,53 @@ def verify(case: dict[str, Any], backend: str, deadline: float) -> tuple[bool | 
         (Path(tmp) / name).write_text(text, encoding="utf-8")
         runs = {d: _start(Path(tmp), name, d) for d in (device, "cpu")}
         results = {d: _finish(p, seconds) for d, p in runs.items()}
-    (d_rc, d_out), (c_rc, c_out) = results[device], results["cpu"]
+    (d_rc, d_raised, d_out), (c_rc, _, c_out) = results[device], results["cpu"]
     if d_rc is None or c_rc is None:
         verdict: tuple[bool | None, str] = None, f"not verified: a run of the repro took over {seconds:.0f} s"
     elif d_rc != 1:
         verdict = False, f"the repro passes on {device} (exit {d_rc}): {d_out}"
+    elif not _same_failure(kind, error_class, d_raised):
+        verdict = False, f"the repro fails on {device} otherwise than the root cause ({d_raised or d_out})"
     elif c_rc != 0:
         verdict = False, f"the repro fails on the reference too (exit {c_rc}): {c_out}"
     else:
-        verdict = True, f"fails on {device} ({d_out}), passes on cpu"
+        verdict = True, f"fails on {device} ({d_raised or d_out}), passes on cpu"
     _verified[key] = verdict
     return verdict
 
 
+def _same_failure(kind: str, error_class: str, raised: str) -> bool:
+    """Does the test's failure (`Class: message` of pytest's summary) show the root cause: a failed
+    comparison for a mismatch, the device's exception for an error?"""
+    cls = raised.split(":", 1)[0].strip().rsplit(".", 1)[-1]
+    if kind == "mismatch":
+        return cls == "AssertionError"
+    return cls != "AssertionError" and (not error_class or cls == error_class or error_class in raised)
+
+
 def _start(cwd: Path, name: str, device: str) -> subprocess.Popen:
     env = {**os.environ, "REPRO_DEVICE": device, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-o",
-        "addopts=",
-        "--rootdir",
-        str(cwd),
-        name,
-    ]
+    cmd = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts="]
+    cmd += ["--rootdir", str(cwd), name]
     return subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
 
 
-def _finish(proc: subprocess.Popen, seconds: float) -> tuple[int | None, str]:
-    """(exit code, the test's verdict line), (None, "") when it ran out of time (it is killed)."""
+def _finish(proc: subprocess.Popen, seconds: float) -> tuple[int | None, str, str]:
+    """(exit code, the failure as `Class: message`, the summary line); (None, "", "") when it ran
+    out of time (it is killed)."""
     try:
         out, _ = proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return None, ""
+        return None, "", ""
     lines = [ln.strip() for ln in (out or "").splitlines() if ln.strip()]
-    failed = next((ln for ln in lines if ln.startswith("E ")), "")
-    summary = lines[-1] if lines else ""
-    return proc.returncode, (f"{failed[2:].strip()[:160]}; " if failed else "") + summary[:120]
+    raised = next((m.group(1) for ln in lines if (m := _RAISED.match(ln))), "")
+    if not raised:  # a bare `assert` of the test (pytest shows the expression, not the class)
+        raised = next((f"AssertionError: {ln[1:].strip()}" for ln in lines if ln.startswith("E ")), "")
+    return proc.returncode, raised[:200], (lines[-1] if lines else "")[:120]
 
 
 # ------------------------------------------------------------------------------ a run's repros

@@ -82,9 +82,11 @@ class ShadowMode(TorchDispatchMode):
         deadline: float,
         model_dirs: tuple[str, ...] = (),
         only_compiled: bool = False,
+        device_key: str | None = None,
     ) -> None:
         super().__init__()
         self.device_type = device_type
+        self.device_key = device_key
         self.rounding = rounding
         self.undeclared_rounding = undeclared_rounding
         self.deadline = deadline
@@ -100,6 +102,7 @@ class ShadowMode(TorchDispatchMode):
         self.passed_by: Counter = Counter()
         self.module_stack: list[str] = []
         self._pending: list[tuple[torch.Tensor, tuple[str, str]]] = []
+        self._decomposing: set[Any] = set()
 
     # ------------------------------------------------------------------ the hook
 
@@ -119,6 +122,14 @@ class ShadowMode(TorchDispatchMode):
         self.counts[phase] += 1
         if self.only_compiled and phase != "compiled":
             return func(*args, **kwargs)
+        composite = calls.decomposition(func, self.device_key) if self.device_key else ""
+        if composite and func not in self._decomposing:
+            self._decomposing.add(func)  # the calls the device sees are judged, one by one
+            try:
+                with self:
+                    return func._op_dk(getattr(torch._C.DispatchKey, composite), *args, **kwargs)
+            finally:
+                self._decomposing.discard(func)
         where = self._where(phase)
         why = calls.skip_reason(func)
         if why:
@@ -132,7 +143,7 @@ class ShadowMode(TorchDispatchMode):
         ref_args = calls.to_reference(args, self.device_type)
         ref_kwargs = calls.to_reference(kwargs, self.device_type)
         try:
-            out = func(*args, **kwargs)
+            out = calls.call_op(func, args, kwargs)
         except Exception as exc:
             ref = calls.recompute(func, ref_args, ref_kwargs, self.rounding)
             if not ref.error:  # the reference computes what the device refused: the device's error
