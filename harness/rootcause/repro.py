@@ -246,12 +246,12 @@ def write_repros(run_dir: str | os.PathLike, rows: list[dict[str, Any]] | None =
 
 
 def entries(
-    run_dir: str | os.PathLike, rows: list[dict[str, Any]] | None = None
+    run_dir: str | os.PathLike, rows: list[dict[str, Any]] | None = None, backend: str | None = None
 ) -> tuple[list[Entry], list[dict]]:
     """The verified repros of a run as registry entries (provenance `repro`: the model, the run,
     the case), and the root causes left out with why."""
     rows = run_rows(run_dir) if rows is None else rows
-    backend = run_backend(run_dir)
+    backend = backend or run_backend(run_dir)
     out, left = [], []
     for row in rows:
         rc: RootCause = row["root_cause"]
