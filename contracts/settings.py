@@ -25,9 +25,9 @@ the environment.
 | HARNESS_SHARED_DATA | shared_data | ../shared/data beside the checkout |
 | HARNESS_REPLAY_MAX_NUMEL | replay_max_numel | 262,144 elements per replayed case (registry.scaling) |
 | HARNESS_RECORD_FAKE_MIN_PARAMS | record_fake_min_params | 20,000,000 parameters |
-| HARNESS_ROOT_CAUSE | root_cause | on (`0`/`off`/`false`: backend-blamed rows are not localized; harness.rootcause) |
-| HARNESS_ROOT_CAUSE_SECONDS | root_cause_seconds | 120 s per row to localize a backend failure and verify its repro |
-| HARNESS_REPRO_SECONDS | repro_seconds | 60 s per run of a standalone repro (on the device, on the reference) |
+| HARNESS_ROOT_CAUSE | root_cause | on (`0`/`off`: backend-blamed rows are not localized; harness.rootcause) |
+| HARNESS_ROOT_CAUSE_SECONDS | root_cause_seconds | 180 s per row: localize a backend failure, verify its repro |
+| HARNESS_REPRO_SECONDS | repro_seconds | 120 s per run of a repro file (the first starts the verifier) |
 | OPENAI_BASE_URL, OPENAI_API_KEY, HARNESS_LLM_* | LLMSettings.from_env() | off |
 """
 
@@ -171,11 +171,11 @@ class Settings:
 
     @property
     def root_cause_seconds(self) -> float:
-        return _positive(self.env, "HARNESS_ROOT_CAUSE_SECONDS", 120.0)
+        return _positive(self.env, "HARNESS_ROOT_CAUSE_SECONDS", 180.0)
 
     @property
     def repro_seconds(self) -> float:
-        return _positive(self.env, "HARNESS_REPRO_SECONDS", 60.0)
+        return _positive(self.env, "HARNESS_REPRO_SECONDS", 120.0)
 
     def llm(self) -> LLMSettings:
         return LLMSettings.from_env(self.env)

@@ -140,9 +140,11 @@ def _reduced(
     """The record with its repro (made once per finding of a row)."""
     from contracts.rootcause import Repro
     from harness.rootcause.repro import reduce
+    from harness.rootcause.verifier import verifier
 
     key = ("repro", id(finding))
     if key not in shared:
+        verifier().start()  # its start-up (torch, the device) overlaps the reduction
         try:
             shared[key] = reduce(finding, run, deadline)
         except Exception as exc:  # noqa: BLE001 - the root cause stands without its repro

@@ -13,18 +13,17 @@ the case replayed so does not fail on the device, the floating inputs are kept t
 `MAX_CONCRETE` elements).
 
 Verify: the case is written as a standalone pytest file (registry/export_tests.py: torch and the
-device's module only) and run in a fresh process on the run's backend — it must fail — and on the
-reference — it must pass; each run is bounded (HARNESS_REPRO_SECONDS, and what is left of the
-row's HARNESS_ROOT_CAUSE_SECONDS). `Repro.verified` says whether both held, `Repro.why` why not.
+device's module only) and run, outside the worker, in a process of torch and the device's module
+alone (harness.rootcause.verifier), on the run's backend — it must fail the way the root cause
+does — and on the reference — it must pass; each run is bounded (HARNESS_REPRO_SECONDS, and what
+is left of the row's HARNESS_ROOT_CAUSE_SECONDS). `Repro.verified` says whether both held,
+`Repro.why` why not.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -47,9 +46,6 @@ MAX_CONCRETE = 65_536
 REPRO_DIR = "repros"
 #: a verification left with less than this is not started (it could not finish)
 MIN_VERIFY_SECONDS = 5.0
-
-#: the exception line of pytest's traceback: "E   AssertionError: Tensor-likes are not close!"
-_RAISED = re.compile(r"^E\s+((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Failed|Fault\w*)\b.*)$")
 
 _verified: dict[str, tuple[bool | None, str]] = {}  # case id -> verdict, once per worker process
 
@@ -134,8 +130,10 @@ def verify(
     case: dict[str, Any], backend: str, deadline: float, kind: str = "mismatch", error_class: str = ""
 ) -> tuple[bool | None, str]:
     """Run the standalone test on `backend` (it must fail the way the root cause does: an assertion
-    for a mismatch, the same exception for an error) and on the cpu (it must pass), in fresh
-    processes side by side, each bounded; (verified, why)."""
+    for a mismatch, the device's exception for an error) and on the cpu (it must pass), in the
+    worker's verifier process (harness.rootcause.verifier), each run bounded; (verified, why)."""
+    from harness.rootcause.verifier import verifier
+
     key = _entry(case).case_id
     if key in _verified:
         return _verified[key]
@@ -149,56 +147,31 @@ def verify(
     device = device_facts(backend, None)["device"]
     seconds = min(current().repro_seconds, left)
     with tempfile.TemporaryDirectory(prefix="repro-") as tmp:
-        (Path(tmp) / name).write_text(text, encoding="utf-8")
-        runs = {d: _start(Path(tmp), name, d) for d in (device, "cpu")}
-        results = {d: _finish(p, seconds) for d, p in runs.items()}
-    (d_rc, d_raised, d_out), (c_rc, _, c_out) = results[device], results["cpu"]
-    if d_rc is None or c_rc is None:
+        path = Path(tmp) / name
+        path.write_text(text, encoding="utf-8")
+        on_device = verifier().run(str(path), device, seconds)
+        on_cpu = verifier().run(str(path), "cpu", seconds) if on_device is not None else None
+    if on_device is None or on_cpu is None:
         verdict: tuple[bool | None, str] = None, f"not verified: a run of the repro took over {seconds:.0f} s"
-    elif d_rc != 1:
-        verdict = False, f"the repro passes on {device} (exit {d_rc}): {d_out}"
-    elif not _same_failure(kind, error_class, d_raised):
-        verdict = False, f"the repro fails on {device} otherwise than the root cause ({d_raised or d_out})"
-    elif c_rc != 0:
-        verdict = False, f"the repro fails on the reference too (exit {c_rc}): {c_out}"
+    elif on_device["status"] == "pass":
+        verdict = False, f"the repro passes on {device}"
+    elif not _same_failure(kind, error_class, on_device["raised"]):
+        verdict = False, f"the repro fails on {device} otherwise than the root cause ({on_device['raised']})"
+    elif on_cpu["status"] != "pass":
+        verdict = False, f"the repro fails on the reference too ({on_cpu['raised']})"
     else:
-        verdict = True, f"fails on {device} ({d_raised or d_out}), passes on cpu"
+        verdict = True, f"fails on {device} ({on_device['raised'][:160]}), passes on cpu"
     _verified[key] = verdict
     return verdict
 
 
 def _same_failure(kind: str, error_class: str, raised: str) -> bool:
-    """Does the test's failure (`Class: message` of pytest's summary) show the root cause: a failed
-    comparison for a mismatch, the device's exception for an error?"""
+    """Does the test's failure (`Class: message`) show the root cause: a failed comparison for a
+    mismatch, the device's exception for an error?"""
     cls = raised.split(":", 1)[0].strip().rsplit(".", 1)[-1]
     if kind == "mismatch":
         return cls == "AssertionError"
     return cls != "AssertionError" and (not error_class or cls == error_class or error_class in raised)
-
-
-def _start(cwd: Path, name: str, device: str) -> subprocess.Popen:
-    env = {**os.environ, "REPRO_DEVICE": device, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts="]
-    cmd += ["--rootdir", str(cwd), name]
-    return subprocess.Popen(
-        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-
-
-def _finish(proc: subprocess.Popen, seconds: float) -> tuple[int | None, str, str]:
-    """(exit code, the failure as `Class: message`, the summary line); (None, "", "") when it ran
-    out of time (it is killed)."""
-    try:
-        out, _ = proc.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return None, "", ""
-    lines = [ln.strip() for ln in (out or "").splitlines() if ln.strip()]
-    raised = next((m.group(1) for ln in lines if (m := _RAISED.match(ln))), "")
-    if not raised:  # a bare `assert` of the test (pytest shows the expression, not the class)
-        raised = next((f"AssertionError: {ln[1:].strip()}" for ln in lines if ln.startswith("E ")), "")
-    return proc.returncode, raised[:200], (lines[-1] if lines else "")[:120]
 
 
 # ------------------------------------------------------------------------------ a run's repros

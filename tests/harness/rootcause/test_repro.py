@@ -1,6 +1,7 @@
 """A found call reduced to a registry case and a standalone test: the values that matter kept, the
-replay failing only where the fault is, compiled cases through the compiler, verification in fresh
-processes, and only verified repros becoming registry entries."""
+replay failing only where the fault is, compiled cases through the compiler, verification in a
+process of torch and the device alone (bounded, a crash reported), and only verified repros
+becoming registry entries."""
 
 from __future__ import annotations
 
@@ -164,3 +165,29 @@ def test_only_verified_repros_become_registry_entries_with_their_provenance():
     ]
     assert e.repro[0]["run"] == "r1" and e.repro[0]["case"] == "a" and e.repro[0]["backend"] == "neuron"
     assert [item["case"] for item in left] == ["b", "c"]  # not verified (found-nothing rows are not repros)
+
+
+def test_the_verifier_reports_a_failure_a_crash_and_a_run_out_of_time(tmp_path):
+    from harness.rootcause.verifier import Verifier
+
+    files = {
+        "ok": "CASES = {'a': 1}\ndef test_case(c):\n    assert True\n",
+        "bad": "CASES = {'a': 1}\ndef test_case(c):\n    raise ValueError('wrong on ' + __import__('os').environ['REPRO_DEVICE'])\n",
+        "crash": "import os, signal\nCASES = {'a': 1}\ndef test_case(c):\n    os.kill(os.getpid(), signal.SIGSEGV)\n",
+        "hang": "import time\nCASES = {'a': 1}\ndef test_case(c):\n    time.sleep(600)\n",
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    v = Verifier()
+    try:
+        assert v.run(str(tmp_path / "ok.py"), "cpu", 120) == {"status": "pass", "raised": "", "cases": 1}
+        bad = v.run(str(tmp_path / "bad.py"), "neuron", 120)
+        assert bad["status"] == "fail" and bad["raised"] == "ValueError: wrong on neuron"
+        assert v.run(str(tmp_path / "crash.py"), "cpu", 120) == {
+            "status": "died",
+            "raised": "the process died (signal 11)",
+        }
+        assert v.run(str(tmp_path / "hang.py"), "cpu", 3) is None and v.proc is None  # killed
+        assert v.run(str(tmp_path / "ok.py"), "cpu", 120)["status"] == "pass"  # a new one takes over
+    finally:
+        v.stop()
