@@ -170,13 +170,14 @@ def test_only_verified_repros_become_registry_entries_with_their_provenance():
 def test_the_verifier_reports_a_failure_a_crash_and_a_run_out_of_time(tmp_path):
     from harness.rootcause.verifier import Verifier
 
-    files = {
-        "ok": "CASES = {'a': 1}\ndef test_case(c):\n    assert True\n",
-        "bad": "CASES = {'a': 1}\ndef test_case(c):\n    raise ValueError('wrong on ' + __import__('os').environ['REPRO_DEVICE'])\n",
-        "crash": "import os, signal\nCASES = {'a': 1}\ndef test_case(c):\n    os.kill(os.getpid(), signal.SIGSEGV)\n",
-        "hang": "import time\nCASES = {'a': 1}\ndef test_case(c):\n    time.sleep(600)\n",
+    bodies = {
+        "ok": "assert True",
+        "bad": "raise ValueError('wrong on ' + os.environ['REPRO_DEVICE'])",
+        "crash": "os.kill(os.getpid(), signal.SIGSEGV)",
+        "hang": "time.sleep(600)",
     }
-    for name, text in files.items():
+    for name, body in bodies.items():
+        text = f"import os, signal, time\nCASES = {{'a': 1}}\ndef test_case(c):\n    {body}\n"
         (tmp_path / f"{name}.py").write_text(text)
     v = Verifier()
     try:
