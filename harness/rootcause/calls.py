@@ -363,7 +363,8 @@ def node_place(node: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
     user stack trace AOTAutograd keeps), ("", "") when it has none."""
     if node is None:
         return "", ""
-    stack = node.meta.get("nn_module_stack") or {}
+    # a backward node: the module of the forward node it differentiates (AOTAutograd copies it)
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
     path = ""
     if stack:
         last = list(stack.values())[-1]

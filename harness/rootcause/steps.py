@@ -65,10 +65,11 @@ def train_step(run: StageRun, mode: ShadowMode) -> None:
 
 
 def compiled_step(run: StageRun, mode: ShadowMode, train: bool) -> None:
-    """The `compile` stage's step with the backend's compiler, twice: the first compiles (forward and
-    backward graphs), the second runs the compiled graphs with the shadow on inside them (Dynamo
-    runs no compiled code while a dispatch mode is on its stack, so the mode is entered by a
-    wrapper around what the backend returns, and around backward)."""
+    """The `compile` stage's step with the backend's compiler, twice, as the stage runs it. Dynamo
+    runs no compiled code while a dispatch mode is on its stack, so the shadow is entered by a
+    wrapper around what the backend returns (the forward graphs), and around backward. The first
+    step compiles: its forward graphs run shadowed (an error at run time is found there), its
+    backward, compiled lazily on its first call, runs plain; the second step shadows the backward."""
     import torch._dynamo
     from torch._dynamo.backends.registry import lookup_backend
 
@@ -76,21 +77,23 @@ def compiled_step(run: StageRun, mode: ShadowMode, train: bool) -> None:
     compiled_model = torch.compile(run.model, backend=_shadowing(inner, mode))
     saved = stash_grads(run.model)
     torch._dynamo.reset()
-    mode.armed = False
     try:
-        with device_scope(run.adapter), quiet_transformers():
-            _compiled_once(run, compiled_model, mode, train)
-            stash_grads(run.model)
+        with device_scope(run.adapter), quiet_transformers(), _stopped():
             mode.armed = True
-            with _stopped():
-                _compiled_once(run, compiled_model, mode, train)
+            _compiled_once(run, compiled_model, mode, train, shadow_backward=False)
+            stash_grads(run.model)
+            if train and mode.found is None:
+                mode.armed = False  # its forward was judged in the first step
+                _compiled_once(run, compiled_model, mode, train, shadow_backward=True)
     finally:
         mode.armed = False
         restore_grads(run.model, saved)
         torch._dynamo.reset()
 
 
-def _compiled_once(run: StageRun, compiled: Any, mode: ShadowMode, train: bool) -> None:
+def _compiled_once(
+    run: StageRun, compiled: Any, mode: ShadowMode, train: bool, shadow_backward: bool
+) -> None:
     with train_mode(run.model) if train else contextlib.nullcontext():
         torch.manual_seed(run.seed)
         output = compiled(**run.kwargs)
@@ -100,10 +103,15 @@ def _compiled_once(run: StageRun, compiled: Any, mode: ShadowMode, train: bool) 
             loss, _ = training_loss(output)
         except NoLoss:
             return
-        mode.phase = "backward"
-        with mode if mode.armed else contextlib.nullcontext():
+        if not shadow_backward:
             loss.backward()
-        mode.phase = "forward"
+            return
+        mode.phase, mode.armed = "backward", True
+        try:
+            with mode:
+                loss.backward()
+        finally:
+            mode.phase = "forward"
 
 
 def _shadowing(inner: Callable, mode: ShadowMode) -> Callable:
