@@ -28,8 +28,7 @@ from contracts.records import ModelCheck, ModelSpec
 from contracts.rootcause import RootCause
 from contracts.settings import current
 from contracts.status import Blame, Status
-from harness.rootcause import calls
-from harness.rootcause.shadow import Finding, ShadowMode
+from harness.rootcause.shadow import Finding, ShadowMode, for_run
 from harness.stages.run import StageRun
 from harness.stages.torch_state import restored_torch_state
 
@@ -120,12 +119,12 @@ def _localize(run: StageRun, stage: str, deadline: float, shared: dict[str, Any]
                 return _reduced(rc, finding, run, deadline, shared)
             return replace(rc, why=_why_not(searched, rc.why))
         if step not in shared:
-            mode = _mode(run, deadline, only_compiled=step == "compiled_step")
+            mode = for_run(run, deadline, only_compiled=step == "compiled_step")
             shared[step] = (mode, _run_step(run, step, mode))
         mode, error = shared[step]
         searched.append(f"{step} ({mode.judged} calls judged)")
         if mode.found is not None:
-            return _reduced(found(mode.found, _route(step), mode), mode.found, run, deadline, shared)
+            return _reduced(mode.found.record(_route(step), mode), mode.found, run, deadline, shared)
         if mode.gave_up:
             gave_up = mode.gave_up
             break
@@ -172,23 +171,6 @@ def _train(run: StageRun) -> bool:
     return backward is not None and backward.status == Status.PASS and run.train_output is not None
 
 
-def _mode(run: StageRun, deadline: float, only_compiled: bool) -> ShadowMode:
-    from harness.stages.numerics import rounded_inputs, undeclared_rounding
-    from harness.stages.reference import DeviceRounding, dispatch_key
-
-    rounded = rounded_inputs(run)
-    rounding = DeviceRounding(rounded, dispatch_key(run.adapter.device_type)) if rounded else None
-    return ShadowMode(
-        run.adapter.device_type,
-        rounding,
-        undeclared_rounding(run),
-        deadline,
-        model_dirs=calls.model_code_dirs(run.model),
-        only_compiled=only_compiled,
-        device_key=dispatch_key(run.adapter.device_type),
-    )
-
-
 def _run_step(run: StageRun, step: str, mode: ShadowMode) -> str:
     """Run one step under the shadow; the device's own exception, if it raised, as text."""
     from harness.rootcause import steps
@@ -203,51 +185,3 @@ def _run_step(run: StageRun, step: str, mode: ShadowMode) -> str:
     except Exception as exc:  # noqa: BLE001 - the step's own failure (the shadow may have its call)
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
     return ""
-
-
-def found(f: Finding, route: str, mode: ShadowMode | None = None) -> RootCause:
-    """The record of a found call."""
-    shapes, dtypes, strides = f.facts
-    where = f" in {f.module_path}" if f.module_path else ""
-    if f.kind == "error":
-        why = (
-            f"{f.op} raised on the device ({f.error_class}: {f.message[:120]}) where the reference "
-            f"computes the same call ({f.phase} call {f.index}{where})"
-        )
-    else:
-        m = f.mismatch
-        if m is not None and m.max_abs < 0:
-            how = f"output {m.output} has another shape than the reference's"
-        elif m is not None and m.tolerance_class == "exact":
-            how = f"output {m.output} differs from the reference's (exact), max abs {m.max_abs:.3g}"
-        elif m is not None:
-            how = (
-                f"output {m.output} off by max abs {m.max_abs:.3g} (rel {m.max_rel:.3g}) beyond "
-                f"{m.tolerance_class} atol={m.atol:g} rtol={m.rtol:g}"
-            )
-            if f.evidence.get("method") == "nonfinite":
-                how = f"output {m.output} is non-finite where the reference is finite"
-        else:
-            how = "differs"
-        why = f"{f.op} differs from the reference on the same inputs ({f.phase} call {f.index}{where}): {how}"
-    extra: dict[str, Any] = dict(f.evidence)
-    if mode is not None:
-        extra.update(calls_judged=mode.judged, passed_by=dict(mode.passed_by))
-    return RootCause(
-        found=True,
-        why=why,
-        op=f.op,
-        phase=f.phase,
-        kind=f.kind,
-        route=route,
-        call_index=f.index,
-        input_shapes=shapes,
-        input_dtypes=dtypes,
-        input_strides=strides,
-        mismatch=f.mismatch,
-        error_class=f.error_class,
-        message=f.message,
-        module_path=f.module_path,
-        source_line=f.source_line,
-        extra=extra,
-    )

@@ -36,7 +36,7 @@ import torch.fx as fx
 from contracts.rootcause import RootCause
 from harness.build.quiet import quiet_transformers
 from harness.rootcause import calls
-from harness.rootcause.shadow import Finding
+from harness.rootcause.shadow import Finding, for_run
 from harness.stages.run import StageRun
 from harness.stages.step import NoLoss, restore_grads, stash_grads, train_mode, training_loss
 from registry.encoding import encode_args
@@ -169,9 +169,7 @@ def localize_compiled(run: StageRun, train: bool, deadline: float) -> tuple[Root
     from torch._dynamo.backends.registry import lookup_backend
     from torch._functorch.fx_minifier import minifier
 
-    from harness.rootcause.localize import _mode, found
-
-    shadow = _mode(run, deadline, only_compiled=True)  # the same rounding and tolerance as the shadow
+    shadow = for_run(run, deadline, only_compiled=True)  # the same rounding and tolerance as the shadow
     judge = Judge(
         lookup_backend(run.adapter.compile_backend),
         run.adapter.device_type,
@@ -196,7 +194,7 @@ def localize_compiled(run: StageRun, train: bool, deadline: float) -> tuple[Root
             if finding is None:
                 why = f"graph {n} ({g.kind}) fails compiled, but its minimal graph has no call"
                 return RootCause.not_found(why, graphs=len(graphs)), None
-            rc = found(finding, "accuracy_minifier")
+            rc = finding.record("accuracy_minifier")
             ops = [str(x.target) for x in small.graph.nodes if x.op == "call_function"]
             rc.extra.update(graph=g.kind, graph_index=n, minimal_graph=ops, queries=judge.queries)
             return rc, finding

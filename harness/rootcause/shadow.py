@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from contracts.rootcause import Mismatch
+from contracts.rootcause import Mismatch, RootCause
 from harness.rootcause import calls
 from harness.stages.reference import DeviceRounding
 from registry.encoding import encode_args
@@ -65,6 +65,58 @@ class Finding:
     @property
     def op(self) -> str:
         return str(self.func)
+
+    def record(self, route: str, mode: ShadowMode | None = None) -> RootCause:
+        """The record of the found call (contracts.rootcause), found by `route`."""
+        shapes, dtypes, strides = self.facts
+        where = f" in {self.module_path}" if self.module_path else ""
+        if self.kind == "error":
+            why = (
+                f"{self.op} raised on the device ({self.error_class}: {self.message[:120]}) where the "
+                f"reference computes the same call ({self.phase} call {self.index}{where})"
+            )
+        else:
+            m = self.mismatch
+            if m is not None and m.max_abs < 0:
+                how = f"output {m.output} has another shape than the reference's"
+            elif m is not None and m.tolerance_class == "exact":
+                how = f"output {m.output} differs from the reference's (exact), max abs {m.max_abs:.3g}"
+            elif m is not None:
+                how = (
+                    f"output {m.output} off by max abs {m.max_abs:.3g} (rel {m.max_rel:.3g}) beyond "
+                    f"{m.tolerance_class} atol={m.atol:g} rtol={m.rtol:g}"
+                )
+                if self.evidence.get("method") == "nonfinite":
+                    how = f"output {m.output} is non-finite where the reference is finite"
+            else:
+                how = "differs"
+            why = (
+                f"{self.op} differs from the reference on the same inputs "
+                f"({self.phase} call {self.index}{where}): {how}"
+            )
+        if self.evidence.get("fails_alone") is False:
+            why += "; no call of the minimal graph fails compiled alone (a fusion): named by its last call"
+        extra: dict[str, Any] = dict(self.evidence)
+        if mode is not None:
+            extra.update(calls_judged=mode.judged, passed_by=dict(mode.passed_by))
+        return RootCause(
+            found=True,
+            why=why,
+            op=self.op,
+            phase=self.phase,
+            kind=self.kind,
+            route=route,
+            call_index=self.index,
+            input_shapes=shapes,
+            input_dtypes=dtypes,
+            input_strides=strides,
+            mismatch=self.mismatch,
+            error_class=self.error_class,
+            message=self.message,
+            module_path=self.module_path,
+            source_line=self.source_line,
+            extra=extra,
+        )
 
 
 class ShadowMode(TorchDispatchMode):
@@ -248,3 +300,21 @@ class ShadowMode(TorchDispatchMode):
             for h in handles:
                 h.remove()
             self.module_stack.clear()
+
+
+def for_run(run: Any, deadline: float, only_compiled: bool = False) -> ShadowMode:
+    """The shadow of a run's device: its declared rounding, its tolerance class, its model's code."""
+    from harness.stages.numerics import rounded_inputs, undeclared_rounding
+    from harness.stages.reference import DeviceRounding, dispatch_key
+
+    rounded = rounded_inputs(run)
+    rounding = DeviceRounding(rounded, dispatch_key(run.adapter.device_type)) if rounded else None
+    return ShadowMode(
+        run.adapter.device_type,
+        rounding,
+        undeclared_rounding(run),
+        deadline,
+        model_dirs=calls.model_code_dirs(run.model),
+        only_compiled=only_compiled,
+        device_key=dispatch_key(run.adapter.device_type),
+    )
