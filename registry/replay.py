@@ -138,7 +138,8 @@ def compare(op: str, expected: list[Any], actual: list[Any], mode: str, upcast: 
         if not ok:
             return Comparison(
                 False,
-                f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} atol_rms={tol.atol_rms:g}",
+                f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} "
+                f"atol_rms={tol.atol_rms:g}",
                 worst,
             )
     return Comparison(True, "", worst)
@@ -379,7 +380,8 @@ def _round_bf16(value: Any) -> Any:
 
 
 def round_declared(func: Any, args: list, kwargs: dict, names: tuple[str, ...]) -> tuple[list, dict]:
-    """`args`/`kwargs` with the schema arguments named in `names` rounded to bfloat16 (kept in their dtype)."""
+    """`args`/`kwargs` with the schema arguments named in `names` rounded to bfloat16 (kept in their
+    dtype)."""
     args, kwargs = list(args), dict(kwargs)
     for i, arg in enumerate(func._schema.arguments):
         if arg.name not in names:

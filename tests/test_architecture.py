@@ -155,7 +155,8 @@ def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 def test_the_walk_sees_deferred_imports_and_submodules(graph):
-    # harness.engine.runner imports the executors inside run_tier; registry.unit_tier imports contracts at the top
+    # harness.engine.runner imports the executors inside run_tier; registry.unit_tier imports contracts
+    # at the top
     assert "harness.engine.executors" in graph["harness.engine.runner"]
     assert "contracts.backends" in graph["registry.unit_tier"]
     assert (
@@ -242,7 +243,7 @@ def test_module_sizes_are_reported():
     long = sorted(((n, f) for f, n in sizes.items() if n > SIZE_SIGNAL), reverse=True)
     if long:
         warnings.warn(
-            "modules over %d lines: %s" % (SIZE_SIGNAL, ", ".join(f"{f} ({n})" for n, f in long)),
+            f"modules over {SIZE_SIGNAL} lines: " + ", ".join(f"{f} ({n})" for n, f in long),
             stacklevel=1,
         )
 

@@ -15,17 +15,18 @@ HELP = (
 )
 
 EPILOG = """examples:
-  harness registry regenerate --json                                    # the offline catalog's representatives
+  harness registry regenerate --json                                # the offline catalog's representatives
   harness registry regenerate --models models.jsonl --out ops.parquet --seq 32
-  harness registry regenerate --workers 2 --executor ray --backend neuron    # on the device under test
-  harness registry import GPT2ForSequenceClassification_training.txt --format pytorch-oplog --out gpt2.parquet --json
+  harness registry regenerate --workers 2 --executor ray --backend neuron   # on the device under test
+  harness registry import GPT2ForSequenceClassification_training.txt --format pytorch-oplog \
+      --out gpt2.parquet --json
   harness registry export ops.parquet --format pytorch-oplog --out ops.txt
   harness registry export-tests repro/ --op aten.addmm.default --registry ops.parquet
-  harness registry add-repros runs/nightly --registry ops.parquet     # a night's verified root causes
-  harness registry expectations update runs/u1 --backend neuron        # rewrite the known failures
-  harness registry expectations check runs/u1 --json                    # PASS/XFAIL/FAIL/IMPROVED counts
-  harness registry upstream-skips update runs/up --backend neuron       # rewrite the upstream tier's skip list
-  harness registry upstream-skips check runs/up --json                  # a run against the skip list
+  harness registry add-repros runs/nightly --registry ops.parquet   # a night's verified root causes
+  harness registry expectations update runs/u1 --backend neuron     # rewrite the known failures
+  harness registry expectations check runs/u1 --json                # PASS/XFAIL/FAIL/IMPROVED counts
+  harness registry upstream-skips update runs/up --backend neuron   # rewrite the upstream skip list
+  harness registry upstream-skips check runs/up --json              # a run against the skip list
 """
 
 
@@ -63,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         action="append",
         metavar="N",
-        help="sequence length to record (repeatable; default: the model tiers' length, shrink_rules.yaml test_sequence_length)",
+        help="sequence length to record (repeatable; default: the model tiers' length, "
+        "shrink_rules.yaml test_sequence_length)",
     )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N models")
     p.add_argument(
@@ -212,7 +214,8 @@ def _regenerate(args: argparse.Namespace) -> int:
     d = summary["diff"]
     text = (
         f"{summary['signatures']} signatures of {summary['ops']} ops from {summary['recorded_models']}/"
-        f"{summary['models']} models ({source}, recorded on {backend}) -> {out} in {summary['seconds']:.0f} s\n"
+        f"{summary['models']} models ({source}, recorded on {backend}) -> {out} "
+        f"in {summary['seconds']:.0f} s\n"
         f"changed: +{d['signatures_added']} / -{d['signatures_removed']} signatures, "
         f"ops added {d['ops_added'] or 'none'}, removed {d['ops_removed'] or 'none'}\n"
         f"failed models: {len(summary['failed'])}"
@@ -299,9 +302,9 @@ def _add_repros(args: argparse.Namespace) -> int:
         "left_out": left,
         "repro_files": files,
     }
+    there = f", {len(summary['already_there'])} already there" if summary["already_there"] else ""
     text = (
-        f"{len(new)} verified repros of {len(summary['ops'])} ops -> {path} ({len(added)} new cases"
-        f"{', ' + str(len(summary['already_there'])) + ' already there' if summary['already_there'] else ''}); "
+        f"{len(new)} verified repros of {len(summary['ops'])} ops -> {path} ({len(added)} new cases{there}); "
         f"left out {len(left)}"
     )
     for item in left[:20]:
@@ -330,7 +333,10 @@ def _expectations(args: argparse.Namespace) -> int:
     if summary["new_failures"]:
         text += f"\nnew failures: {len(summary['new_failures'])}"
     if summary["improved"]:
-        text += f"\nIMPROVED: {len(summary['improved'])} (update with: harness registry expectations update {args.rundir} --backend {args.backend})"
+        text += (
+            f"\nIMPROVED: {len(summary['improved'])} (update with: harness registry expectations update "
+            f"{args.rundir} --backend {args.backend})"
+        )
     _emit(args, summary, text)
     return 1 if summary["new_failures"] else 0
 
@@ -342,10 +348,10 @@ def _upstream_skips(args: argparse.Namespace) -> int:
         if args.action == "update":
             summary = skiplist.update_from_run(args.rundir, args.backend, args.file)
             text = (
-                f"{summary['skipped_groups']} skipped (op, dtype) groups, {summary['expected_failures']} expected "
-                f"failures -> {summary['path']} (groups +{len(summary['groups_added'])} / "
-                f"-{len(summary['groups_removed'])}, failures +{len(summary['failures_added'])} / "
-                f"-{len(summary['failures_removed'])})"
+                f"{summary['skipped_groups']} skipped (op, dtype) groups, "
+                f"{summary['expected_failures']} expected failures -> {summary['path']} "
+                f"(groups +{len(summary['groups_added'])} / -{len(summary['groups_removed'])}, "
+                f"failures +{len(summary['failures_added'])} / -{len(summary['failures_removed'])})"
             )
             _emit(args, summary, text)
             return 0
@@ -358,9 +364,9 @@ def _upstream_skips(args: argparse.Namespace) -> int:
         text += f"\nnew failures: {summary['new_failures_total']}"
     if summary["improved_total"] or summary["skips_changed_total"]:
         text += (
-            f"\nIMPROVED: {summary['improved_total']}, skip counts changed for {summary['skips_changed_total']} "
-            f"(op, dtype) groups (update with: harness registry upstream-skips update {args.rundir} "
-            f"--backend {args.backend})"
+            f"\nIMPROVED: {summary['improved_total']}, skip counts changed for "
+            f"{summary['skips_changed_total']} (op, dtype) groups (update with: harness registry "
+            f"upstream-skips update {args.rundir} --backend {args.backend})"
         )
     _emit(args, summary, text)
     return 1 if summary["new_failures_total"] else 0
