@@ -70,6 +70,30 @@ def _first_tensor(sig: str) -> tuple[int, dict] | None:
     return None
 
 
+def _computes(op: str, sig: str, constraints: dict) -> bool:
+    """Do the call's outputs depend on its inputs' values (not a factory of its shape alone)? Run it
+    on the CPU on two draws of its inputs."""
+    import torch
+
+    from registry.encoding import parse_signature
+    from registry.inputs import build_args, materialize
+    from registry.replay import resolve_op
+
+    try:
+        func, (a_enc, k_enc) = resolve_op(op), parse_signature(sig)
+        outs = []
+        for seed in (1, 2):
+            built = build_args(a_enc, k_enc, constraints, torch.Generator().manual_seed(seed))
+            cpu = torch.device("cpu")
+            out = func(*materialize(built[0], cpu), **materialize(built[1], cpu))
+            outs.append(
+                [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
+            )
+    except Exception:  # noqa: BLE001 - a call that cannot be rebuilt here is not a candidate
+        return False
+    return any(not torch.equal(a, b) for a, b in zip(*outs))
+
+
 def model_only_faults(
     base: Path, n: int, models: Path | None, unit_limit: int | None, env: dict[str, str]
 ) -> list[dict[str, Any]]:
@@ -96,13 +120,13 @@ def model_only_faults(
         if proc.returncode != 0 or not out.exists():
             raise SystemExit(f"bug_detection: recording the models' calls failed: {proc.stderr[-500:]}")
     quick = cases()[: unit_limit or None]
-    sizes: dict[tuple[str, int, int], set[int]] = {}  # (op, rank, dim) -> sizes the quick unit cases give
+    sizes: dict[tuple[str, int], set[int]] = {}  # (op, dim) -> sizes the quick unit cases give (any rank)
     for c in quick:
         first = _first_tensor(c.payload["signature"])
         if first is not None:
             shape = first[1]["T"]
             for d, v in enumerate(shape):
-                sizes.setdefault((c.payload["op"], len(shape), d), set()).add(int(v))
+                sizes.setdefault((c.payload["op"], d), set()).add(int(v))
     faults, seen = [], set()
     entries = sorted(Registry.load(out), key=lambda e: (-e.count, e.op, e.case_id))
     for e in entries:
@@ -120,10 +144,12 @@ def model_only_faults(
             continue
         if any(r.alias_info is not None for r in func._schema.returns) or not func._schema.returns:
             continue  # views and in-place calls: nothing of their own to perturb
+        if not _computes(e.op, e.signature, e.constraints):
+            continue  # a factory of its input's shape (zeros_like): its values are not the input's
         position, enc = first
         shape = enc["T"]
         for d, v in enumerate(shape):
-            if int(v) > 1 and int(v) not in sizes.get((e.op, len(shape), d), set()):
+            if int(v) > 1 and int(v) not in sizes.get((e.op, d), set()):
                 kind = KINDS[len(faults) % len(KINDS)]
                 arg = func._schema.arguments[position].name
                 faults.append(

@@ -321,3 +321,37 @@ def test_the_clean_runs_localization_cost_is_its_rows_with_a_record(tmp_path):
         bd.clean_root_causes(clean, plans)["rows"] == 1
         and bd.clean_root_causes(clean, plans)["seconds"] == 1.5
     )
+
+
+@pytest.mark.slow
+def test_model_only_faults_pick_a_size_no_quick_unit_case_gives_an_op_that_computes(tmp_path):
+    """Faults for the model-only figure: on an op whose outputs depend on its inputs' values, for a
+    size of its first tensor argument that the models give it and none of the quick unit cases do
+    (whatever rank), so no quick unit case can meet the fault."""
+    from benchmarks.bug_detection_repros import _first_tensor, model_only_faults
+    from registry.schema import Entry, Provenance
+    from registry.store import Registry
+    from registry.unit_tier import cases
+
+    prov = [Provenance("m", "representative", "forward", "real", 1.0, 5)]
+    ops = [
+        Entry("aten.zeros_like.default", '{"a":[{"T":[3,777],"dt":"f32"}],"k":{}}', {}, [], prov),
+        Entry(
+            "aten.add.Tensor",
+            '{"a":[{"T":[3,777],"dt":"f32"},{"T":[3,777],"dt":"f32"}],"k":{}}',
+            {},
+            [],
+            prov,
+        ),
+    ]
+    (tmp_path / "model_only").mkdir()
+    Registry(ops).save(tmp_path / "model_only" / "model_ops.parquet")  # as `registry regenerate` writes it
+    (fault,) = model_only_faults(tmp_path, 5, None, 2000, {})
+    assert (
+        fault["op"] == "aten.add.Tensor" and fault["kind"] == "nan"
+    )  # zeros_like's values are not its input's
+    (cond,) = fault["when"]
+    assert cond["arg"] == "self" and cond["eq"] in (3, 777)
+    quick = [_first_tensor(c.payload["signature"]) for c in cases()[:2000] if c.payload["op"] == fault["op"]]
+    assert all(cond["eq"] != t["T"][cond["dim"]] for _, t in filter(None, quick) if len(t["T"]) > cond["dim"])
+    assert (tmp_path / "model_only" / "faults.yaml").exists()
