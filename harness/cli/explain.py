@@ -105,11 +105,19 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
 
     frame = read_results(run_dir)
     statuses = {s.value for s in STATUSES}
+    # model cases (checked from a `load` stage on): an op_db sample's forward is no model's
+    loads = frame[frame["stage"] == "load"]
+    models = set(zip(loads["tier"], loads["case_id"]))
     out = []
     for row in frame.to_dict("records"):
         raw = row.get("root_cause")
         has = isinstance(raw, str) and bool(raw)
-        wants = row.get("blame") == "backend" and row["stage"] in LOCALIZED and row["status"] in statuses
+        wants = (
+            row.get("blame") == "backend"
+            and row["stage"] in LOCALIZED
+            and row["status"] in statuses
+            and (row["tier"], row["case_id"]) in models
+        )
         if has or wants:
             row["root_cause"] = RootCause.from_dict(json.loads(raw)) if has else None
             out.append(row)
