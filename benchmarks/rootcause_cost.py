@@ -3,9 +3,10 @@
     python benchmarks/rootcause_cost.py [--models bert:BertForMaskedLM,gpt2:GPT2LMHeadModel]
                                         [--rounds 3] [--stages load,forward,backward,numerics] [--json]
 
-Side by side in one process, interleaved round by round so the machine's load falls on both: the
-check with blame only (`harness.blame.probe.check_with_blame`) and with blame and localization
-(`harness.rootcause.localize.check_with_root_cause`, what the model tiers run), on a clean device.
+Side by side in one process, interleaved round by round (the order alternating) so the machine's
+load falls on both alike: the check with blame only (`harness.blame.probe.check_with_blame`) and
+with blame and localization (`harness.rootcause.localize.check_with_root_cause`, what the model
+tiers run), on a clean device.
 Their ratio is the clean night's overhead (target: 1.0 within noise; no row is blamed on the
 backend, so nothing is localized). Then, with `--fault` planted (through NEURON_FAULTS, as in a
 faulted night), the localization of each backend-blamed row: its seconds (search + repro
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__)
     p.add_argument("--models", default="bert:BertForMaskedLM,gpt2:GPT2LMHeadModel")
     p.add_argument("--stages", default="load,forward,backward,numerics")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=6)
     p.add_argument(
         "--fault",
         default='{"name": "gelu-1pct", "op": "aten.gelu.default", "kind": "perturb", "rel": 0.01}',
@@ -58,17 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     for spec in specs:  # warm: imports and first builds are no part of either side
         check_with_blame(spec, "neuron", stages)
     blame_only, with_rc, localized_clean = [], [], 0
-    for _ in range(args.rounds):
+    for n in range(args.rounds):
         for spec in specs:
-            a, _ = _timed(check_with_blame, spec, "neuron", stages)
-            b, result = _timed(check_with_root_cause, spec, "neuron", stages)
-            blame_only.append(a)
-            with_rc.append(b)
-            localized_clean += sum(1 for r in result.stages.values() if r.root_cause)
+            sides = [(check_with_blame, blame_only), (check_with_root_cause, with_rc)]
+            for fn, times in sides if n % 2 == 0 else sides[::-1]:
+                seconds, result = _timed(fn, spec, "neuron", stages)
+                times.append(seconds)
+                if fn is check_with_root_cause:
+                    localized_clean += sum(1 for r in result.stages.values() if r.root_cause)
     clean = {
         "blame_only_seconds": round(sum(blame_only), 2),
         "with_root_cause_seconds": round(sum(with_rc), 2),
         "ratio": round(sum(with_rc) / sum(blame_only), 3),
+        "median_ratio": round(statistics.median(with_rc) / statistics.median(blame_only), 3),
         "rows_localized": localized_clean,
         "checks": len(with_rc),
     }
