@@ -691,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
                 [p_["tier"] for p_ in plans],
                 unit_limit,
                 lambda fault_file: _env(base, fault_file, None),
+                {r["name"] for r in records if r["detected"]},
             )
         if args.out:
             (base / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
@@ -734,8 +735,9 @@ def main(argv: list[str] | None = None) -> int:
         if summary.get("model_only"):
             m = summary["model_only"]
             print(
-                f"model-only faults: {m['n']}, missed by the quick unit tier before {m['missed_before']}, "
-                f"caught by it after add-repros {m['caught_after']} ({m['rate']})"
+                f"model-only faults: {m['n']}, detected by the model tiers {m['detected_by_model_tiers']}, "
+                f"missed by the quick unit tier before {m['missed_before']}, caught by it after "
+                f"add-repros {m['caught_after']} ({m['rate']} of those detected)"
             )
     return 0
 

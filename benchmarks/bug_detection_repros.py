@@ -203,9 +203,12 @@ def model_only_figure(
     model_tiers: list[str],
     unit_limit: int | None,
     env_of,
+    detected: set[str] | None = None,
 ) -> dict[str, Any]:
-    """Per model-only fault: did a model tier name it (a verified repro), did the quick unit tier
-    miss it before, does it catch it after `add-repros`? And the share caught after."""
+    """Per model-only fault: did the faulted night detect it (`detected`: the names) and keep a
+    verified repro, did the quick unit tier miss it before, does it catch it after `add-repros`?
+    The share caught after is over the faults the night detected (a fault no model meets gives
+    no repro to add)."""
     from benchmarks.bug_detection_analysis import detections
     from registry.unit_tier import default_registry_path
 
@@ -253,6 +256,7 @@ def model_only_figure(
                 "name": f["name"],
                 "op": f["op"],
                 "kind": f["kind"],
+                "detected_by_model_tiers": None if detected is None else f["name"] in detected,
                 "when": f["when"],
                 "quick_unit_missed_before": not failing_before,
                 "failing_before": failing_before[:5],
@@ -263,11 +267,13 @@ def model_only_figure(
         )
     n = len(records)
     caught = [r for r in records if r["caught_after"] and r["quick_unit_missed_before"]]
+    night = [r for r in records if r["detected_by_model_tiers"] is not False]
     return {
         "faults": records,
         "n": n,
+        "detected_by_model_tiers": len(night),
         "missed_before": sum(1 for r in records if r["quick_unit_missed_before"]),
         "with_repros": sum(1 for r in records if r["repros_added"]),
         "caught_after": len(caught),
-        "rate": round(len(caught) / n, 4) if n else None,
+        "rate": round(len(caught) / len(night), 4) if night else None,
     }
