@@ -241,8 +241,9 @@ def model_only_figure(
                 str(registry),
             ]
             proc = subprocess.run([*cmd, "--json"], env=env, cwd=ROOT, capture_output=True, text=True)
-            try:
-                added += json.loads(proc.stdout.strip().splitlines()[-1])["added"]
+            try:  # a repro of a call the registry already has is that entry, now first in the unit tier
+                merged = json.loads(proc.stdout.strip().splitlines()[-1])
+                added += merged["added"] + merged["already_there"]
             except (ValueError, IndexError, KeyError):
                 pass
         after = _unit_run(work / "unit-after", registry, unit_limit, env) if added else pd.DataFrame()
