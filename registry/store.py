@@ -29,15 +29,21 @@ class RegistryFormatError(ValueError):
     """A file that is not a registry of this schema version (message names path and versions)."""
 
 
+def _rank(c: dict) -> int:
+    """Which constraint of a path wins a merge: a repro's concrete values (the values the failing
+    call was given), then the op's semantics, then observation."""
+    return 2 if c.get("kind") == "values" else 1 if c.get("source") == "semantics" else 0
+
+
 def _merge_constraints(a: dict, b: dict) -> dict:
     out = dict(a)
     for path, c in b.items():
         old = out.get(path)
         if old is None:
             out[path] = c
-        elif (old.get("source") == "semantics") != (c.get("source") == "semantics"):
-            out[path] = old if old.get("source") == "semantics" else c
-        else:  # same source: a deterministic choice, so merge order does not matter
+        elif _rank(old) != _rank(c):
+            out[path] = old if _rank(old) > _rank(c) else c
+        else:  # same rank: a deterministic choice, so merge order does not matter
             out[path] = min(old, c, key=lambda x: json.dumps(x, sort_keys=True))
     return dict(sorted(out.items()))
 

@@ -92,6 +92,21 @@ def test_the_repro_column_round_trips_and_merges_once_per_run_case_and_stage(tmp
     assert json.loads(pq.read_table(path).column("repro")[0].as_py())[0]["case"] == "c1"
 
 
+def test_a_repro_merged_into_an_entry_of_the_same_call_keeps_its_concrete_values():
+    sig = '{"a":[{"T":[4,3],"dt":"f32"},{"T":[2],"dt":"i64"}],"k":{}}'
+    semantics = {"a.1": {"kind": "index", "low": 0, "high": 4, "source": "semantics"}}
+    recorded = Entry(
+        "aten.embedding.default", sig, semantics, [], [Provenance("m", "full", "forward", "real", 1.0, 3)]
+    )
+    concrete = {"a.1": _values(torch.tensor([3, 0]))}
+    repro = Entry(
+        "aten.embedding.default", sig, concrete, [], [Provenance("m", "full", "forward", "repro", 1.0, 1)]
+    )
+    for first, second in ((recorded, repro), (repro, recorded)):  # whatever the order
+        (entry,) = list(Registry([first, second]))
+        assert entry.constraints == concrete and len(entry.provenance) == 2
+
+
 def test_a_registry_written_before_the_repro_column_still_loads(tmp_path):
     old = pa.schema([f for f in ARROW_SCHEMA if f.name != "repro"])
     row = Entry(
