@@ -25,6 +25,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ({"kind": "nan"}, {"kind": "perturb", "rel": 0.05}, {"kind": "raise"})
+#: the phases of a recording the model tiers run (a training step: no optimizer)
+MODEL_PHASES = ("forward", "backward")
 
 
 def write_representatives(base: Path, text: str) -> Path:
@@ -130,6 +132,8 @@ def model_only_faults(
     faults, seen = [], set()
     entries = sorted(Registry.load(out), key=lambda e: (-e.count, e.op, e.case_id))
     for e in entries:
+        if not any(p.phase in MODEL_PHASES for p in e.provenance):
+            continue  # recorded in a phase the model tiers do not run (an optimizer step)
         first = _first_tensor(e.signature)
         if (
             e.op in seen
