@@ -8,7 +8,8 @@ load falls on both alike: the check with blame only (`harness.blame.probe.check_
 with blame and localization (`harness.rootcause.localize.check_with_root_cause`, what the model
 tiers run), on a clean device.
 Their ratio is the clean night's overhead (target: 1.0 within noise; no row is blamed on the
-backend, so nothing is localized). Then, with `--fault` planted (through NEURON_FAULTS, as in a
+backend, so nothing is localized), and the hook's own cost per clean check, timed alone (10,000
+calls on a checked model). Then, with `--fault` planted (through NEURON_FAULTS, as in a
 faulted night), the localization of each backend-blamed row: its seconds (search + repro
 verification, the first of which starts the worker's verifier) and what it named.
 """
@@ -67,7 +68,19 @@ def main(argv: list[str] | None = None) -> int:
                 times.append(seconds)
                 if fn is check_with_root_cause:
                     localized_clean += sum(1 for r in result.stages.values() if r.root_cause)
+    # what the localization hook itself costs a check whose rows are not blamed on the backend
+    from harness.rootcause.localize import localize_run
+    from harness.stages.check import check_model
+
+    box: dict = {}
+    check_model(specs[0], "neuron", stages, judge=lambda run, wanted: box.setdefault("run", (run, wanted)))
+    run, wanted = box["run"]
+    t0 = time.perf_counter()
+    for _ in range(10_000):
+        localize_run(run, wanted)
+    hook_us = (time.perf_counter() - t0) / 10_000 * 1e6
     clean = {
+        "hook_microseconds_per_clean_check": round(hook_us, 2),
         "blame_only_seconds": round(sum(blame_only), 2),
         "with_root_cause_seconds": round(sum(with_rc), 2),
         "ratio": round(sum(with_rc) / sum(blame_only), 3),
