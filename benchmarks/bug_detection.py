@@ -737,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"model-only faults: {m['n']}, detected by the model tiers {m['detected_by_model_tiers']}, "
                 f"missed by the quick unit tier before {m['missed_before']}, caught by it after "
-                f"add-repros {m['caught_after']} ({m['rate']} of those detected)"
+                f"add-repros {m['caught_after']} of those {m['counted']} ({m['rate']})"
             )
     return 0
 

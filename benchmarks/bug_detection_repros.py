@@ -211,8 +211,9 @@ def model_only_figure(
 ) -> dict[str, Any]:
     """Per model-only fault: did the faulted night detect it (`detected`: the names) and keep a
     verified repro, did the quick unit tier miss it before, does it catch it after `add-repros`?
-    The share caught after is over the faults the night detected (a fault no model meets gives
-    no repro to add)."""
+    The share caught after is over the faults the night detected and the quick unit tier missed
+    before (a fault no model meets gives no repro to add; one a quick unit case meets anyway, an
+    op the device reaches through another overload, is no model-only fault)."""
     from benchmarks.bug_detection_analysis import detections
     from registry.unit_tier import default_registry_path
 
@@ -272,13 +273,18 @@ def model_only_figure(
         )
     n = len(records)
     caught = [r for r in records if r["caught_after"] and r["quick_unit_missed_before"]]
-    night = [r for r in records if r["detected_by_model_tiers"] is not False]
+    # the figure's faults: the night detected them and the quick unit tier, measured, missed them
+    counted = [
+        r for r in records if r["detected_by_model_tiers"] is not False and r["quick_unit_missed_before"]
+    ]
     return {
         "faults": records,
         "n": n,
-        "detected_by_model_tiers": len(night),
+        "detected_by_model_tiers": sum(1 for r in records if r["detected_by_model_tiers"] is not False),
         "missed_before": sum(1 for r in records if r["quick_unit_missed_before"]),
+        "counted": len(counted),
         "with_repros": sum(1 for r in records if r["repros_added"]),
         "caught_after": len(caught),
-        "rate": round(len(caught) / len(night), 4) if night else None,
+        "caught_after_all": sum(1 for r in records if r["caught_after"]),
+        "rate": round(len(caught) / len(counted), 4) if counted else None,
     }
