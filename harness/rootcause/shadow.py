@@ -192,8 +192,14 @@ class ShadowMode(TorchDispatchMode):
         if time.monotonic() > self.deadline:
             self.gave_up = f"time limit reached after {self.judged} judged calls"
             raise Stop
-        ref_args = calls.to_reference(args, self.device_type)
-        ref_kwargs = calls.to_reference(kwargs, self.device_type)
+        try:
+            ref_args = calls.to_reference(args, self.device_type)
+            ref_kwargs = calls.to_reference(kwargs, self.device_type)
+        except Exception:  # noqa: BLE001 - an input the device cannot hand over: not judged
+            self.passed_by["inputs not copyable"] += 1
+            out = func(*args, **kwargs)
+            self._pend(out, where)
+            return out
         try:
             out = calls.call_op(func, args, kwargs)
         except Exception as exc:
@@ -211,7 +217,11 @@ class ShadowMode(TorchDispatchMode):
         if ref.error:
             self.passed_by["reference raised"] += 1
             return out
-        bad = calls.judge(calls.outputs(func, out, args, kwargs), ref, self.undeclared_rounding)
+        try:
+            bad = calls.judge(calls.outputs(func, out, args, kwargs), ref, self.undeclared_rounding)
+        except Exception:  # noqa: BLE001 - an output the device cannot hand over: not judged
+            self.passed_by["outputs not comparable"] += 1
+            return out
         if bad is not None:
             self.found = self._finding(
                 func, phase, index, "mismatch", ref_args, ref_kwargs, where, args, kwargs
