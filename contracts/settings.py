@@ -18,13 +18,16 @@ the environment.
 | HARNESS_REGISTRY | registry | None (the bundled registry) |
 | HARNESS_BASELINE_DIR | baseline_dir | ./baseline |
 | HARNESS_CACHE_DIR | cache_dir | the user cache dir (platformdirs) / neuron-coverage-harness |
-| HARNESS_LISTING_CACHE | listing_cache | on (`0`/`off`/`false`: list every tier afresh; harness.engine.listing_cache) |
+| HARNESS_LISTING_CACHE | listing_cache | on (`0`/`off`/`false`: list every tier afresh; listing_cache) |
 | HARNESS_EXPECTATIONS | expectations | None (the bundled expectations of the backend) |
 | HARNESS_UPSTREAM_SKIPS | upstream_skips | None (the bundled upstream-tier skip list of the backend) |
 | HARNESS_BACKEND | backend | neuron (the pytest unit-tier suite) |
 | HARNESS_SHARED_DATA | shared_data | ../shared/data beside the checkout |
 | HARNESS_REPLAY_MAX_NUMEL | replay_max_numel | 262,144 elements per replayed case (registry.scaling) |
 | HARNESS_RECORD_FAKE_MIN_PARAMS | record_fake_min_params | 20,000,000 parameters |
+| HARNESS_ROOT_CAUSE | root_cause | on (`0`/`off`: backend-blamed rows are not localized; harness.rootcause) |
+| HARNESS_ROOT_CAUSE_SECONDS | root_cause_seconds | 180 s per row: localize a failure, verify its repro |
+| HARNESS_REPRO_SECONDS | repro_seconds | 120 s per run of a repro file (the first starts the verifier) |
 | OPENAI_BASE_URL, OPENAI_API_KEY, HARNESS_LLM_* | LLMSettings.from_env() | off |
 """
 
@@ -38,7 +41,7 @@ from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
 
-#: Worker limits when neither the command line nor the tier says (harness.engine.workers, harness.engine.runner).
+#: Worker limits when neither the command line nor the tier says (harness.engine.workers, .runner).
 DEFAULT_CASE_TIMEOUT = 600.0  # seconds per case (a chunk of cases gets one case's time)
 DEFAULT_MAX_CASES_PER_WORKER = 100  # recycle the worker process after this many cases
 DEFAULT_STARTUP_TIMEOUT = 300.0  # spawn + tier.setup (imports torch, transformers)
@@ -83,6 +86,18 @@ def _number(env: Mapping[str, str], name: str, default: Any, kind: type = float)
         return kind(raw)
     except ValueError:
         raise ValueError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    value = _number(env, name, default)
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {env.get(name)!r}")
+    return value
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    """On unless the variable says 0, off, false or no."""
+    return (env.get(name) or "on").strip().lower() not in ("0", "off", "false", "no")
 
 
 def _path(env: Mapping[str, str], name: str) -> Path | None:
@@ -149,6 +164,18 @@ class Settings:
     @property
     def record_fake_min_params(self) -> int:
         return _number(self.env, "HARNESS_RECORD_FAKE_MIN_PARAMS", 20_000_000, int)
+
+    @property
+    def root_cause(self) -> bool:
+        return _switch(self.env, "HARNESS_ROOT_CAUSE")
+
+    @property
+    def root_cause_seconds(self) -> float:
+        return _positive(self.env, "HARNESS_ROOT_CAUSE_SECONDS", 180.0)
+
+    @property
+    def repro_seconds(self) -> float:
+        return _positive(self.env, "HARNESS_REPRO_SECONDS", 120.0)
 
     def llm(self) -> LLMSettings:
         return LLMSettings.from_env(self.env)

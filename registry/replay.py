@@ -30,7 +30,14 @@ from registry.constraints import (
     metadata_only_outputs,
     unreplayable_reason,
 )
-from registry.encoding import DTYPE_ABBREVS, UnreplayableError, find_opaque, parse_signature, signature_hash
+from registry.encoding import (
+    DTYPE_ABBREVS,
+    UnreplayableError,
+    find_opaque,
+    parse_signature,
+    run_of,
+    signature_hash,
+)
 from registry.inputs import BuiltTensor, build_args, build_tensor, materialize  # noqa: F401  (re-exported)
 from registry.tolerances import tolerance_for
 
@@ -258,8 +265,10 @@ def plan(spec: CaseSpec, max_numel: int | None = None) -> Plan:
         opaque = find_opaque([a_enc, list(k_enc.values())])
         if opaque:
             raise UnreplayableError(f"argument of type {opaque} cannot be rebuilt")
-        # the op's semantics as known now override what was stored when the case was recorded
+        # the op's semantics as known now override what was stored when the case was recorded,
+        # except a repro's concrete values (the values the failing call was given)
         constraints = {**spec.constraints, **infer_constraints(spec.op, a_enc, k_enc)}
+        constraints.update({p: c for p, c in spec.constraints.items() if c.get("kind") == "values"})
         fitted = scaling.fit(func, a_enc, k_enc, constraints, max_numel)
     except (UnreplayableError, scaling.TooLargeError) as exc:
         return Plan(skip=f"unreplayable: {exc}")
@@ -305,6 +314,8 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
     p = plan(spec, max_numel)
     if p.skip:
         return result(Status.SKIPPED, reason=p.skip)
+    if run_of(spec.signature) and getattr(adapter, "compile_backend", None) is None:
+        return result(Status.SKIPPED, reason="unreplayable: a compiled case, and the backend has no compiler")
     if p.factor != 1:
         metrics["scaled_by"] = p.factor
     skipped: list[str] = []
@@ -412,9 +423,10 @@ def _run_on_device(
             failing_op="aten._to_copy.default",
         )
     try:
+        call = func if not run_of(spec.signature) else compiled_call(func, adapter.compile_backend)
         with adapter.device_scope():
             with adapter.track_fallbacks() as events, torch.no_grad():
-                actual_out = func(*dev_args, **dev_kwargs)
+                actual_out = call(*dev_args, **dev_kwargs)
             actual = _flatten(actual_out) + _mutated(func, dev_args, dev_kwargs)
             actual = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in actual]
     except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
@@ -445,6 +457,20 @@ def _run_on_device(
     if not cmp.ok:
         return Status.FAIL, dict(reason=f"mismatch: {cmp.reason}", failing_op=spec.op)
     return None
+
+
+def compiled_call(func: Any, backend: Any) -> Any:
+    """`func` through the backend's compiler (a case whose signature says `run: compiled`: a root
+    cause found in compiled execution), as `torch.compile` runs it; Dynamo's caches are reset
+    first, so the compile is this call's own."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return torch.compile(call, backend=backend, fullgraph=True, dynamic=False)
 
 
 def _same_error(a: str, b: str) -> bool:

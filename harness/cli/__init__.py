@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "nightly": "harness.cli.nightly",
     "report": "harness.cli.report",
     "compare": "harness.cli.compare",
+    "explain": "harness.cli.explain",
     "baseline": "harness.cli.baseline",
     "cache": "harness.cli.cache",
 }
