@@ -34,7 +34,7 @@ import torch
 import torch.fx as fx
 
 from contracts.rootcause import RootCause
-from harness.build.quiet import quiet_transformers
+from agents.quiet import quiet_transformers
 from harness.rootcause import calls
 from harness.rootcause.shadow import Finding, for_run
 from harness.stages.run import StageRun

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from harness.build.quiet import quiet_transformers
+from agents.quiet import quiet_transformers
 from harness.rootcause.shadow import ShadowMode, Stop
 from harness.stages.run import StageRun, fresh
 from harness.stages.step import NoLoss, restore_grads, stash_grads, train_mode, training_loss
