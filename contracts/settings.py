@@ -18,14 +18,23 @@ the environment.
 | HARNESS_REGISTRY | registry | None (the bundled registry) |
 | HARNESS_BASELINE_DIR | baseline_dir | ./baseline |
 | HARNESS_CACHE_DIR | cache_dir | the user cache dir (platformdirs) / neuron-coverage-harness |
-| HARNESS_LISTING_CACHE | listing_cache | on (`0`/`off`/`false`: list every tier afresh; harness.engine.listing_cache) |
+| HARNESS_LISTING_CACHE | listing_cache | on (`0`/`off`/`false`: list every tier afresh; listing_cache) |
 | HARNESS_EXPECTATIONS | expectations | None (the bundled expectations of the backend) |
 | HARNESS_UPSTREAM_SKIPS | upstream_skips | None (the bundled upstream-tier skip list of the backend) |
 | HARNESS_BACKEND | backend | neuron (the pytest unit-tier suite) |
 | HARNESS_SHARED_DATA | shared_data | ../shared/data beside the checkout |
 | HARNESS_REPLAY_MAX_NUMEL | replay_max_numel | 262,144 elements per replayed case (registry.scaling) |
 | HARNESS_RECORD_FAKE_MIN_PARAMS | record_fake_min_params | 20,000,000 parameters |
+| HARNESS_CASE_LIMIT_FACTOR | case_limit_factor | 3 (a case's limit: this x its baseline seconds) |
+| HARNESS_CASE_LIMIT_FLOOR | case_limit_floor | 10 s (the least limit from baseline seconds: cold starts) |
+| HARNESS_MARKED_OP_LIMIT | marked_op_limit | 5 s (the limit of a case labeled with an op known to hang) |
+| HARNESS_STALL_SECONDS | stall_seconds | 10 s (journaled: a call this long with none after it is a hang) |
+| HARNESS_CALL_JOURNAL | call_journal | on (`0`/`off`/`false`: a dead case is not re-run journaled) |
 | OPENAI_BASE_URL, OPENAI_API_KEY, HARNESS_LLM_* | LLMSettings.from_env() | off |
+
+The five limits of a run (harness.engine.limits, docs/runner.md "Hangs and crashes"): a chunk's
+limit is the factor times what its cases took in the baseline, at least the floor, at most the
+tier's; a case killed at such a limit is re-run under the tier's.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
 
-#: Worker limits when neither the command line nor the tier says (harness.engine.workers, harness.engine.runner).
+#: Worker limits when neither the command line nor the tier says (harness.engine.workers and .runner).
 DEFAULT_CASE_TIMEOUT = 600.0  # seconds per case (a chunk of cases gets one case's time)
 DEFAULT_MAX_CASES_PER_WORKER = 100  # recycle the worker process after this many cases
 DEFAULT_STARTUP_TIMEOUT = 300.0  # spawn + tier.setup (imports torch, transformers)
@@ -83,6 +92,18 @@ def _number(env: Mapping[str, str], name: str, default: Any, kind: type = float)
         return kind(raw)
     except ValueError:
         raise ValueError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    value = _number(env, name, default)
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {env.get(name)!r}")
+    return value
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    """On unless the variable says 0, off, false or no."""
+    return (env.get(name) or "on").strip().lower() not in ("0", "off", "false", "no")
 
 
 def _path(env: Mapping[str, str], name: str) -> Path | None:
@@ -149,6 +170,26 @@ class Settings:
     @property
     def record_fake_min_params(self) -> int:
         return _number(self.env, "HARNESS_RECORD_FAKE_MIN_PARAMS", 20_000_000, int)
+
+    @property
+    def case_limit_factor(self) -> float:
+        return _positive(self.env, "HARNESS_CASE_LIMIT_FACTOR", 3.0)
+
+    @property
+    def case_limit_floor(self) -> float:
+        return _positive(self.env, "HARNESS_CASE_LIMIT_FLOOR", 10.0)
+
+    @property
+    def marked_op_limit(self) -> float:
+        return _positive(self.env, "HARNESS_MARKED_OP_LIMIT", 5.0)
+
+    @property
+    def stall_seconds(self) -> float:
+        return _positive(self.env, "HARNESS_STALL_SECONDS", 10.0)
+
+    @property
+    def call_journal(self) -> bool:
+        return _switch(self.env, "HARNESS_CALL_JOURNAL")
 
     def llm(self) -> LLMSettings:
         return LLMSettings.from_env(self.env)

@@ -4,7 +4,8 @@ report and the baseline comparison.
 Why: what users run every night must be one command that always ends with a complete, comparable
 result. Each tier runs into DIR/<tier>/ (a resumable run directory, all sharing one run id), a
 tier that cannot run at all is recorded and the others still run, then `harness report` writes
-DIR/report.html, JUnit XML and DIR/failure_groups.json (failures by probable root cause) and the comparison with the baseline decides the exit code.
+DIR/report.html, JUnit XML and DIR/failure_groups.json (failures by probable root cause) and the
+comparison with the baseline decides the exit code.
 Settings per mode (limits, timeouts) are data: harness/data/nightly.toml. `--models CRAWL` (a
 crawl store directory) also gives the representative tier its models: the crawl is classified
 and its representatives selected (agents.classify, agents.select) unless a current selection is
@@ -87,6 +88,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
     config = load_config(opts.quick, opts.config_path)
     run_id = _run_id(out)
     tiers: dict[str, Any] = {}
+    marked: dict[str, str] = {}  # ops a worker died in, passed to the tiers after (harness.engine.limits)
     try:
         selection = crawl_representatives(opts)
     except Exception as exc:  # noqa: BLE001 - the representative tier is recorded as unable to run
@@ -130,8 +132,11 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
                 use_baseline=opts.use_baseline,
                 tier_options={k: tcfg[k] for k in ("ops", "dtypes") if k in tcfg},
                 meta={"nightly": "quick" if opts.quick else "full"},
+                marked_ops=dict(marked),
             )
             tiers[tier.name] = run_tier(run_opts)
+            for op, kind in (tiers[tier.name].get("marked_ops") or {}).items():
+                marked.setdefault(op, kind)
         except Exception as exc:  # noqa: BLE001 - one tier that cannot run must not lose the others
             tiers[name] = {"tier": name, "error": f"{type(exc).__name__}: {exc}"}
     result: dict[str, Any] = {

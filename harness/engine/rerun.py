@@ -20,10 +20,12 @@ from typing import Any
 
 from contracts.records import Case, CaseOutcome
 from contracts.settings import resolve_limits
+from contracts.status import Blame
 from harness.blame import rules as blame
 from harness.engine.journal import Journal
 
 REFERENCE_DIR = "reference"
+JOURNAL_ROUTE = "call_journal"  # contracts.rootcause.ROUTES: the worker-death records made here
 
 
 def reference_journal(run_dir: str | Path) -> Journal:
@@ -59,7 +61,8 @@ def reference_pass(
         if todo:
             reference = blame.reference_backend()
             timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
-            limits = replace(opts.limits, timeout=timeout, max_cases=max_cases)
+            # the reference run only blames: a death there is not localized
+            limits = replace(opts.limits, timeout=timeout, max_cases=max_cases, diagnose=False)
             executor = make_executor(
                 opts.executor,
                 opts.tier,
@@ -95,4 +98,9 @@ def blamed(
     out = CaseOutcome.from_dict(copy.deepcopy(record["outcome"]))
     ref = references.get((out.tier, out.case_id))
     note = "" if ref is not None else "the case was not re-run on the reference"
-    return blame.complete_outcome(out, backend, reference=ref, reference_note=note)
+    blame.complete_outcome(out, backend, reference=ref, reference_note=note)
+    for st in out.stages:  # a death's call is a root cause only of a backend failure
+        rc = st.get("root_cause") or {}
+        if rc.get("route") == JOURNAL_ROUTE and st.get("blame") != Blame.BACKEND.value:
+            st.pop("root_cause")
+    return out
