@@ -303,6 +303,15 @@ class Schedule:
         ]
         return out
 
+    def case_limit(self, case: Case, planned: float) -> float:
+        """The limit of a case a dead chunk re-runs alone: a hang's labeled case gets the short one
+        (a chunk holding several cases of an op that hangs learns it at the first)."""
+        if self.settings.journal and self.marked(case) == "hang":
+            with self._lock:
+                self.counts["marked_hang"] += 1
+            return min(planned, self.settings.marked)
+        return planned
+
     def summary(self) -> dict[str, Any]:
         """For run.json: the settings, how many cases the baseline knew, the marks and why cases ran
         alone."""

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contracts import timing
 from contracts.backends import resolved_backend
@@ -57,6 +57,9 @@ from contracts.settings import DEFAULT_STARTUP_TIMEOUT, DEFAULT_WORKER_MEMORY, c
 from contracts.status import Status
 from contracts.tiers import failure_outcome, from_result, load_tier
 from harness.engine import calljournal
+
+if TYPE_CHECKING:
+    from harness.engine.executors.base import Plan
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -406,9 +409,10 @@ class IsolatedWorker:
 
     def _exchange(
         self, cases: list[Case], many: bool, limit: float, journal: Path | None, land: Callable
-    ) -> list[str]:
-        """Send cases to the child and land what it answers until it is idle; returns the ids in
-        flight when it died (raises WorkerDied then, with them in `inflight`)."""
+    ) -> None:
+        """Send cases to the child and land what it answers until it is idle. A death raises
+        WorkerDied, with the ids then in flight in `self.inflight`. `journal`: run them under the
+        call journal at that path, with the stall watch."""
         options = {"journal": str(journal)} if journal is not None else {}
         self.conn.send(("run", [asdict(c) for c in cases], many, options))
         self.inflight = []
@@ -439,7 +443,7 @@ class IsolatedWorker:
                 self.inflight = []
                 self._began = 0.0
             elif msg[0] == "idle":
-                return []
+                return
 
     # -- running ---------------------------------------------------------------------------
     def run_chunk(
@@ -450,13 +454,15 @@ class IsolatedWorker:
         timeout: float | None = None,
         diagnose: bool = False,
         case_timeouts: dict[str, float] | None = None,
+        plan: Plan | None = None,
     ) -> list[CaseOutcome]:
         """Run cases in the child; always returns one outcome per case, in order. `emit`, when
         given, gets each outcome once, as soon as it is known: a chunk that died is re-run case by
         case, and the guilty case's row (a timeout, a crash) lands before the rest re-run, not
         after the whole chunk (fail-fast stops on it a chunk's re-run earlier). `timeout` is the
-        chunk's limit (None: the worker's), `case_timeouts` each case's own for its re-run alone;
-        `diagnose` runs each case alone under the call journal (it is expected to die)."""
+        chunk's limit (None: the worker's), `case_timeouts` each case's own for its re-run alone
+        (as `plan` has it then: harness.engine.limits); `diagnose` runs each case alone under the
+        call journal (it is expected to die)."""
         results: dict[str, CaseOutcome] = {}
         emitted: set[str] = set()
         limit = float(timeout or self.limits.timeout)
@@ -493,6 +499,8 @@ class IsolatedWorker:
                         self._spare_up()  # one of them will die again
                     for c in guilty:
                         case_limit = own.get(c.case_id) or limit
+                        if plan is not None:  # what the re-runs before it taught the run
+                            case_limit = plan.case_limit(c, case_limit)
                         if self.limits.diagnose:
                             land([self._diagnosed(c, case_limit)])
                         else:

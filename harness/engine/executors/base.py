@@ -29,6 +29,10 @@ class Plan(Protocol):
         hang or crash run their cases alone)."""
         ...
 
+    def case_limit(self, case: Case, planned: float) -> float:
+        """A case's limit when a dead chunk re-runs it alone (a known hang's: the short limit)."""
+        ...
+
 
 def as_chunk(chunk: Chunk | Sequence[Any]) -> Chunk:
     """A Chunk from a Chunk or a plain `(cases, many)` tuple."""

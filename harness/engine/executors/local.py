@@ -119,6 +119,7 @@ class LocalExecutor:
                             timeout=part.timeout,
                             diagnose=part.diagnose,
                             case_timeouts=part.case_timeouts,
+                            plan=plan,
                         )
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(exc)
