@@ -26,7 +26,7 @@ the environment.
 | HARNESS_REPLAY_MAX_NUMEL | replay_max_numel | 262,144 elements per replayed case (registry.scaling) |
 | HARNESS_RECORD_FAKE_MIN_PARAMS | record_fake_min_params | 20,000,000 parameters |
 | HARNESS_CASE_LIMIT_FACTOR | case_limit_factor | 3 (a case's limit: this x its baseline seconds) |
-| HARNESS_CASE_LIMIT_FLOOR | case_limit_floor | 10 s (the least limit from baseline seconds: cold starts) |
+| HARNESS_CASE_LIMIT_FLOOR | case_limit_floor | 30 s (the least limit from baseline seconds: cold starts) |
 | HARNESS_MARKED_OP_LIMIT | marked_op_limit | 5 s (the limit of a case labeled with an op known to hang) |
 | HARNESS_STALL_SECONDS | stall_seconds | 10 s (journaled: a call this long with none after it is a hang) |
 | HARNESS_CALL_JOURNAL | call_journal | on (`0`/`off`/`false`: a dead case is not re-run journaled) |
@@ -177,7 +177,7 @@ class Settings:
 
     @property
     def case_limit_floor(self) -> float:
-        return _positive(self.env, "HARNESS_CASE_LIMIT_FLOOR", 10.0)
+        return _positive(self.env, "HARNESS_CASE_LIMIT_FLOOR", 30.0)
 
     @property
     def marked_op_limit(self) -> float:

@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from harness.engine.calljournal import JournalWriter
 
@@ -49,11 +48,25 @@ _TAG = "harness.engine.callmode.where"
 MAX_INPUTS = 16
 
 
+def _leaves(args: Any, kwargs: Any) -> list[Any]:
+    """The call's inputs in argument order, lists of tensors (cat, index) opened one level: aten
+    schemas nest no deeper, so pytree's generality is not paid for each call."""
+    out: list[Any] = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (list, tuple)):
+            out.extend(value)
+        else:
+            out.append(value)
+        if len(out) >= MAX_INPUTS:
+            break
+    return out[:MAX_INPUTS]
+
+
 def _tensor_facts(args: Any, kwargs: Any) -> tuple[list, list, list, list[str], bool]:
     """(shapes, dtypes, strides, device types, any fake) of the call's inputs in argument order;
     None in the lists for a non-tensor input."""
     shapes, dtypes, strides, devices, fake = [], [], [], [], False
-    for leaf in tree_flatten((args, kwargs))[0][:MAX_INPUTS]:
+    for leaf in _leaves(args, kwargs):
         if isinstance(leaf, torch.Tensor):
             shapes.append([int(s) for s in leaf.shape])
             dtypes.append(str(leaf.dtype).removeprefix("torch."))
@@ -196,10 +209,14 @@ class CallJournalMode(TorchDispatchMode):
             return ""
         root, inner = modules[-1], modules[0]
         cached = self._names.get(id(root))
-        if cached is None or cached[0] is not root or id(inner) not in cached[1]:
+        if cached is None or cached[0] is not root:  # named once per root module
             cached = (root, {id(m): n for n, m in root.named_modules(remove_duplicate=False)})
             self._names[id(root)] = cached
-        return cached[1].get(id(inner), type(inner).__name__)
+        name = cached[1].get(id(inner))
+        if name is None:  # a module that is no attribute of the root: the nearest one that is
+            name = next((cached[1][id(m)] for m in modules if id(m) in cached[1]), "")
+            name = ".".join(p for p in (name, type(inner).__name__) if p)
+        return name
 
     def _pend(self, out: Any) -> None:
         """Outputs whose autograd node is attached after this call returns: tagged at the next one."""

@@ -14,8 +14,8 @@ never a false row.
 
 Once a worker died in an op (its call journal's root cause, kind hang or crash), the op is
 *marked*: later cases labeled with it (unit and upstream cases name their op) run alone, under
-the call journal, with a spare worker starting beside them, and a hang under the short
-`marked_op_limit`; a model case whose recorded ops (the shape registry's provenance,
+the call journal, with a spare worker starting beside them (they will likely kill theirs), and a
+hang's under the short `marked_op_limit`; a model case whose recorded ops (the shape registry's provenance,
 harness.engine.ordering.OpIndex) include it runs alone under the journal too, so its hang is cut
 short by the journal's stall watch (HARNESS_STALL_SECONDS) and its death names the op at once.
 Marks also come from the baseline's own hang and crash root causes and, in a nightly, from the
@@ -53,7 +53,7 @@ MARKING_KINDS = ("hang", "crash")
 @dataclass(frozen=True)
 class LimitSettings:
     factor: float = 3.0
-    floor: float = 10.0
+    floor: float = 30.0
     marked: float = 5.0
     stall: float = 10.0
     journal: bool = True
@@ -298,8 +298,15 @@ class Schedule:
             self.counts.update(why for _, _, why in alone)
         out = [self.make_chunk(rest, chunk.many and len(rest) > 1)] if rest else []
         out += [
-            Chunk([case], False, timeout=limit, diagnose=True, case_timeouts={case.case_id: limit})
-            for case, limit, _ in alone
+            Chunk(
+                [case],
+                False,
+                timeout=limit,
+                diagnose=True,
+                case_timeouts={case.case_id: limit},
+                spare=why.startswith("marked_"),  # the op killed a worker before: it will again
+            )
+            for case, limit, why in alone
         ]
         return out
 

@@ -133,6 +133,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
                 tier_options={k: tcfg[k] for k in ("ops", "dtypes") if k in tcfg},
                 meta={"nightly": "quick" if opts.quick else "full"},
                 marked_ops=dict(marked),
+                case_limit_floor=tcfg.get("case_limit_floor"),
             )
             tiers[tier.name] = run_tier(run_opts)
             for op, kind in (tiers[tier.name].get("marked_ops") or {}).items():

@@ -75,6 +75,8 @@ class RunOptions:
     )
     # ops a worker died in before this run (a nightly's earlier tiers): op -> hang | crash
     marked_ops: dict[str, str] = field(default_factory=dict)
+    # the least per-case limit of this tier (None: HARNESS_CASE_LIMIT_FLOOR; harness.engine.limits)
+    case_limit_floor: float | None = None
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -465,7 +467,10 @@ def _schedule(
     for rec in journal.records(tier.name):
         marks.update(marks_of(CaseOutcome.from_dict(rec["outcome"])))
     suspects = [cid for cid, w in why.items() if w.get("class") == "changed_op"]
-    return Schedule(timeout, costs, LimitSettings.current(), marks, suspects, _RecordedOps(opts, cases))
+    settings = LimitSettings.current()
+    if opts.case_limit_floor:
+        settings = replace(settings, floor=float(opts.case_limit_floor))
+    return Schedule(timeout, costs, settings, marks, suspects, _RecordedOps(opts, cases))
 
 
 class _RecordedOps:

@@ -455,6 +455,7 @@ class IsolatedWorker:
         diagnose: bool = False,
         case_timeouts: dict[str, float] | None = None,
         plan: Plan | None = None,
+        spare: bool = False,
     ) -> list[CaseOutcome]:
         """Run cases in the child; always returns one outcome per case, in order. `emit`, when
         given, gets each outcome once, as soon as it is known: a chunk that died is re-run case by
@@ -462,7 +463,7 @@ class IsolatedWorker:
         after the whole chunk (fail-fast stops on it a chunk's re-run earlier). `timeout` is the
         chunk's limit (None: the worker's), `case_timeouts` each case's own for its re-run alone
         (as `plan` has it then: harness.engine.limits); `diagnose` runs each case alone under the
-        call journal (it is expected to die)."""
+        call journal, `spare` starts a spare process beside them (they are expected to die)."""
         results: dict[str, CaseOutcome] = {}
         emitted: set[str] = set()
         limit = float(timeout or self.limits.timeout)
@@ -478,7 +479,7 @@ class IsolatedWorker:
 
         if diagnose and self.limits.diagnose:
             for c in cases:
-                land([self._diagnosed(c, own.get(c.case_id) or limit)])
+                land([self._diagnosed(c, own.get(c.case_id) or limit, spare=spare)])
             return self._finish(cases, results)
         pending = list(cases)
         while pending:
@@ -534,17 +535,21 @@ class IsolatedWorker:
         limit: float,
         first: WorkerDied | None = None,
         first_limit: float | None = None,
+        spare: bool = True,
     ) -> CaseOutcome:
         """Run one case alone under the call journal; a death gets its root cause from the journal.
-        `first`: how the case died before, unjournaled (under `first_limit`)."""
+        `first`: how the case died before, unjournaled (under `first_limit`). `spare`: start a
+        spare process beside it (a case that died once, or of a marked op, is expected to die)."""
         journal = self.log_dir / f"calls-{self.name}.journal"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         got: list[CaseOutcome] = []
         t0 = time.monotonic()
-        self._spare_up()
+        if spare:
+            self._spare_up()
         try:
             self._ensure_started()
-            self._spare_up()  # the spare took the place of a dead process: the next one starts now
+            if spare:
+                self._spare_up()  # the spare took the place of a dead process: the next one starts now
             self._exchange([case], False, limit, journal, got.extend)
         except WorkerDied as died:
             return self._journaled_death(

@@ -14,8 +14,9 @@ class Chunk(NamedTuple):
     cases: list[Case]
     many: bool  # run them with the tier's execute_many
     timeout: float | None = None  # seconds for the whole chunk (None: the worker's limit)
-    diagnose: bool = False  # alone, under the call journal, a spare worker waiting (it may die)
+    diagnose: bool = False  # alone, under the call journal (a death names its op)
     case_timeouts: dict[str, float] | None = None  # each case's own limit, for re-runs after a death
+    spare: bool = False  # it is expected to die: a spare worker starts beside it
 
 
 OnResults = Callable[[list[CaseOutcome]], None]

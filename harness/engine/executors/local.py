@@ -120,6 +120,7 @@ class LocalExecutor:
                             diagnose=part.diagnose,
                             case_timeouts=part.case_timeouts,
                             plan=plan,
+                            spare=part.spare,
                         )
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(exc)

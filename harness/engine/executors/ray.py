@@ -50,6 +50,7 @@ class _WorkerActor:
         timeout: float | None = None,
         diagnose: bool = False,
         case_timeouts: dict[str, float] | None = None,
+        spare: bool = False,
     ) -> list[dict[str, Any]]:
         outs = self.worker.run_chunk(
             [Case(**c) for c in cases],
@@ -57,6 +58,7 @@ class _WorkerActor:
             timeout=timeout,
             diagnose=diagnose,
             case_timeouts=case_timeouts,
+            spare=spare,
         )
         return [o.to_dict() for o in outs]
 
@@ -117,6 +119,7 @@ class RayExecutor:
                     chunk.timeout,
                     chunk.diagnose,
                     chunk.case_timeouts,
+                    chunk.spare,
                 )
                 inflight[ref] = (actor, chunk)
 

@@ -64,4 +64,11 @@ class OpTier:
         return [self.execute(c, backend) for c in cases]
 
 
+class OpTierAgain(OpTier):
+    """The same cases as another tier (a nightly's later tier running the same ops)."""
+
+    name = "op_cases_again"
+
+
 TIER = OpTier()
+AGAIN = OpTierAgain()

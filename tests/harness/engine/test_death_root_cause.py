@@ -174,3 +174,36 @@ def test_a_case_killed_at_its_own_limit_is_judged_under_the_tier_limit(tmp_path,
         assert outcomes[case]["seconds"] == 4.0
         rc = outcomes[case]["stages"][0]["root_cause"]
         assert not rc["found"] and "before entering any op call" in rc["why"]  # a sleep calls no op
+
+
+@pytest.mark.slow
+def test_a_nightly_hands_the_ops_its_tiers_died_in_to_the_tiers_after(tmp_path, monkeypatch, fast_limits):
+    from harness.engine.nightly import NightlyOptions, run_nightly
+
+    _plant(tmp_path, monkeypatch, op="aten.topk.default", kind="crash")
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps(CASES))
+    config = tmp_path / "nightly.toml"
+    first, then = "tests.harness.engine.op_tier:TIER", "tests.harness.engine.op_tier:AGAIN"
+    config.write_text(
+        f'[quick]\ntiers = ["{first}", "{then}"]\n'
+        f'["quick"."{first}"]\nmodels = "{cases}"\ntimeout = 20\n'
+        f'["quick"."{then}"]\nmodels = "{cases}"\ntimeout = 20\n'
+    )
+    night = run_nightly(
+        NightlyOptions(
+            out=tmp_path / "night",
+            quick=True,
+            backend="neuron",
+            progress=False,
+            config_path=str(config),
+            use_baseline=False,
+            order="listed",
+        )
+    )
+    assert night["tiers"]["op_cases"]["marked_ops"] == {"aten.topk.default": "crash"}
+    later = json.loads((tmp_path / "night" / "op_cases_again" / "run.json").read_text())
+    limits = later["tiers"]["op_cases_again"]["limits"]
+    assert limits["alone"] == {"marked_crash": 3}  # every topk case alone, the first one too
+    rows = pd.read_parquet(tmp_path / "night" / "op_cases_again" / "results.parquet")
+    assert (rows[rows.case_id.str.startswith("topk")].root_cause_op == "aten.topk.default").all()
