@@ -126,13 +126,13 @@ class IsolatedWorker:
         self.threads = threads  # intra-op threads of the child (OMP/MKL/torch); None: library default
         limits = limits or WorkerLimits()
         timeout, max_cases = resolve_limits(None, limits.timeout, limits.max_cases)
-        settings = current() if limits.stall_seconds is None or limits.diagnose is None else None
+        settings = current()
         self.limits = replace(
             limits,
             timeout=timeout,
             max_cases=max_cases,
-            stall_seconds=limits.stall_seconds if settings is None else settings.stall_seconds,
-            diagnose=limits.diagnose if settings is None else settings.call_journal,
+            stall_seconds=settings.stall_seconds if limits.stall_seconds is None else limits.stall_seconds,
+            diagnose=settings.call_journal if limits.diagnose is None else limits.diagnose,
         )
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "harness-workers"
         self.sys_path = list(sys_path if sys_path is not None else sys.path)

@@ -207,3 +207,15 @@ def test_a_nightly_hands_the_ops_its_tiers_died_in_to_the_tiers_after(tmp_path, 
     assert limits["alone"] == {"marked_crash": 3}  # every topk case alone, the first one too
     rows = pd.read_parquet(tmp_path / "night" / "op_cases_again" / "results.parquet")
     assert (rows[rows.case_id.str.startswith("topk")].root_cause_op == "aten.topk.default").all()
+
+
+def test_the_reference_re_run_only_blames_it_never_diagnoses(tmp_path, fast_limits):
+    """A case that dies on the reference too is blamed by that death, not re-run under the journal."""
+    summary, rows, outcomes = _run(
+        tmp_path, tier=TRIVIAL, cases=[{"id": "h", "action": "hang"}], backend="neuron", timeout=2.0
+    )
+    assert outcomes["h"]["worker"]["first_attempt"]["died"] == "worker_timeout"  # the device's: re-run
+    line = (tmp_path / "run" / "reference" / "journal.jsonl").read_text().splitlines()[0]
+    reference = json.loads(line)["outcome"]
+    assert reference["worker"]["died"] == "worker_timeout" and "first_attempt" not in reference["worker"]
+    assert (rows.blame == "harness").all() and rows.root_cause.isna().all()  # the cpu hangs too
