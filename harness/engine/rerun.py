@@ -6,6 +6,9 @@ memory limit: nothing is left to re-run in), and a failing row of a tier plug-in
 judge of its own. The runner re-runs those cases on the reference backend in fresh workers after
 the tier, journals the reference outcomes in RUNDIR/reference/journal.jsonl (so a restart does
 not re-run them) and blames each row by the same case's reference outcome (harness.blame.rules).
+The reference run only blames: a case that dies there too is not re-run under the call journal,
+and the op a device death was localized to (route call_journal) stays on a row only when the row
+is blamed on the backend (a case that hangs on the CPU too is not the device's hang).
 
     refs = reference_pass(tier, opts, journal, cases, run_dir)   # {case_id: CaseOutcome}
 """

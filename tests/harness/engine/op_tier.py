@@ -30,6 +30,8 @@ class OpTier:
     timeout = 60.0
 
     def setup(self, backend: str) -> None:
+        import torch  # noqa: F401  (in the start-up: a case's limit counts from its start)
+
         from contracts.backends import get_backend
 
         get_backend(backend)  # imports the device (and its planted faults) in the start-up

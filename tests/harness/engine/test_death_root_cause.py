@@ -70,7 +70,7 @@ def test_a_planted_hang_or_crash_is_localized_to_its_op(tmp_path, monkeypatch, f
     topk = [c["id"] for c in CASES if c["op"] == "topk"]
     for case in topk:
         row = rows.loc[case]
-        assert row.status == status and row.blame == "backend", (case, row.status, row.reason)
+        assert row.status == status and row.blame == "backend", (case, row.status, row.blame_evidence)
         assert row.root_cause_op == "aten.topk.default"
         rc = json.loads(row.root_cause)
         assert rc["found"] and rc["route"] == "call_journal" and rc["kind"] == kind
