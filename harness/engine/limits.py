@@ -15,9 +15,11 @@ never a false row.
 Once a worker died in an op (its call journal's root cause, kind hang or crash), the op is
 *marked*: later cases labeled with it (unit and upstream cases name their op) run alone, under
 the call journal, with a spare worker starting beside them (they will likely kill theirs), and a
-hang's under the short `marked_op_limit`; a model case whose recorded ops (the shape registry's provenance,
-harness.engine.ordering.OpIndex) include it runs alone under the journal too, so its hang is cut
-short by the journal's stall watch (HARNESS_STALL_SECONDS) and its death names the op at once.
+hang's under the short `marked_op_limit`. Once any op is marked, every later model case (no op
+label) runs under the journal too, so a hang is cut short by the journal's stall watch
+(HARNESS_STALL_SECONDS) and a death names its op at once, without a second run; one whose recorded
+ops (the shape registry's provenance, harness.engine.ordering.OpIndex) include a marked op gets a
+spare worker as well.
 Marks also come from the baseline's own hang and crash root causes and, in a nightly, from the
 tiers before. Labeled cases whose op changed since the baseline (the ordering's `changed_op`)
 run alone under the journal from the start. Nothing is keyed on an op's name: an op is matched by
@@ -290,6 +292,8 @@ class Schedule:
                 alone.append((case, limit, "changed_op"))
             elif self.runs_marked_op(case):
                 alone.append((case, limit, "runs_marked_op"))
+            elif self._keys and not case_label(case):
+                alone.append((case, limit, "after_a_death"))
             else:
                 rest.append(case)
         if not alone:
@@ -304,7 +308,7 @@ class Schedule:
                 timeout=limit,
                 diagnose=True,
                 case_timeouts={case.case_id: limit},
-                spare=why.startswith("marked_"),  # the op killed a worker before: it will again
+                spare=why not in ("changed_op", "after_a_death"),  # a marked op killed a worker before
             )
             for case, limit, why in alone
         ]

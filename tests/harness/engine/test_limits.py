@@ -132,9 +132,13 @@ def test_a_crashing_op_runs_alone_under_its_own_limit_and_a_model_that_runs_it_i
     crash = s.refine(s.make_chunk([_unit("i1", "aten.index.Tensor")], False))
     assert [(c.timeout, c.diagnose) for c in crash] == [(900.0, True)]  # the baseline does not know i1
     (m1,) = s.refine(s.make_chunk([_model("m1")], False))
-    assert m1.diagnose and m1.timeout == 60.0 and not m1.spare  # it may well not run the crashing shape
+    assert m1.diagnose and m1.timeout == 60.0 and m1.spare
     (m2,) = s.refine(s.make_chunk([_model("m2")], False))
-    assert not m2.diagnose
+    assert m2.diagnose and not m2.spare  # after a death every model case is journaled
+    assert s.summary()["alone"] == {"marked_crash": 1, "runs_marked_op": 1, "after_a_death": 1}
+    clean = Schedule(900.0, settings=SETTINGS, ops_of=lambda c: ops[c.case_id])
+    chunk = clean.make_chunk([_model("m2")], False)
+    assert clean.refine(chunk) == [chunk]  # no death, no journal
 
 
 def test_marks_come_from_dead_outcomes_and_take_the_dead_cases_label():
@@ -154,6 +158,7 @@ def test_suspects_run_alone_and_the_journal_switch_turns_it_all_off():
     s = Schedule(120.0, settings=SETTINGS, suspects=["c2"])
     rest, alone = s.refine(s.make_chunk(cases, True))
     assert [c.case_id for c in rest.cases] == ["c1"] and alone.diagnose and alone.cases[0].case_id == "c2"
+    assert not alone.spare  # a changed op is only a suspicion: no spare worker for it
     off = LimitSettings(journal=False)
     s = Schedule(120.0, settings=off, marks={"aten.add.Tensor": "hang"}, suspects=["c2"])
     chunk = s.make_chunk(cases, True)
