@@ -1,13 +1,13 @@
 """What the per-call journal costs where it runs: a model's eager training step on the device with
 and without it (harness.engine.callmode), side by side, in interleaved rounds.
 
-    python benchmarks/call_journal.py [--model bert] [--backend neuron] [--rounds 5] [--json]
+    python benchmarks/call_journal.py [--model bert] [--backend neuron] [--rounds 5] [--steps 10] [--json]
 
 The journal runs only for a case that is re-run after its worker died, for the cases of an op a
 worker died in, and for unit/upstream cases whose op changed since the baseline (harness.engine.
 limits): a clean night runs no case under it. This measures what a journaled case pays: the step's
-seconds with and without it (median of the rounds), their ratio, the calls journaled per step and
-the cost per call. `--json` prints one object.
+seconds with and without it (each round times --steps steps; the median of the rounds), their
+ratio, the calls journaled per step and the cost per call. `--json` prints one object.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="bert", help="a model type of the offline catalog")
     ap.add_argument("--backend", default="neuron")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=10, help="steps timed together in each round")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -60,18 +61,23 @@ def main(argv: list[str] | None = None) -> int:
     plain, journal = [], []
     for _ in range(args.rounds):  # interleaved: a loaded machine slows both alike
         t0 = time.perf_counter()
-        step()
-        plain.append(time.perf_counter() - t0)
+        for _ in range(args.steps):
+            step()
+        plain.append((time.perf_counter() - t0) / args.steps)
         t0 = time.perf_counter()
         with journaled(path, adapter.device_type) as mode:
-            step()
-        journal.append(time.perf_counter() - t0)
+            for _ in range(args.steps):
+                step()
+        journal.append((time.perf_counter() - t0) / args.steps)
+    with journaled(path, adapter.device_type):
+        step()
     calls = max(e["seq"] for e in read_calls(path)) + 1
     a, b = statistics.median(plain), statistics.median(journal)
     report = {
         "model": spec.model_id,
         "backend": args.backend,
         "rounds": args.rounds,
+        "steps": args.steps,
         "step_seconds": round(a, 4),
         "journaled_step_seconds": round(b, 4),
         "ratio": round(b / a, 2),
