@@ -14,19 +14,16 @@ Order is deterministic: model types sorted, the base class first, then classes b
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import threading
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from importlib import resources
 
-import yaml
+from pydantic import RootModel
 
+from agents.quiet import quiet_transformers
 from agents.store import ModelRecord
+from contracts.rulefiles import Rules, cached_rules, resource
 
 CATALOG_PREFIX = "catalog/"
 
@@ -55,12 +52,20 @@ class CatalogEntry:
         return f"{CATALOG_PREFIX}{self.model_type}/{self.architecture}"
 
 
+class HeadSpec(Rules):
+    head: str
+    pipeline_tag: str | None  # null: the Hub has no task tag for that head
+
+
+class HeadMappings(RootModel[dict[str, HeadSpec]]):
+    """agents/catalog_heads.yaml: transformers' head mappings -> (head, pipeline_tag), by priority."""
+
+
 @lru_cache(maxsize=1)
 def head_table() -> tuple[Head, ...]:
     """Head mappings in priority order, from catalog_heads.yaml."""
-    text = resources.files("agents").joinpath("catalog_heads.yaml").read_text()
-    data = yaml.safe_load(text)
-    return tuple(Head(name, spec["head"], spec.get("pipeline_tag")) for name, spec in data.items())
+    data = cached_rules(HeadMappings, str(resource("agents", "catalog_heads.yaml"))).root
+    return tuple(Head(name, spec.head, spec.pipeline_tag) for name, spec in data.items())
 
 
 @lru_cache(maxsize=1)
@@ -140,28 +145,6 @@ def is_known_architecture(name: str) -> bool:
     if class_to_module is not None:
         return name in class_to_module
     return hasattr(transformers, name)  # fallback: imports the module
-
-
-_QUIET = threading.RLock()
-
-
-@contextlib.contextmanager
-def quiet_transformers():
-    """Silence transformers' config-validation chatter while building many configs.
-
-    Serialized: logger levels and warning filters are process-global, and the Hub crawler triages
-    from worker threads (config building is CPU-bound under the GIL anyway).
-    """
-    with _QUIET:
-        logger = logging.getLogger("transformers")
-        level = logger.level
-        logger.setLevel(logging.ERROR)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                yield
-        finally:
-            logger.setLevel(level)
 
 
 @cache

@@ -323,17 +323,17 @@ class _HubCrawl:
             return ModelRecord(
                 **base, status="broken", broken_reason=reason, broken_detail=self._scrub(detail)
             )
-        verdict = triage(info.id, raw, tags=tags)
+        decision = triage(info.id, raw, tags=tags)
         config_text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
         return ModelRecord(
             **base,
-            model_type=verdict.model_type,
-            architectures=verdict.architectures,
+            model_type=decision.model_type,
+            architectures=decision.architectures,
             config=config_text,
             config_level="full",
-            status=verdict.status,
-            broken_reason=verdict.reason,
-            broken_detail=verdict.detail,
+            status=decision.status,
+            broken_reason=decision.reason,
+            broken_detail=decision.detail,
         )
 
     def _fetch_config(self, repo_id: str, sha: str | None) -> tuple[bytes | None, str | None, str]:

@@ -32,13 +32,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from contracts.rulefiles import Rules, load_rules, resource
 from contracts.settings import LLMSettings, current
 
 DECISIONS_FILE = "llm_decisions.parquet"
@@ -50,8 +49,9 @@ _MAX_DATA_CHARS = 6000
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Prompt:
+class Prompt(Rules):
+    """A versioned prompt (agents/data/prompts/<name>.yaml): a decision records which one it used."""
+
     name: str
     version: int
     system: str
@@ -65,9 +65,7 @@ class Prompt:
 @cache
 def load_prompt(name: str) -> Prompt:
     """A versioned prompt from agents/data/prompts/<name>.yaml."""
-    text = resources.files("agents").joinpath("data", "prompts", f"{name}.yaml").read_text()
-    d = yaml.safe_load(text)
-    return Prompt(d["name"], int(d["version"]), d["system"], d["user"])
+    return load_rules(Prompt, resource("agents", f"data/prompts/{name}.yaml"))
 
 
 @dataclass

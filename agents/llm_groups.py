@@ -10,14 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.llm import LLMClient, clip, load_prompt
+from contracts.rulefiles import Rules, cached_rules, resource
 
 
 @dataclass
@@ -41,10 +39,20 @@ class GroupAnswer(BaseModel):
     groups: list[GroupItem]
 
 
-@lru_cache(maxsize=1)
-def failure_causes() -> dict[str, dict[str, str]]:
-    text = resources.files("agents").joinpath("data", "failure_causes.yaml").read_text()
-    return yaml.safe_load(text)["categories"]
+class Cause(Rules):
+    pattern: str  # a regular expression over "<stage> <error_class> <failing_op> <message>", lower case
+    doc: str  # what the category means (the LLM sees it)
+
+
+class FailureCauses(Rules):
+    """agents/data/failure_causes.yaml: the root-cause categories, first match wins."""
+
+    version: int
+    categories: dict[str, Cause]
+
+
+def failure_causes() -> dict[str, Cause]:
+    return cached_rules(FailureCauses, str(resource("agents", "data/failure_causes.yaml"))).categories
 
 
 def normalize_message(message: str) -> str:
@@ -58,7 +66,7 @@ def normalize_message(message: str) -> str:
 def rule_root_cause(stage: str, error_class: str, failing_op: str, message: str) -> str:
     text = f"{stage} {error_class} {failing_op} {message}".lower()
     for name, spec in failure_causes().items():
-        if re.search(spec["pattern"], text):
+        if re.search(spec.pattern, text):
             return name
     return "other"
 
@@ -89,7 +97,7 @@ def group_failures(
     causes = failure_causes()
     payload = {gid: [g.summary, len(g.members)] for gid, g in rule_groups.items()}
     fields = {
-        "categories": "\n".join(f"  {c}: {s['doc']}" for c, s in causes.items()),
+        "categories": "\n".join(f"  {c}: {s.doc}" for c, s in causes.items()),
         "groups": clip(
             "\n".join(f"{gid}: {g.summary} ({len(g.members)} models)" for gid, g in rule_groups.items())
         ),

@@ -23,11 +23,12 @@ the config as given: nothing to check it against).
 from __future__ import annotations
 
 import inspect
-from functools import cache, lru_cache
-from importlib import resources
+from functools import cache
 from typing import Any
 
-import yaml
+from pydantic import RootModel
+
+from contracts.rulefiles import cached_rules, resource
 
 #: keys every level keeps as they are (identity, not sizes)
 _ALWAYS_KEPT = frozenset({"model_type", "architectures"})
@@ -35,11 +36,13 @@ _ALWAYS_KEPT = frozenset({"model_type", "architectures"})
 _TEXT_SUBCONFIG = "text_config"
 
 
-@lru_cache(maxsize=1)
+class SummaryAliases(RootModel[dict[str, tuple[str, ...]]]):
+    """agents/data/partial_fields.yaml: a summary's name -> the config fields it stands for, in
+    preference order."""
+
+
 def summary_aliases() -> dict[str, tuple[str, ...]]:
-    """agents/data/partial_fields.yaml: a summary's name -> the config fields it stands for."""
-    text = resources.files("agents").joinpath("data/partial_fields.yaml").read_text()
-    return {k: tuple(v) for k, v in (yaml.safe_load(text) or {}).items()}
+    return cached_rules(SummaryAliases, str(resource("agents", "data/partial_fields.yaml"))).root
 
 
 def _field_for(key: str, fields: frozenset[str]) -> str | None:

@@ -76,11 +76,11 @@ class Selection:
 
 
 def cover_traits() -> list[str]:
-    return list(vocabulary()["cover_traits"])
+    return list(vocabulary().cover_traits)
 
 
 def interacting_pairs() -> list[tuple[str, str]]:
-    return [tuple(p) for p in vocabulary()["interacting_pairs"]]
+    return [tuple(p) for p in vocabulary().interacting_pairs]
 
 
 def elements_of(traits: Mapping[str, str]) -> list[str]:
@@ -99,7 +99,7 @@ def estimate_params(config: str | None) -> float:
     cfg = parse_config(config)
     if not cfg:
         return math.inf
-    for key in vocabulary()["keys"]["text_subconfig"]:
+    for key in vocabulary().keys.text_subconfig:
         if isinstance(cfg.get(key), dict) and cfg[key]:
             cfg = {**cfg, **cfg[key]}
             break
@@ -342,7 +342,7 @@ def default_cache_path() -> Path:
 
     return (
         current().cache_dir
-        / f"default_representatives-{transformers.__version__}-v{vocabulary()['version']}.json"
+        / f"default_representatives-{transformers.__version__}-v{vocabulary().version}.json"
     )
 
 

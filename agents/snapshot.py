@@ -93,7 +93,7 @@ def record_from_row(row: Any, lineno: int, origin: str, *, instantiate: bool = T
     level = _text(row.get("config_level"))
     model_id = _text(row["id"])
     tags = _strings(row.get("tags"))
-    verdict = triage(
+    decision = triage(
         model_id,
         raw_config if isinstance(raw_config, (dict, list)) else config_text,
         model_type=_text(row.get("model_type")),
@@ -110,13 +110,13 @@ def record_from_row(row: Any, lineno: int, origin: str, *, instantiate: bool = T
         library_name=_text(row.get("library_name")),
         tags=tags,
         sha=_text(row.get("sha")),
-        model_type=verdict.model_type,
-        architectures=verdict.architectures,
+        model_type=decision.model_type,
+        architectures=decision.architectures,
         config=config_text,
         config_level=level if level in CONFIG_LEVELS else None,
-        status=verdict.status,
-        broken_reason=verdict.reason,
-        broken_detail=verdict.detail,
+        status=decision.status,
+        broken_reason=decision.reason,
+        broken_detail=decision.detail,
         downloads_snapshot=_text(row.get("downloads_snapshot")),
         config_source=_text(row.get("config_source")),
         last_modified=_text(row.get("last_modified") or row.get("lastModified")),

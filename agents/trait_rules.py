@@ -5,7 +5,7 @@ agents/data/traits.yaml's closed vocabulary, or unknown.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -53,7 +53,7 @@ def _as_int(v: Any) -> int | None:
 
 
 def text_key(cfg: Mapping[str, Any], defaults: Mapping[str, Any]) -> str | None:
-    for k in vocabulary()["keys"]["text_subconfig"]:
+    for k in vocabulary().keys.text_subconfig:
         if isinstance(cfg.get(k), dict) or isinstance(defaults.get(k), dict):
             return k
     return None
@@ -63,14 +63,14 @@ def text_key(cfg: Mapping[str, Any], defaults: Mapping[str, Any]) -> str | None:
 def _lookup_tables() -> dict[str, dict[str, str]]:
     v = vocabulary()
 
-    def invert(table: dict[str, list]) -> dict[str, str]:
+    def invert(table: Mapping[str, Sequence[str | None]]) -> dict[str, str]:
         return {str(alias).lower(): value for value, aliases in table.items() for alias in aliases}
 
     return {
-        "activation": invert(v["activation_families"]),
-        "dtype": invert(v["dtype_values"]),
-        "quant": invert(v["quantization_methods"]),
-        "rope": invert(v["rope_types"]),
+        "activation": invert(v.activation_families),
+        "dtype": invert(v.dtype_values),
+        "quant": invert(v.quantization_methods),
+        "rope": invert(v.rope_types),
     }
 
 
@@ -79,7 +79,7 @@ def _class_heads() -> dict[str, str]:
     """transformers class name -> head name (agents/catalog_heads.yaml priority)."""
     from agents.catalog import entries
 
-    priority = vocabulary()["head_priority"]
+    priority = vocabulary().head_priority
     out = {}
     for e in entries():  # head_priority first, then the bare model, then catalog order
         names = [h.head for h in e.heads]
@@ -104,7 +104,7 @@ def head_of(architecture: str | None) -> str:
     head = _class_heads().get(architecture)
     if head:
         return head
-    for suffix, name in vocabulary()["class_suffix_heads"].items():
+    for suffix, name in vocabulary().class_suffix_heads.items():
         if architecture.endswith(suffix):
             return name
     return UNKNOWN
@@ -112,7 +112,7 @@ def head_of(architecture: str | None) -> str:
 
 def layer_kinds(t: Mapping[str, Any]) -> set[str] | None:
     v = vocabulary()
-    kinds_table = v["layer_kinds"]
+    kinds_table = v.layer_kinds
     for key in ("layer_types", "layers_block_type", "block_types", "attention_types", "attention_layers"):
         seq = t.get(key)
         if isinstance(seq, list) and seq:
@@ -127,7 +127,7 @@ def layer_kinds(t: Mapping[str, Any]) -> set[str] | None:
                 return kinds
     pattern = t.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
-        kinds = {v["pattern_chars"].get(ch, "other") for ch in pattern}
+        kinds = {v.pattern_chars.get(ch, "other") for ch in pattern}
         kinds.discard("mlp")
         return kinds
     if t.get("attn_layer_period") or t.get("attn_layer_indices"):
@@ -149,17 +149,17 @@ def rule_layer_mix(t: Mapping[str, Any], attention: str) -> str:
 
 
 def rule_attention(t: Mapping[str, Any], profile: TypeProfile) -> str:
-    keys = vocabulary()["keys"]
+    keys = vocabulary().keys
     if t.get("kv_lora_rank"):
         return "mla"
-    heads = _as_int(first(t, keys["heads"]))
+    heads = _as_int(first(t, keys.heads))
     if heads is None:
         if profile.known and profile.source_has_attention is False:
             return "none"
         return UNKNOWN
     if t.get("multi_query") is True:
         return "mqa"
-    kv = _as_int(first(t, keys["kv_heads"]))
+    kv = _as_int(first(t, keys.kv_heads))
     if kv is None and not profile.known:
         return UNKNOWN  # custom code: a missing kv-head count proves nothing
     if kv is None or kv <= 0 or kv >= heads:
@@ -272,13 +272,13 @@ def rule_norm(t: Mapping[str, Any], profile: TypeProfile) -> str:
     src = profile.source_norm or []
     if len(src) == 1:
         return src[0]
-    if first(t, vocabulary()["keys"]["ln_eps"]) is not None and "layernorm" in src:
+    if first(t, vocabulary().keys.ln_eps) is not None and "layernorm" in src:
         return "layernorm"
     return UNKNOWN
 
 
 def rule_activation(t: Mapping[str, Any]) -> str:
-    value = first(t, vocabulary()["keys"]["activation"])
+    value = first(t, vocabulary().keys.activation)
     if not isinstance(value, str):
         return UNKNOWN
     return _lookup_tables()["activation"].get(value.lower(), "other")
@@ -292,15 +292,15 @@ def _bucket(n: int, edges: list[tuple[int, str]], last: str) -> str:
 
 
 def rule_moe(t: Mapping[str, Any]) -> tuple[str, str, str]:
-    keys = vocabulary()["keys"]
-    experts = _as_int(first(t, keys["experts"]))
+    keys = vocabulary().keys
+    experts = _as_int(first(t, keys.experts))
     if not experts or experts <= 1:
         return "dense", "n/a", "n/a"
-    shared = _as_int(first(t, keys["shared_experts"])) or 0
-    shared_size = _as_int(first(t, keys["shared_expert_size"])) or 0
+    shared = _as_int(first(t, keys.shared_experts)) or 0
+    shared_size = _as_int(first(t, keys.shared_expert_size)) or 0
     moe = "moe+shared" if shared > 0 or shared_size > 0 else "moe"
     n = _bucket(experts, [(8, "2-8"), (64, "9-64"), (256, "65-256")], "257+")
-    k = _as_int(first(t, keys["top_k"]))
+    k = _as_int(first(t, keys.top_k))
     top_k = UNKNOWN if not k else _bucket(k, [(1, "1"), (2, "2"), (4, "3-4"), (8, "5-8")], "9+")
     return moe, n, top_k
 
@@ -339,7 +339,7 @@ def modality(cfg: Mapping[str, Any], profile: TypeProfile, head: str, complete: 
     raw = getattr(cfg, "raw", cfg)
     if profile.known and profile.mappings:
         names = set(profile.mappings)
-        for value, mappings in vocabulary()["modality_from_heads"]:
+        for value, mappings in vocabulary().modality_from_heads:
             if names & set(mappings):
                 if (
                     value == "multimodal"
@@ -417,5 +417,5 @@ def structure(cfg: Mapping[str, Any], profile: TypeProfile, head: str, layer_mix
 
 
 def has_lm_keys(cfg: Mapping[str, Any]) -> bool:
-    keys = vocabulary()["keys"]
-    return any(k in cfg for k in keys["heads"]) or "num_hidden_layers" in cfg
+    keys = vocabulary().keys
+    return any(k in cfg for k in keys.heads) or "num_hidden_layers" in cfg

@@ -112,8 +112,8 @@ def _variable_in_defaults(model_type: str, text_key: str | None) -> dict[str, tu
 def _variable_groups() -> dict[str, tuple[tuple[str, ...], ...]]:
     """variable_keys as alias groups (a bare key is a group of one)."""
     return {
-        trait: tuple(tuple(g) if isinstance(g, list) else (g,) for g in groups)
-        for trait, groups in vocabulary()["variable_keys"].items()
+        trait: tuple(g if isinstance(g, tuple) else (g,) for g in groups)
+        for trait, groups in vocabulary().variable_keys.items()
     }
 
 
@@ -176,7 +176,7 @@ def extract_traits(
     var = _variable_in_defaults(profile.model_type, tkey) if profile.known else {}
     rec = TraitRecord(model_type=mt)
     rec.head = head_of(archs[0]) if archs else (head or UNKNOWN)
-    overrides = vocabulary()["type_overrides"].get(profile.model_type, {}) if profile.known else {}
+    overrides = vocabulary().type_overrides.get(profile.model_type, {}) if profile.known else {}
 
     def undetermined(trait: str) -> bool:
         return trait not in overrides and _undetermined(trait, cfg, tcfg, var, complete, profile.known)

@@ -1,7 +1,8 @@
 """Broken-model triage: decide, from what a source saw, whether a model can be built, and why not.
 
 The reason codes and their order live in triage_rules.yaml; this module implements one check per
-code. Triage never raises on bad input: every outcome is a Verdict. Custom code is never fetched:
+code. Triage never raises on bad input: every outcome is a TriageDecision (not a comparison
+verdict: contracts.status.Verdict is that). Custom code is never fetched:
 a config that needs it (auto_map/custom_code for a type or class transformers lacks) is refused.
 """
 
@@ -11,16 +12,17 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
 from agents import catalog
+from agents.quiet import quiet_transformers
+from contracts.rulefiles import Rules, cached_rules, resource
 
 
 @dataclass
-class Verdict:
+class TriageDecision:
+    """Whether a model can be built, and why not: the crawl store's status and broken_reason."""
+
     status: str  # ok | broken
     reason: str | None = None
     detail: str = ""
@@ -40,23 +42,41 @@ class _Broken(Exception):
         self.code, self.detail = code, detail
 
 
-@lru_cache(maxsize=1)
-def rules() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("agents").joinpath("triage_rules.yaml").read_text())
+class ReasonCode(Rules):
+    code: str
+    description: str
+
+
+class RemoteCodeMarkers(Rules):
+    """Markers that a config wants remote code (they refuse a model only when transformers cannot
+    build it natively)."""
+
+    config_keys: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+
+
+class TriageRules(Rules):
+    """agents/triage_rules.yaml: the config rules in the order they are checked, the codes a source
+    sets while fetching, and the remote-code markers."""
+
+    config_rules: tuple[ReasonCode, ...]
+    fetch_codes: tuple[ReasonCode, ...] = ()
+    remote_code: RemoteCodeMarkers = RemoteCodeMarkers()
+
+
+def rules() -> TriageRules:
+    return cached_rules(TriageRules, str(resource("agents", "triage_rules.yaml")))
 
 
 def reason_codes() -> list[str]:
     """Every broken_reason the store may contain."""
     r = rules()
-    return [x["code"] for x in r["config_rules"]] + [x["code"] for x in r["fetch_codes"]]
+    return [x.code for x in (*r.config_rules, *r.fetch_codes)]
 
 
 def describe(code: str) -> str:
     r = rules()
-    for x in r["config_rules"] + r["fetch_codes"]:
-        if x["code"] == code:
-            return x["description"]
-    return ""
+    return next((x.description for x in (*r.config_rules, *r.fetch_codes) if x.code == code), "")
 
 
 def short_error(exc: BaseException, limit: int = 300) -> str:
@@ -117,9 +137,9 @@ def _check_no_config(c: _Ctx) -> None:
 
 
 def _remote_code_markers(c: _Ctx) -> list[str]:
-    spec = rules()["remote_code"]
-    found = [k for k in spec["config_keys"] if c.config and k in c.config]
-    found += [f"tag {t}" for t in spec["tags"] if t in c.tags]
+    spec = rules().remote_code
+    found = [k for k in spec.config_keys if c.config and k in c.config]
+    found += [f"tag {t}" for t in spec.tags if t in c.tags]
     return found
 
 
@@ -191,7 +211,7 @@ def _instantiation_error(model_type: str, config_json: str) -> str:
 
     # cls(**dict) is what from_dict does, minus its eager repr() for a log line (half the cost).
     try:
-        with catalog.quiet_transformers():
+        with quiet_transformers():
             CONFIG_MAPPING[model_type](**json.loads(config_json))
     except Exception as exc:  # noqa: BLE001 - a rejected config is data, not a crash
         return short_error(exc)
@@ -218,8 +238,8 @@ def triage(
     architectures: Iterable[str] | None = None,
     tags: Iterable[str] | None = None,
     instantiate: bool = True,
-) -> Verdict:
-    """Run the config rules in order; the first that fires is the verdict.
+) -> TriageDecision:
+    """Run the config rules in order; the first that fires decides.
 
     `config` is raw text/bytes (as downloaded), a dict, or None. `model_type`/`architectures` are
     what a listing said when the config itself lacks them.
@@ -232,14 +252,14 @@ def triage(
         list(tags or []),
         instantiate,
     )
-    for rule in rules()["config_rules"]:
-        check = _CHECKS.get(rule["code"])
+    for rule in rules().config_rules:
+        check = _CHECKS.get(rule.code)
         if check is None:
-            raise KeyError(f"triage_rules.yaml names {rule['code']!r} but triage.py has no check for it")
+            raise KeyError(f"triage_rules.yaml names {rule.code!r} but triage.py has no check for it")
         try:
             check(ctx)
         except _Broken as b:
-            return Verdict(
+            return TriageDecision(
                 "broken", b.code, b.detail, ctx.model_type, ctx.architectures, ctx.config, ctx.inferred
             )
-    return Verdict("ok", None, "", ctx.model_type, ctx.architectures, ctx.config, ctx.inferred)
+    return TriageDecision("ok", None, "", ctx.model_type, ctx.architectures, ctx.config, ctx.inferred)

@@ -91,9 +91,9 @@ def _build_profile(model_type: str) -> TypeProfile:
         profile.defaults = None
     src = _modeling_source(model_type)
     if src is not None:
-        pats = vocabulary()["source_patterns"]
-        profile.source_position = sorted(v for v, p in pats["position"].items() if re.search(p, src))
-        profile.source_norm = sorted(v for v, p in pats["norm"].items() if re.search(p, src))
+        pats = vocabulary().source_patterns
+        profile.source_position = sorted(v for v, p in pats.position.items() if re.search(p, src))
+        profile.source_norm = sorted(v for v, p in pats.norm.items() if re.search(p, src))
         profile.source_has_attention = bool(re.search(r"attn|attention", src, re.IGNORECASE))
     return profile
 
@@ -102,7 +102,7 @@ class ProfileCache:
     """Type profiles in memory, backed by one JSON file per (transformers, vocabulary) version."""
 
     def __init__(self, directory: Path | None = None) -> None:
-        version = f"{_transformers_version()}-v{vocabulary()['version']}"
+        version = f"{_transformers_version()}-v{vocabulary().version}"
         self.path = (directory or current().cache_dir) / f"type_profiles-{version}.json"
         self._profiles: dict[str, TypeProfile] = {}
         self._dirty = False

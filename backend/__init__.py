@@ -1,7 +1,9 @@
 """The simulated `neuron` device: a pure-Python PrivateUse1 backend imitating AWS Trainium.
 
-``import backend`` (idempotent; also done by the ``torch.backends`` entry point on ``import
-torch``) registers the device::
+``import backend`` (idempotent) registers the device; so does choosing it (``--backend neuron``,
+``contracts.backends.get_backend("neuron")``). ``import torch`` alone never does: installing the
+harness does not change PyTorch for another backend. ``NEURON_AUTOLOAD=1`` opts in to the device
+at every ``import torch`` (the ``torch.backends`` entry point ``neuron_autoload``)::
 
     import torch, backend
     x = torch.randn(4, 4, device="neuron")
@@ -18,20 +20,6 @@ Modules: ``device`` (registration), ``device_module`` (``torch.neuron``), ``stor
 from __future__ import annotations
 
 
-def _autoload() -> None:
-    """Entry point of `torch.backends`: must never break `import torch` for the whole venv.
-
-    Loading this entry point imports the package, whose body registers the device, or steps
-    aside with a warning when another backend already owns PrivateUse1 or the `neuron` device
-    name (a real torch-neuronx in the same venv): the simulator never claims it."""
-    try:
-        import backend  # noqa: F401
-    except Exception as exc:  # pragma: no cover - defensive
-        import warnings
-
-        warnings.warn(f"neuron backend failed to load: {type(exc).__name__}: {exc}")
-
-
 def _foreign_owner() -> str:
     """Who else holds PrivateUse1 or the device name in this process ("" when nobody does)."""
 
@@ -46,8 +34,8 @@ def _foreign_owner() -> str:
     return ""
 
 
-# `import torch` runs the torch.backends entry point (`_autoload` above) while this package may be
-# half-imported (`import backend` before torch): `_autoload` must exist before torch is imported.
+# With NEURON_AUTOLOAD=1 this package is imported from inside `import torch` (its torch.backends
+# entry point): torch is then half-initialized, which the imports below tolerate.
 
 import torch  # noqa: E402
 
@@ -58,13 +46,13 @@ from backend.errors import (  # noqa: E402
     LoweringTableError,
     NeuronError,
     NeuronFallbackError,
+    NeuronFallbackWarning,
     NeuronFaultError,
     NeuronOutOfMemoryError,
     NeuronUnsupportedError,
 )
 from backend.fallback import (  # noqa: E402
     FallbackEvent,
-    NeuronFallbackWarning,
     clear_op_tracking,
     collect_fallbacks,
     executed_ops,
@@ -102,7 +90,11 @@ from backend import faults  # noqa: E402  (planted faults: backend.faults.plant/
 if stepped_aside:
     import warnings
 
-    warnings.warn(f"the simulated neuron device steps aside: {stepped_aside}", stacklevel=2)
+    warnings.warn(
+        f"the simulated neuron device steps aside: {stepped_aside}; that backend keeps PrivateUse1 "
+        "(use its adapter with --backend, and the simulator in a process without it)",
+        stacklevel=2,
+    )
 else:
     _register()
     _register_compiler()

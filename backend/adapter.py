@@ -24,11 +24,18 @@ class NeuronBackend:
     simulated = True
 
     def __init__(self, name: str = "neuron") -> None:
+        self.name = name
+
+    def activate(self) -> None:
+        """Choosing the simulator registers it (importing torch never does: NEURON_AUTOLOAD)."""
         import backend  # registers the device and the compiler
 
         if backend.stepped_aside:  # another backend owns the device: its own adapter must be used
             raise RuntimeError(f"the simulated neuron device is not registered: {backend.stepped_aside}")
-        self.name = name
+
+    def device_scope(self) -> contextlib.AbstractContextManager[None]:
+        """The device is a dispatch key, not a mode: nothing to enter."""
+        return contextlib.nullcontext()
 
     @property
     def device(self) -> Any:
@@ -116,4 +123,27 @@ class NeuronBackend:
         from backend import native
 
         info["native_fast_path"] = native.status()  # C++ kernels, or the pure-Python path and why
+        info["versions"] = _versions(info["lowering_table"])
+        info["settings"] = {
+            "fallback_mode": info["fallback_mode"],
+            "precision": info["precision"],
+            "memory_capacity_bytes": info["memory_capacity_bytes"],
+            "planted_faults": info["planted_faults"],
+        }
         return info
+
+
+def _versions(table: dict[str, Any]) -> dict[str, str]:
+    """What was tested: the simulator's distribution, torch, and the lowering table's version."""
+    from importlib import metadata
+
+    import torch
+
+    out = {"torch": torch.__version__}
+    try:
+        out["neuron-coverage-harness"] = metadata.version("neuron-coverage-harness")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+        pass
+    if table.get("version"):
+        out["lowering_table"] = str(table["version"])
+    return out

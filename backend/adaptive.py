@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +30,7 @@ import torch
 import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from backend import faults, storage
+from backend import faults, settings, storage
 from backend.neff import TensorSpec
 from backend.neff.compiler import CompilerFlags, compile_partition, plan
 from backend.neff.format import dtype_name
@@ -107,7 +106,7 @@ class AdaptiveEager(TorchDispatchMode):
 
     def __init__(self, min_repeats: int | None = None) -> None:
         super().__init__()
-        self.min_repeats = min_repeats or int(os.environ.get("NEURON_ADAPTIVE_MIN_REPEATS", "2"))
+        self.min_repeats = min_repeats or settings.current().adaptive_min_repeats
         self.stats = AdaptiveStats()
         self._run = _Run()
         self._lock = threading.RLock()
@@ -314,7 +313,7 @@ def _infer(func: Any, args: tuple, kwargs: dict) -> list[tuple] | None:
     """Output (shape, stride, dtype) of an op from its meta kernel, or None when it has none."""
     try:
         out = func(*_to_meta(args), **{k: _to_meta(v) for k, v in kwargs.items()})
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure on meta means "no meta kernel": the op runs eagerly
         return None
     outs = out if isinstance(out, (list, tuple)) else [out]
     if not all(isinstance(o, torch.Tensor) for o in outs):
@@ -391,5 +390,5 @@ def adaptive_eager(min_repeats: int | None = None) -> Iterator[AdaptiveEager]:
 
 def enable_from_env() -> None:
     """`NEURON_ADAPTIVE_EAGER=1` turns adaptive eager on at `import backend`."""
-    if os.environ.get("NEURON_ADAPTIVE_EAGER", "").strip().lower() in ("1", "true", "yes", "on"):
+    if settings.current().adaptive_eager:
         enable()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import sys
 import threading
 import warnings
@@ -32,9 +31,10 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
-from backend import faults
+from backend import faults, settings
 from backend.cache import get_cache
-from backend.neff import TensorSpec, UnsupportedGraphError
+from backend.errors import DynamicShapeError, NeuronCompileError, UnsupportedGraphError
+from backend.neff import TensorSpec
 from backend.neff.compiler import CompilerFlags, compile_partition, plan
 from backend.neff.device import DEVICE, to_device, to_host
 from backend.neff.partition import LoweringTable, partition_graph
@@ -42,17 +42,7 @@ from backend.neff.precision import cached_weight_rounding
 
 log = logging.getLogger(__name__)
 BACKEND_NAME = "neuron"
-_FALLBACK_ENV = "NEURON_COMPILE_FALLBACK"
-_FALLBACK_MODES = ("raise", "eager")
-
-
-class NeuronCompileError(RuntimeError):
-    """The neuron compiler failed on a graph (and the eager fallback switch is off)."""
-
-
-class DynamicShapeError(NeuronCompileError, ValueError):
-    """Symbolic shapes reached the neuron compiler, which only compiles static shapes."""
-
+_FALLBACK_MODES = settings.COMPILE_FALLBACK_MODES
 
 # --------------------------------------------------------------------------- fallback switch
 
@@ -80,10 +70,8 @@ def set_compile_fallback(mode: str | None) -> None:
 
 
 def compile_fallback_mode() -> str:
-    mode = _fallback_override or os.environ.get(_FALLBACK_ENV, "raise") or "raise"
-    if mode not in _FALLBACK_MODES:
-        raise ValueError(f"{_FALLBACK_ENV}={mode!r}: use one of {_FALLBACK_MODES}")
-    return mode
+    """`set_compile_fallback`'s mode, else NEURON_COMPILE_FALLBACK (read on every call)."""
+    return _fallback_override or settings.current().compile_fallback
 
 
 def compile_fallbacks() -> list[CompileFallback]:
@@ -236,7 +224,8 @@ def _reject_symbolic(example_inputs: Sequence[Any], gm: torch.fx.GraphModule) ->
 #: `exceptions_allowed_to_be_fallback`): a data-dependent op reached only in the backward (a
 #: boolean-mask assignment's gradient is `grad[mask]`, aten.nonzero). Dynamo then re-traces the
 #: frame and, for each enclosing wrapper frame (Module.__call__, transformers' decorators), hands
-#: the backend the same graph again; tracing it again fails again (Kosmos-2: 15 failed traces, ~5 s each).
+#: the backend the same graph again; tracing it again fails again, at seconds per trace of a large
+#: model, as many times as there are wrapper frames.
 _TRACE_FAILURES = (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException)
 _doomed: dict[Any, tuple[type[BaseException], tuple[Any, ...]]] = {}
 

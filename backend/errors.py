@@ -1,8 +1,29 @@
-"""Errors of the simulated `neuron` device.
+"""Every error of the simulated `neuron` device, in one hierarchy under `NeuronError`.
 
-Each error inherits a built-in PyTorch/Python error so callers can catch either, and carries
-structured attributes (op, reason, feature, bytes) so the harness can classify it without
-parsing the message.
+`NeuronError` itself inherits only `Exception`: each error below also inherits the one built-in
+(or PyTorch) error it is a kind of, so callers catch either (`except ValueError` catches a
+corrupt artifact, `except torch.OutOfMemoryError` the device's OOM). Errors carry structured
+attributes (op, reason, feature, bytes, source, entry) so a harness classifies them without
+parsing the message; their class names are part of the interface (harnesses record and match
+them), so a class keeps its name wherever it is defined.
+
+    NeuronError
+    |-- NeuronFallbackError        RuntimeError       an op would fall back in mode 'error'
+    |-- NeuronOutOfMemoryError     torch.OutOfMemoryError
+    |-- NeuronUnsupportedError     NotImplementedError  sparse, nested, forward-mode AD
+    |-- NeuronFaultError           RuntimeError       a planted fault of kind 'raise'
+    |-- NeuronCompileError         RuntimeError       a graph failed to compile (no eager fallback)
+    |   `-- DynamicShapeError      ValueError         symbolic shapes reached the compiler
+    |-- CompileError               RuntimeError       the compiler rejected a partition
+    |-- UnsupportedGraphError      ValueError         a graph the compiler cannot express
+    |-- CorruptArtifactError       ValueError         a NEFF artifact failed verification
+    |-- Unavailable                                   the native fast path cannot be used
+    |-- SettingsError              ValueError         a NEURON_* variable with an invalid value
+    `-- DataFileError              ValueError         a data file of the device is malformed
+        |-- LoweringTableError                        backend/lowering_table.yaml, NEURON_LOWERING_TABLE
+        `-- FaultFileError                            fault files, NEURON_FAULTS, planted faults
+
+`NeuronFallbackWarning` (a `UserWarning`) is the device's one warning.
 """
 
 from __future__ import annotations
@@ -10,11 +31,15 @@ from __future__ import annotations
 import torch
 
 
-class NeuronError(RuntimeError):
+class NeuronError(Exception):
     """Base class of every error raised by the simulated device."""
 
 
-class NeuronFallbackError(NeuronError):
+class NeuronFallbackWarning(UserWarning):
+    """Emitted once per op when an op falls back to the CPU in fallback mode ``warn``."""
+
+
+class NeuronFallbackError(NeuronError, RuntimeError):
     """An op would run through the CPU fallback while the fallback mode is ``error``.
 
     Message: ``neuron: aten.nonzero.default has no native lowering (reason: data-dependent-shape)
@@ -60,24 +85,7 @@ class NeuronUnsupportedError(NeuronError, NotImplementedError):
         super().__init__(f"neuron does not support {feature}{extra}")
 
 
-class LoweringTableError(ValueError):
-    """A lowering table failed to load; the message names the file and the offending entry."""
-
-    def __init__(self, source: str, entry: str, problem: str) -> None:
-        self.source = source
-        self.entry = entry
-        self.problem = problem
-        super().__init__(f"malformed lowering table {source}: entry {entry!r}: {problem}")
-
-
-def _fmt(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
-
-
-class NeuronFaultError(NeuronError):
+class NeuronFaultError(NeuronError, RuntimeError):
     """A planted fault of kind ``raise`` (backend.faults): the op failed on the device."""
 
     def __init__(self, op: str, fault: str, message: str = "") -> None:
@@ -86,11 +94,76 @@ class NeuronFaultError(NeuronError):
         super().__init__(message or f"neuron: {op} failed on the device (planted fault {fault!r})")
 
 
-class FaultFileError(ValueError):
-    """A fault file or planted fault is malformed; the message names the source and the entry."""
+# ------------------------------------------------------------------------------ the compiler
+
+
+class NeuronCompileError(NeuronError, RuntimeError):
+    """The neuron compiler failed on a graph (and the eager fallback switch is off)."""
+
+
+class DynamicShapeError(NeuronCompileError, ValueError):
+    """Symbolic shapes reached the neuron compiler, which only compiles static shapes."""
+
+
+class CompileError(NeuronError, RuntimeError):
+    """The compiler rejected a partition (an injected failure or an inexpressible graph)."""
+
+
+class UnsupportedGraphError(NeuronError, ValueError):
+    """A graph the compiler cannot express (non-aten call, symbolic shape, unknown argument)."""
+
+
+class CorruptArtifactError(NeuronError, ValueError):
+    """An artifact whose envelope, checksum or body does not verify: never run it."""
+
+
+class Unavailable(NeuronError):
+    """The native fast path cannot be used in this process; the message says why."""
+
+
+# ------------------------------------------------------------------------------ configuration
+
+
+class SettingsError(NeuronError, ValueError):
+    """A device variable (``NEURON_*``) holds a value the device does not accept.
+
+    Message: ``NEURON_COMPILER='gcc' is not valid: use interpreter or inductor``.
+    """
+
+    def __init__(self, variable: str, value: str, accepted: str) -> None:
+        self.variable = variable
+        self.value = value
+        self.accepted = accepted
+        super().__init__(f"{variable}={value!r} is not valid: use {accepted}")
+
+
+class DataFileError(NeuronError, ValueError):
+    """A data file of the device is unreadable or has a bad entry; the message names the file,
+    the entry and (for an unknown or invalid key) the key."""
+
+    kind = "data file"
 
     def __init__(self, source: str, entry: str, problem: str) -> None:
         self.source = source
         self.entry = entry
         self.problem = problem
-        super().__init__(f"malformed fault file {source}: entry {entry!r}: {problem}")
+        super().__init__(f"malformed {self.kind} {source}: entry {entry!r}: {problem}")
+
+
+class LoweringTableError(DataFileError):
+    """A lowering table failed to load; the message names the file and the offending entry."""
+
+    kind = "lowering table"
+
+
+class FaultFileError(DataFileError):
+    """A fault file or planted fault is malformed; the message names the source and the entry."""
+
+    kind = "fault file"
+
+
+def _fmt(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"

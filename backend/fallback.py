@@ -29,14 +29,10 @@ from typing import Any
 
 import torch
 
-from backend.errors import NeuronFallbackError
+from backend import settings
+from backend.errors import NeuronFallbackError, NeuronFallbackWarning
 
-MODES = ("record", "warn", "error")
-ENV_VAR = "NEURON_FALLBACK_MODE"
-
-
-class NeuronFallbackWarning(UserWarning):
-    """Emitted once per op in ``warn`` mode."""
+MODES = settings.FALLBACK_MODES
 
 
 @dataclass
@@ -64,15 +60,7 @@ class FallbackEvent:
 
 
 # ---------------------------------------------------------------- mode
-def _mode_from_env() -> str:
-    value = os.environ.get(ENV_VAR, "record").strip().lower() or "record"
-    if value not in MODES:
-        warnings.warn(f"{ENV_VAR}={value!r} is not one of {MODES}; using 'record'")
-        return "record"
-    return value
-
-
-_mode = _mode_from_env()
+_mode = settings.current().fallback_mode  # read at import; set_fallback_mode changes it
 
 
 def fallback_mode() -> str:
@@ -88,15 +76,6 @@ def set_fallback_mode(mode: str) -> str:
     return previous
 
 
-@contextlib.contextmanager
-def fallback_mode_as(mode: str) -> Iterator[None]:
-    previous = set_fallback_mode(mode)
-    try:
-        yield
-    finally:
-        set_fallback_mode(previous)
-
-
 # ---------------------------------------------------------------- frames
 def _skip_dirs() -> tuple[str, ...]:
     dirs = [Path(torch.__file__).parent, Path(__file__).parent]
@@ -104,7 +83,7 @@ def _skip_dirs() -> tuple[str, ...]:
         import transformers
 
         dirs.append(Path(transformers.__file__).parent)
-    except Exception:  # pragma: no cover - transformers is a dependency
+    except ImportError:  # pragma: no cover - transformers is a dependency
         pass
     for key in ("stdlib", "platstdlib"):
         with contextlib.suppress(KeyError):
@@ -116,11 +95,10 @@ _SKIP: tuple[str, ...] | None = None
 
 #: Where a model's own code lives: a frame under one of these is the event's model frame. The
 #: default finds the modeling files of transformers; NEURON_MODEL_CODE_ROOTS (os.pathsep-separated
-#: directories) or :func:`set_model_code_roots` add roots of other model code.
-MODEL_CODE_ENV_VAR = "NEURON_MODEL_CODE_ROOTS"
+#: directories, read at import) or :func:`set_model_code_roots` add roots of other model code.
 MODEL_CODE_MARKER = f"{os.sep}transformers{os.sep}models{os.sep}"
 _model_roots: tuple[str, ...] = tuple(
-    os.path.abspath(p) + os.sep for p in os.environ.get(MODEL_CODE_ENV_VAR, "").split(os.pathsep) if p
+    os.path.abspath(p) + os.sep for p in settings.current().model_code_roots
 )
 
 
@@ -132,7 +110,8 @@ def set_model_code_roots(roots: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _model_location(filename: str, lineno: int) -> str | None:
-    """``transformers/models/x/modeling_x.py:LINE`` or ``ROOTNAME/rel/path.py:LINE``; None if not model code."""
+    """``transformers/models/x/modeling_x.py:LINE`` or ``ROOTNAME/rel/path.py:LINE``; None if not
+    model code."""
     at = filename.find(MODEL_CODE_MARKER)
     if at >= 0:
         return f"{filename[at + 1 :]}:{lineno}"
@@ -183,7 +162,7 @@ def user_frame() -> str:
 
 def frames() -> tuple[str, str | None]:
     """(user frame, model frame) of the current op call: see :func:`user_frame`. The model frame
-    (first frame in model code, see MODEL_CODE_ENV_VAR) is None when no model code is on the
+    (first frame in model code, see MODEL_CODE_MARKER) is None when no model code is on the
     stack, e.g. for most backward ops."""
     found, model, backward = _frames_of(sys._getframe(1))
     if found:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from importlib import resources
 
 import torch
-import yaml
+from pydantic import Field
 
 from backend import fallback, faults, lowering, precision, storage
-from backend.errors import NeuronUnsupportedError
+from backend.data_files import DataModel, bundled, load_data
+from backend.errors import DataFileError, NeuronUnsupportedError
 
 _CPU = torch.device("cpu")
 _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
@@ -336,9 +336,28 @@ def _run(op, *args, _neuron_compute=None, **kwargs):
     return tuple(final) if len(info.returns_arg) > 1 else final[0]
 
 
+class HostGap(DataModel):
+    compute_dtype: str  # a floating dtype the CPU kernel has, e.g. float32
+
+
+class HostKernelGaps(DataModel):
+    """``host_kernel_gaps.yaml``: op packet -> the dtype its CPU kernel computes integer inputs in."""
+
+    version: int
+    ops: dict[str, HostGap] = Field(default_factory=dict)
+
+
 def _load_host_gaps() -> dict[str, torch.dtype]:
-    raw = yaml.safe_load(resources.files("backend").joinpath("host_kernel_gaps.yaml").read_text())
-    return {op: getattr(torch, spec["compute_dtype"]) for op, spec in (raw.get("ops") or {}).items()}
+    text, source = bundled("backend", "host_kernel_gaps.yaml")
+    gaps: dict[str, torch.dtype] = {}
+    for op, gap in load_data(HostKernelGaps, (text, source)).ops.items():
+        dtype = getattr(torch, gap.compute_dtype, None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise DataFileError(
+                source, op, f"key 'compute_dtype': {gap.compute_dtype!r} is not a floating dtype"
+            )
+        gaps[op] = dtype
+    return gaps
 
 
 _HOST_GAPS = _load_host_gaps()

@@ -1,8 +1,10 @@
 """The lowering table: which aten ops the device runs natively, for which dtypes.
 
 The table is data (``backend/lowering_table.yaml``, versioned); this module only loads,
-validates and queries it. ``NEURON_LOWERING_TABLE=path`` or :func:`set_table` replaces it, e.g.
-with a table exported from a real backend::
+validates and queries it. The file is read into `TableFile` (unknown keys are errors naming the
+file, the entry and the key), then checked for what a type cannot say (op names, known dtypes, an
+op listed twice). ``NEURON_LOWERING_TABLE=path`` or :func:`set_table` replaces it, e.g. with a
+table exported from a real backend::
 
     from backend import lowering
     ok, reason = lowering.current_table().supports("aten.nonzero.default", [torch.float32])
@@ -16,16 +18,16 @@ import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
-import yaml
+from pydantic import BeforeValidator, Field
 
+from backend import settings
+from backend.data_files import DataModel, bundled, read_data, validate
 from backend.errors import LoweringTableError
 
-ENV_VAR = "NEURON_LOWERING_TABLE"
+ENV_VAR = settings.Settings.lowering_table.name
 DEFAULT_RESOURCE = "lowering_table.yaml"
 
 
@@ -42,10 +44,73 @@ class FallbackReason(str, enum.Enum):
 
 _DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name)
-    for name in ["bfloat16", "float16", "float32", "float64", "complex32", "complex64", "complex128", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e5m2"]
+    for name in [
+        "bfloat16",
+        "float16",
+        "float32",
+        "float64",
+        "complex32",
+        "complex64",
+        "complex128",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "bool",
+        "float8_e4m3fn",
+        "float8_e5m2",
+    ]
     if isinstance(getattr(torch, name, None), torch.dtype)
 }
-_TOP_KEYS = {"version", "dtype_groups", "ops", "data_dependent_shape", "not_lowered"}
+
+
+def _version_text(value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("an empty version string")
+    return value
+
+
+def _listed(value: Any) -> Any:
+    """An op's entry: a list of dtypes (and groups) is short for ``{dtypes: [...]}``."""
+    if isinstance(value, list):
+        return {"dtypes": value}
+    if not isinstance(value, dict):
+        raise ValueError("expected a non-empty list of dtypes or a mapping with 'dtypes'")
+    return value
+
+
+def _notes(value: Any) -> Any:
+    """A section of op -> note; a list of ops has empty notes, an empty note is ``""``."""
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        return {n: "" for n in value}
+    if isinstance(value, dict):
+        return {k: "" if v is None else v for k, v in value.items()}
+    return value
+
+
+class OpEntry(DataModel):
+    """One op of the file: the dtypes it accepts, and the dtypes that make it data-dependent."""
+
+    dtypes: list[str] = Field(min_length=1)
+    data_dependent_with: list[str] | None = Field(default=None, min_length=1)
+
+
+class TableFile(DataModel):
+    """The lowering table's file format (``lowering_table.yaml``, or an exported JSON table)."""
+
+    version: Annotated[str, BeforeValidator(_version_text)]
+    dtype_groups: dict[str, Annotated[list[str], Field(min_length=1)]] = Field(default_factory=dict)
+    ops: dict[str, Annotated[OpEntry, BeforeValidator(_listed)]] = Field(min_length=1)
+    data_dependent_shape: Annotated[dict[str, str], BeforeValidator(_notes)] = Field(default_factory=dict)
+    not_lowered: Annotated[dict[str, str], BeforeValidator(_notes)] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -136,14 +201,12 @@ def _check_op_name(source: str, name: Any) -> str:
     return name
 
 
-def _expand(source: str, entry: str, names: Any, groups: dict[str, list[torch.dtype]]) -> frozenset:
-    if not isinstance(names, list) or not names:
-        raise LoweringTableError(source, entry, f"expected a non-empty list of dtypes, got {names!r}")
+def _expand(source: str, entry: str, names: list[str], groups: dict[str, list[torch.dtype]]) -> frozenset:
     out: set[torch.dtype] = set()
     for n in names:
-        if isinstance(n, str) and n in groups:
+        if n in groups:
             out.update(groups[n])
-        elif isinstance(n, str) and n in _DTYPES:
+        elif n in _DTYPES:
             out.add(_DTYPES[n])
         else:
             raise LoweringTableError(
@@ -156,76 +219,44 @@ def parse_table(data: Any, source: str = "<table>") -> LoweringTable:
     """Validate a loaded YAML/JSON document and build the table. Errors name the bad entry."""
     if not isinstance(data, dict):
         raise LoweringTableError(source, "<top level>", "expected a mapping with 'version' and 'ops'")
-    unknown = set(data) - _TOP_KEYS
-    if unknown:
-        raise LoweringTableError(
-            source, sorted(unknown)[0], f"unknown top-level key (known: {sorted(_TOP_KEYS)})"
-        )
-    version = data.get("version")
-    if not isinstance(version, (str, int, float)) or str(version).strip() == "":
-        raise LoweringTableError(source, "version", "missing or empty version string")
+    doc = validate(TableFile, data, source, LoweringTableError)
     groups: dict[str, list[torch.dtype]] = {}
-    raw_groups = data.get("dtype_groups") or {}
-    if not isinstance(raw_groups, dict):
-        raise LoweringTableError(source, "dtype_groups", "expected a mapping of group -> dtypes")
-    for gname, members in raw_groups.items():
-        groups[str(gname)] = sorted(_expand(source, f"dtype_groups.{gname}", members, {}), key=str)
-    raw_ops = data.get("ops")
-    if not isinstance(raw_ops, dict) or not raw_ops:
-        raise LoweringTableError(source, "ops", "missing or empty mapping of op -> dtypes")
+    for gname, members in doc.dtype_groups.items():
+        groups[gname] = sorted(_expand(source, f"dtype_groups.{gname}", members, {}), key=str)
     ops: dict[str, OpLowering] = {}
-    for name, value in raw_ops.items():
+    for name, entry in doc.ops.items():
         name = _check_op_name(source, name)
-        if isinstance(value, dict):
-            extra = set(value) - {"dtypes", "data_dependent_with"}
-            if extra:
-                raise LoweringTableError(source, name, f"unknown key {sorted(extra)[0]!r}")
-            dd = value.get("data_dependent_with")
-            ops[name] = OpLowering(
-                _expand(source, name, value.get("dtypes"), groups),
-                _expand(source, name, dd, groups) if dd is not None else frozenset(),
-            )
-        else:
-            ops[name] = OpLowering(_expand(source, name, value, groups))
-    sections: dict[str, dict[str, str]] = {}
-    for key in ("data_dependent_shape", "not_lowered"):
-        raw = data.get(key) or {}
-        if isinstance(raw, list):
-            raw = {n: "" for n in raw}
-        if not isinstance(raw, dict):
-            raise LoweringTableError(source, key, "expected a mapping of op -> note")
-        sections[key] = {_check_op_name(source, n): str(v or "") for n, v in raw.items()}
-        for n in sections[key]:
+        dd = entry.data_dependent_with
+        ops[name] = OpLowering(
+            _expand(source, name, entry.dtypes, groups),
+            _expand(source, name, dd, groups) if dd is not None else frozenset(),
+        )
+    sections = {"data_dependent_shape": doc.data_dependent_shape, "not_lowered": doc.not_lowered}
+    for key, section in sections.items():
+        for n in section:
+            _check_op_name(source, n)
             if n in ops:
                 raise LoweringTableError(source, n, f"listed both under 'ops' and under {key!r}")
     return LoweringTable(
-        version=str(version),
+        version=doc.version,
         source=source,
         ops=ops,
-        data_dependent=sections["data_dependent_shape"],
-        not_lowered=sections["not_lowered"],
+        data_dependent=dict(doc.data_dependent_shape),
+        not_lowered=dict(doc.not_lowered),
     )
 
 
 def load_table(path: str | os.PathLike | None = None) -> LoweringTable:
     """Load a table file (YAML or JSON), or the bundled default when ``path`` is None."""
-    if path is None:
-        text = resources.files("backend").joinpath(DEFAULT_RESOURCE).read_text(encoding="utf-8")
-        source = f"backend/{DEFAULT_RESOURCE}"
-    else:
-        p = Path(path)
-        source = str(p)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise LoweringTableError(source, "<file>", f"cannot read: {exc.strerror or exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "<file>"
-        raise LoweringTableError(source, where, f"not valid YAML/JSON: {exc}") from exc
+    data, source = read_data(
+        bundled("backend", DEFAULT_RESOURCE) if path is None else path, LoweringTableError
+    )
     return parse_table(data, source)
+
+
+def _table_from_env() -> LoweringTable:
+    """NEURON_LOWERING_TABLE's table, else the bundled one (read on first use and on set_table(None))."""
+    return load_table(settings.current().lowering_table)
 
 
 _lock = threading.Lock()
@@ -240,7 +271,7 @@ def current_table() -> LoweringTable:
     if table is None:
         with _lock:
             if _current is None:
-                _current = load_table(os.environ.get(ENV_VAR) or None)
+                _current = _table_from_env()
             table = _current
     return table
 
@@ -255,7 +286,7 @@ def set_table(path_or_table: str | os.PathLike | LoweringTable | None) -> Loweri
     if isinstance(path_or_table, LoweringTable):
         table = path_or_table
     elif path_or_table is None:
-        table = load_table(os.environ.get(ENV_VAR) or None)
+        table = _table_from_env()
     else:
         table = load_table(path_or_table)
     with _lock:

@@ -8,64 +8,19 @@ capacity and the use.
 
 from __future__ import annotations
 
-import os
-import re
 import threading
 
+from backend import settings
 from backend.errors import NeuronOutOfMemoryError
-
-ENV_VAR = "NEURON_MEMORY_CAPACITY"
-DEFAULT_CAPACITY = 96 << 30
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
-}
-
-
-def parse_bytes(text: str | int) -> int:
-    """'96GiB' -> 103079215104; '1.5GB' -> 1500000000; 4096 -> 4096. Raises ValueError."""
-    if isinstance(text, int):
-        value = text
-    else:
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(text))
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(
-                f"cannot parse memory size {text!r}: use bytes or a number with a unit "
-                f"(KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
-            )
-        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if value <= 0:
-        raise ValueError(f"memory capacity must be positive, got {text!r}")
-    return value
+from backend.settings import parse_bytes
 
 
 def _capacity_from_env() -> int:
-    raw = os.environ.get(ENV_VAR)
-    if not raw:
-        return DEFAULT_CAPACITY
-    try:
-        return parse_bytes(raw)
-    except ValueError as exc:
-        import warnings
-
-        warnings.warn(f"{ENV_VAR}: {exc}; using the default of 96 GiB")
-        return DEFAULT_CAPACITY
+    return settings.current().memory_capacity
 
 
 _lock = threading.Lock()
-_capacity = _capacity_from_env()
+_capacity = _capacity_from_env()  # read at import; set_memory_capacity changes it
 _allocated = 0
 _peak = 0
 

@@ -7,35 +7,17 @@ the op and accumulates in fp32 (the Neuron compiler's default auto-cast). Mode `
 
 from __future__ import annotations
 
-import os
-import warnings
-from importlib import resources
+import functools
 
 import torch
-import yaml
 
-MODES = ("bf16", "exact")
-ENV_VAR = "NEURON_PRECISION"
-_ALIASES = {
-    "default": "bf16",
-    "auto": "bf16",
-    "autocast": "bf16",
-    "bf16": "bf16",
-    "exact": "exact",
-    "fp32": "exact",
-}
+from backend import settings
+from backend.data_files import DataModel, bundled, load_data
 
+MODES = settings.PRECISION_MODES
+_ALIASES = settings.PRECISION_ALIASES
 
-def _from_env() -> str:
-    raw = os.environ.get(ENV_VAR, "bf16").strip().lower() or "bf16"
-    if raw not in _ALIASES:
-        warnings.warn(f"{ENV_VAR}={raw!r} is not one of {MODES}; using 'bf16'")
-        return "bf16"
-    return _ALIASES[raw]
-
-
-_mode = _from_env()
-_table: dict[str, tuple[str, ...]] | None = None
+_mode = settings.current().precision  # read at import; set_precision changes it
 _listeners: list = []
 
 
@@ -59,14 +41,17 @@ def set_precision(mode: str) -> str:
     return previous
 
 
+class PrecisionTable(DataModel):
+    """``precision.yaml``: op packet -> the argument names rounded to bf16 in mode ``bf16``."""
+
+    matmul_class: dict[str, list[str]]
+
+
+@functools.cache
 def matmul_class() -> dict[str, tuple[str, ...]]:
-    """Op packet -> names of the arguments rounded to bf16."""
-    global _table
-    if _table is None:
-        text = resources.files("backend").joinpath("precision.yaml").read_text(encoding="utf-8")
-        data = yaml.safe_load(text) or {}
-        _table = {str(k): tuple(v) for k, v in (data.get("matmul_class") or {}).items()}
-    return _table
+    """Op packet -> names of the arguments rounded to bf16 (precision.yaml, read once)."""
+    table = load_data(PrecisionTable, bundled("backend", "precision.yaml"))
+    return {packet: tuple(args) for packet, args in table.matmul_class.items()}
 
 
 def rounded_args(op_name: str) -> tuple[str, ...]:

@@ -210,11 +210,3 @@ def sync_payload_size(t: torch.Tensor) -> None:
             memory.free(old - new)
         entry[_NBYTES] = new
     entry[_VIEWS] = {}
-
-
-def is_device_tensor(t: torch.Tensor) -> bool:
-    return t.untyped_storage()._cdata in _entries
-
-
-def live_storages() -> int:
-    return len(_entries)

@@ -29,6 +29,18 @@ finished (issue 13's time to first detection), and whether the fault fired at al
 (NEURON_FAULT_LOG). `--json` prints `faults` (per-fault records), `detected`, `per_tier`,
 `missed`, plus the targets: the quick nightly catches >= 95% of the suite, the unit tier alone
 >= 80% of op-level faults (every fault except the compile-only ones).
+
+Root causes: for a fault a model tier (representative, full) detects, the root-cause records of its
+detecting rows (harness.rootcause, localized in the worker): the op they name most often, whether
+it is the planted op (`top1`, any overload the fault arms), whether the repro of the first row
+naming it verified, and each row's localization time. `root_causes` in `--json`: over those
+faults, the planted op named and repros verified (targets >= 90% each), by category, the median
+localization time per row, and `clean`: the rows the clean run localized and their seconds (a
+clean night costs nothing extra when that is 0). `--representatives TYPE:ARCH,...` runs the
+representative tier on models of one's choice (small ones make the figure a matter of minutes).
+`--model-only N` plants N faults on sizes only the models give an op (no quick unit case has
+them) and measures the quick unit tier alone on the registry as it is and after `harness registry
+add-repros` of the faulted night (`model_only` in `--json`; benchmarks/bug_detection_repros.py).
 Faulted runs get shorter timeouts than the nightly's (--timeout-factor x the slowest clean case,
 at least --min-timeout), so a planted hang costs minutes, not hours.
 
@@ -42,9 +54,10 @@ depend on the order or on what ran before it in a worker (tests/harness/engine/t
 tests/backend/compile/test_dynamo_isolation.py), so it would miss it too; `--ordered-missed` runs it
 anyway. For the same reason the ordered nightly takes over the listed one's tiers that ran whole
 without a detection (rows and measured seconds) and runs from the tier that caught the fault
-(`--ordered-all-tiers` runs every tier again). `--json` adds `ordering`: the median time to the first detection with and without the
-order over the faults both detected, their ratio (target <= 1/3) and whether the two orders'
-first tiers differ (they must not); each fault record gets `ordered`.
+(`--ordered-all-tiers` runs every tier again). `--json` adds `ordering`: the median time to the
+first detection with and without the order over the faults both detected, their ratio (target
+<= 1/3) and whether the two orders' first tiers differ (they must not); each fault record gets
+`ordered`.
 """
 
 from __future__ import annotations
@@ -68,7 +81,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks.bug_detection_analysis import (  # noqa: E402  (re-exported: the tests read them here)
+    MODEL_TIERS,
     analyse,
+    clean_root_causes,
     detections,
     elapsed,
     is_op_level,
@@ -77,6 +92,11 @@ from benchmarks.bug_detection_analysis import (  # noqa: E402  (re-exported: the
     ordering_summary,
     stop_counts,
     summarize,
+)
+from benchmarks.bug_detection_repros import (  # noqa: E402
+    model_only_faults,
+    model_only_figure,
+    write_representatives,
 )
 
 ORDERED_DIR = "faults-ordered"
@@ -96,7 +116,7 @@ def tier_plans(
     from harness.engine.nightly import load_config
 
     config = load_config(quick=True)
-    names = list(config.get("tiers", ["unit", "representative", "full"]))
+    names = list(config.tiers)
     unknown = [t for t in tiers or [] if t not in names]
     if unknown:
         raise SystemExit(
@@ -106,21 +126,18 @@ def tier_plans(
     for name in names:
         if tiers and name not in tiers:
             continue
-        tier, tcfg = load_tier(name), config.get(name, {})
-        limit = (limits or {}).get(name, tcfg.get("limit"))
+        tier, tcfg = load_tier(name), config.tier(name)
+        limit = (limits or {}).get(name, tcfg.limit)
         plans.append(
             {
                 "tier": name,
                 "limit": limit,
                 "chunk": tier_chunk_size(tier),
                 "timeout": float(
-                    (case_timeouts or {}).get(name)
-                    or tcfg.get("timeout")
-                    or getattr(tier, "timeout", None)
-                    or 600.0
+                    (case_timeouts or {}).get(name) or tcfg.timeout or getattr(tier, "timeout", None) or 600.0
                 ),
                 # the upstream tier's op_db selection, as `harness nightly --quick` passes it
-                "options": {k: str(tcfg[k]) for k in ("ops", "dtypes") if k in tcfg},
+                "options": tcfg.options(),
             }
         )
     return plans
@@ -520,6 +537,20 @@ def main(argv: list[str] | None = None) -> int:
         help="with --order both, also run likely-failures-first the faults the listing order missed "
         "(by default not: the same cases run, in another order, and ordering changes no row)",
     )
+    p.add_argument(
+        "--representatives",
+        metavar="TYPE:ARCH,...",
+        help="the representative tier's models instead of the quick nightly's (written as a selection "
+        "the tier reads with --models), e.g. bert:BertForMaskedLM,gpt2:GPT2LMHeadModel",
+    )
+    p.add_argument(
+        "--model-only",
+        type=int,
+        metavar="N",
+        help="instead of the suite: N faults on sizes only the model tiers' models give an op (no quick "
+        "unit case has them); after the faulted model tiers, the quick unit tier alone on the registry "
+        "as it is and with the night's verified repros added (benchmarks/bug_detection_repros.py)",
+    )
     p.add_argument("--list", action="store_true", help="list the suite's faults and exit")
     p.add_argument("--markdown", action="store_true", help="print the per-fault table as Markdown")
     p.add_argument("--json", action="store_true")
@@ -559,6 +590,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bug-detection-"))
     base.mkdir(parents=True, exist_ok=True)
+    selection = write_representatives(base, args.representatives) if args.representatives else None
+    for plan in plans:
+        if selection is not None and plan["tier"] == "representative":
+            plan["options"]["models"] = str(selection)
+    unit_limit = tier_plans(["unit"])[0]["limit"] if args.model_only else None
+    if args.model_only:  # the faulted nights are the model tiers'; the unit tier is measured after
+        plans = [p_ for p_ in plans if p_["tier"] in MODEL_TIERS]
+        faults = model_only_faults(base, args.model_only, selection, unit_limit, _env(base, None, None))
     t0 = time.time()
     load_before = os.getloadavg()
     try:
@@ -640,6 +679,17 @@ def main(argv: list[str] | None = None) -> int:
                 "workdir": str(base) if args.out else None,
             }
         )
+        summary["root_causes"]["clean"] = clean_root_causes(base / "clean", plans)
+        if args.model_only:
+            summary["model_only"] = model_only_figure(
+                base,
+                faults,
+                base / primary,
+                [p_["tier"] for p_ in plans],
+                unit_limit,
+                lambda fault_file: _env(base, fault_file, None),
+                {r["name"] for r in records if r["detected"]},
+            )
         if args.out:
             (base / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     finally:
@@ -662,8 +712,9 @@ def main(argv: list[str] | None = None) -> int:
         if summary.get("ordering"):
             o = summary["ordering"]
             print(
-                f"median first detection: listed {o['median_first_detection_seconds_listed']} s, likely failures "
-                f"first {o['median_first_detection_seconds_ordered']} s (ratio {o['ordered_over_listed']}, "
+                f"median first detection: listed {o['median_first_detection_seconds_listed']} s, "
+                f"likely failures first {o['median_first_detection_seconds_ordered']} s "
+                f"(ratio {o['ordered_over_listed']}, "
                 f"target <= {o['target']:.2f}) over {o['faults_compared']} faults"
             )
         print(
@@ -671,6 +722,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{', '.join(summary['never_fired']) or 'none'}; wall {summary['wall_seconds']:.0f}s, "
             f"load {summary['load_average']}"
         )
+        rc = summary["root_causes"]
+        print(
+            f"root causes, over the {rc['faults']} faults a model tier detected: planted op named "
+            f"{rc['top1']} ({rc['top1_rate']}), repro verified {rc['verified']} ({rc['verified_rate']}); "
+            f"median localization {rc['median_localization_seconds']} s per row over {rc['rows']} rows; "
+            f"clean run: {rc['clean']['rows']} rows localized, {rc['clean']['seconds']} s"
+        )
+        if summary.get("model_only"):
+            m = summary["model_only"]
+            print(
+                f"model-only faults: {m['n']}, detected by the model tiers {m['detected_by_model_tiers']}, "
+                f"missed by the quick unit tier before {m['missed_before']}, caught by it after "
+                f"add-repros {m['caught_after']} of those {m['counted']} ({m['rate']})"
+            )
     return 0
 
 

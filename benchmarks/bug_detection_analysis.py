@@ -18,6 +18,14 @@ from typing import Any
 
 import pandas as pd
 
+from benchmarks.bug_detection_rootcause import (  # noqa: F401  (MODEL_TIERS, clean_root_causes: re-exported)
+    MODEL_TIERS,
+    clean_root_causes,
+    root_cause_figures,
+    root_cause_records,
+    root_cause_summary,
+)
+
 OK = "pass"
 TARGET_NIGHTLY = 0.95
 TARGET_UNIT_OP_LEVEL = 0.80
@@ -159,6 +167,7 @@ def analyse(
         "tiers_run": [p["tier"] for p in plans if timing.get(p["tier"])],
     }
     offset = 0.0
+    records: list[dict[str, Any]] = []
     for plan in plans:
         name = plan["tier"]
         t = timing.get(name, {})
@@ -173,6 +182,8 @@ def analyse(
         }
         if t.get("rc") not in (0, None):
             entry["error"] = t.get("stderr")
+        if name in MODEL_TIERS:
+            records.extend(root_cause_records(run_dir / name, found))
         if found:
             first = found[0]
             entry["first"] = {
@@ -192,6 +203,7 @@ def analyse(
         offset += elapsed(t)
     record["detected"] = bool(record["caught_by"])
     record["seconds"] = round(offset, 1)
+    record["root_cause"] = root_cause_summary(fault, records)
     return record
 
 
@@ -256,6 +268,7 @@ def summarize(
         "limits": {p["tier"]: p["limit"] for p in plans},
         "fail_fast": fail_fast,
     }
+    out["root_causes"] = root_cause_figures(records)
     if quick_nightly:
         out["targets"] = {
             "nightly_rate": {
@@ -333,9 +346,11 @@ def markdown(summary: dict[str, Any]) -> str:
     ordered = summary.get("order") == "both"
     head = (
         "| fault | category | kind | op | caught | first tier | first detecting row | op the row names"
-        " | s to first detection" + (" listed / ordered" if ordered else "") + " | fired in |"
+        " | s to first detection"
+        + (" listed / ordered" if ordered else "")
+        + " | fired in | root cause | repro |"
     )
-    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["faults"]:
         tier = r.get("first_tier")
         first = r["tiers"].get(tier, {}).get("first", {}) if tier else {}
@@ -348,8 +363,22 @@ def markdown(summary: dict[str, Any]) -> str:
         if "compiled" in r["fired_in"]:
             fired += " (compiled)" if r["fired_in"] == ["compiled"] else " (eager + compiled)"
         kind = r["kind"] + (" (compiled)" if r["scope"] == "compiled" else "")
+        rc = r.get("root_cause")
+        named = (
+            ""
+            if rc is None
+            else (f"`{rc['named']}` ({rc['phase']}, {rc['route']})" if rc["named"] else "not found")
+        )
+        if rc is not None and rc["named"] and not rc["top1"]:
+            named = f"**{named}**"
+        repro = (
+            ""
+            if rc is None or not rc["named"]
+            else {True: "verified", False: "**not verified**"}.get(rc["verified"], "**not verified**")
+        )
         lines.append(
             f"| {r['name']} | {r['category']} | {kind} | `{r['op']}` | {'yes' if r['detected'] else '**no**'}"
-            f" | {tier or ''} | {row} | {first.get('failing_op') or ''} | {secs} | {fired} |"
+            f" | {tier or ''} | {row} | {first.get('failing_op') or ''} | {secs} | {fired}"
+            f" | {named} | {repro} |"
         )
     return "\n".join(lines)

@@ -4,18 +4,18 @@
     python benchmarks/catalog_stages.py --pairs --workers 2   # every type x class pair
     python benchmarks/catalog_stages.py --shrink-only --json  # the shrinker's coverage only
     python benchmarks/catalog_stages.py --compile --types bert,llama
-    python benchmarks/catalog_stages.py --pairs --backend cpu --json    # the blame figure (issue 10)
+    python benchmarks/catalog_stages.py --pairs --backend cpu --json    # the pass shares by blame
     python benchmarks/catalog_stages.py --configs ../shared/data/hub/full_configs.jsonl --backend cpu
 
 Each model runs in a worker process (reused between models, replaced after a timeout or a crash:
 a crash is a row with status `crash`, never a lost one). Prints counts per stage and status for
 each backend, the wall time per backend and their ratio; `--json` prints one object with keys
 `shrink`, `backends` ({backend: {stages: {stage: {status: n}}, blame: {stage: {blame: n}},
-attributable: {stage: {passed, not_applicable, denominator, share, share_applicable}}, seconds, models}}), `ratios`, `load`
-(the machine's load average, start and end). Every stage that does not pass is blamed
-(harness.blame.probe: backend, upstream, environment, harness); `attributable` is the pass share
-over the models not blamed on upstream or the environment. `--rows PATH` writes every result as
-JSON lines (the failure report).
+attributable: {stage: {passed, not_applicable, denominator, share, share_applicable}}, seconds,
+models}}), `ratios`, `load` (the machine's load average, start and end). Every stage that does
+not pass is blamed (harness.blame.probe: backend, upstream, environment, harness);
+`attributable` is the pass share over the models not blamed on upstream or the environment.
+`--rows PATH` writes every result as JSON lines (the failure report).
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ class _Rows(list):
 def _warm_imports() -> None:
     """Import transformers' modeling code and lazy model structure here, before the workers fork:
     they inherit it. Otherwise each fresh worker (and each replacement after a timeout) imports it
-    inside its first task's timer; under load that alone took 110 of a 134 s FunnelForMultipleChoice
-    load (load average ~9), and cvt/d_fine/funnel hit the 180 s limit as first tasks."""
+    inside its first task's timer: on a loaded machine most of a first model's load time, enough
+    to push it over the per-model limit."""
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -306,9 +306,9 @@ def run_backend(
 
 
 def run_shrink(tasks: list[dict], workers: int, timeout: float) -> dict:
-    from harness.build.shrink import rules
+    from harness.build.rules import shrink_rules
 
-    budget = rules()["targets"]["max_parameters"]
+    budget = shrink_rules().targets.max_parameters
     t0 = time.monotonic()
     pool = Pool(_shrink_worker, (), workers, timeout)
     try:
@@ -510,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
             out["backends"][backend] = entry
             if not args.json:
                 print(
-                    f"\n{backend}: {len(rows)} models in {seconds:.0f}s ({seconds / max(1, len(rows)):.2f}s/model)"
+                    f"\n{backend}: {len(rows)} models in {seconds:.0f}s "
+                    f"({seconds / max(1, len(rows)):.2f}s/model)"
                 )
                 for stage in stages:
                     counts = entry["stages"].get(stage, {})

@@ -11,8 +11,8 @@
    (``NEURON_AUTOGRAD_THREAD=device``) and adaptive eager (after its background compiles
    finished) are measured side by side: ``--rounds`` rounds, each timing ``--repeats`` steps of
    every one in turn after a GC pass; each figure is the median of its rounds' medians, so a
-   drift of the machine's speed shifts them all alike (one after the other, the first compiled
-   step measured 1.46 where the same step re-compiled a minute later measured 1.26).
+   drift of the machine's speed shifts them all alike (measured one after the other, the same
+   compiled step can differ by 15% between two compiles a minute apart).
    Then with each compiler (``NEURON_COMPILER``: interpreter, inductor) and in exact precision,
    one after the other (each needs its own compile: Dynamo's cache does not tell them apart).
 3. Adaptive eager vs plain neuron eager (from the rounds of 2).
@@ -268,12 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  warm_shared_over_cold   {r['warm_shared_over_cold']:.3f}   (target <= 0.333)")
     s = r["step_seconds"]
     print(
-        f"steady-state step: cpu eager {s['cpu_eager'] * 1e3:.1f} ms, neuron eager {s['neuron_eager'] * 1e3:.1f} ms, "
+        f"steady-state step: cpu eager {s['cpu_eager'] * 1e3:.1f} ms, "
+        f"neuron eager {s['neuron_eager'] * 1e3:.1f} ms, "
         f"compiled {s['neuron_compiled'] * 1e3:.1f} ms, adaptive {s['neuron_adaptive'] * 1e3:.1f} ms"
     )
     print(f"  compiled_step_over_cpu_eager {r['compiled_step_over_cpu_eager']:.3f}   (target <= 1.3)")
     print(
-        f"  compiled_step_over_cpu_eager_exact_precision {r['compiled_step_over_cpu_eager_exact_precision']:.3f}"
+        "  compiled_step_over_cpu_eager_exact_precision "
+        f"{r['compiled_step_over_cpu_eager_exact_precision']:.3f}"
     )
     print(
         f"  compiled_step_over_cpu_eager_device_thread {r['compiled_step_over_cpu_eager_device_thread']:.3f}"

@@ -3,7 +3,7 @@
 One training step (forward + backward) of a tiny BERT-MLM and a tiny Llama-CLM (hidden 64,
 2 layers, 4 heads, vocab 512, batch 2 x sequence 32, random weights from the transformers
 configs), one thread. CPU and neuron steps alternate (so machine noise hits both alike); the
-figure is the median over repeats. Target (issue 13): ratio <= 2.
+figure is the median over repeats. Target: ratio <= 2.
 
     python benchmarks/eager_overhead.py [--repeats 30] [--json]
 

@@ -89,7 +89,7 @@ def usable_figures(run_dir: Path) -> dict:
     """Over the models with a usable config (the cases that were run, not the population's
     not-attempted records): the share of downloads (and models) whose forward and backward pass
     (backward may be skipped as not applicable), and every other one by the blame of the first stage
-    that stopped it (issue 10's figure)."""
+    that stopped it."""
     from collections import defaultdict
 
     from reports.tables import read_results

@@ -2,7 +2,7 @@
 shrinking, references, blame probes, the compile stage and reporting.
 
     python benchmarks/nightly_time.py [--quick] [--workers 2] [--cpu-fraction 0.25] [--json]
-    python benchmarks/nightly_time.py --from NIGHTLY_DIR [--cpu-fraction 0] [--json]   # analyse a finished night
+    python benchmarks/nightly_time.py --from NIGHTLY_DIR [--cpu-fraction 0] [--json]  # a finished night
     python benchmarks/nightly_time.py --sample 10 [--json]   # the full night on 1/10 of every tier, scaled up
 
 Runs `harness nightly` (every tier; `--quick`: the [quick] limits) into WORKDIR/neuron from a cold
@@ -244,14 +244,13 @@ ONCE_PER_TIER = ("listing", "startup")
 def sample_config(path: Path, sample: int) -> Path:
     """The bundled full-night settings with `shard = "1/N"` in every tier (TOML written by hand:
     the section holds strings, numbers and a list of tier names only)."""
-    import tomllib
-    from importlib import resources
+    from harness.engine.nightly import load_config
 
-    full = tomllib.loads(resources.files("harness").joinpath("data/nightly.toml").read_text())["full"]
-    lines = ["[full]", f"tiers = {json.dumps(full['tiers'])}"]
-    for name in full["tiers"]:
-        lines.append(f"\n[full.{name}]")
-        settings = {**full.get(name, {}), "shard": f"1/{sample}"}
+    full = load_config(False)
+    lines = ["[full]", f"tiers = {json.dumps(list(full.tiers))}"]
+    for name in full.tiers:
+        lines.append(f"\n[full.{json.dumps(name)}]")
+        settings = {**full.tier(name).model_dump(exclude_none=True), "shard": f"1/{sample}"}
         lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -523,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
         if "estimate" in summary:
             e = summary["estimate"]
             print(
-                f"whole night estimated from {e['sample']}: {e['minutes']} min (target {e['target_minutes']:.0f}); "
+                f"whole night estimated from {e['sample']}: {e['minutes']} min "
+                f"(target {e['target_minutes']:.0f}); "
                 + ", ".join(f"{k} {v['seconds']:.0f}s" for k, v in e["tiers"].items())
             )
         print(f"load average {summary['load_average']}")

@@ -3,9 +3,9 @@ pairs, trait values) each limited tier covers, chosen for coverage versus taken 
 
 The limits are the quick nightly's (harness/data/nightly.toml [quick]); the selections are the
 tiers' own listings (`cases()` with the limit, as the runner calls them), so the figures are those
-of `harness nightly --quick`. "by position" is the rule before: the unit tier's heaviest cases, the
-selection's first representatives, the full tier's most downloaded architectures (a stable hash
-for the catalog's ties).
+of `harness nightly --quick`. "by position" is the plain alternative they are compared with:
+the unit tier's heaviest cases, the selection's first representatives, the full tier's most
+downloaded architectures (a stable hash for the catalog's ties).
 
     python benchmarks/quick_coverage.py --json
 """
@@ -25,9 +25,7 @@ def unit(limit: int, registry: str | None) -> dict:
     listed = cases(registry)
     ops = {c.payload["op"] for c in listed}
     pairs = {op_dtype(c) for c in listed}
-    heaviest = sorted(sorted(listed, key=lambda c: c.case_id), key=lambda c: -c.weight)[
-        :limit
-    ]  # the old rule
+    heaviest = sorted(sorted(listed, key=lambda c: c.case_id), key=lambda c: -c.weight)[:limit]  # by position
 
     def share(subset):
         return {
@@ -100,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     quick = load_config(True)
     t0 = time.perf_counter()
     out = {
-        "unit": unit(quick["unit"]["limit"], args.registry),
-        "representative": representative(quick["representative"]["limit"], args.registry),
-        "full": full(quick["full"]["limit"], args.registry, args.workers),
+        "unit": unit(quick.tier("unit").limit, args.registry),
+        "representative": representative(quick.tier("representative").limit, args.registry),
+        "full": full(quick.tier("full").limit, args.registry, args.workers),
     }
     out["seconds"] = round(time.perf_counter() - t0, 1)
     if args.json:

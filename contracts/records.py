@@ -128,11 +128,12 @@ class ModelCheck:
     model_type: str = ""
     architecture: str = ""  # transformers class name, e.g. "BertForMaskedLM"
     parameters: int = 0
-    fallback_count: int = 0
-    fallback_ops: list[str] = field(default_factory=list)  # distinct op overloads that fell back
+    # null: the backend cannot report it (fallbacks), or the stage that counts it did not run (graphs)
+    fallback_count: int | None = None
+    fallback_ops: list[str] | None = None  # distinct op overloads that fell back
     fallback_events: list[dict[str, Any]] = field(default_factory=list)
-    graphs: int = 0
-    recompiles: int = 0
+    graphs: int | None = None
+    recompiles: int | None = None
     peak_memory_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -55,6 +55,9 @@ class Repro:
     registry_key: str = ""  # op + signature of its registry entry
     verified: bool | None = None  # True: fails on the backend and passes on the reference
     why: str = ""  # why it is not verified (or how it was)
+    # the registry case (op, signature, constraints with the concrete values, outputs) the
+    # standalone test and `harness registry add-repros` are made from ({} when none was made)
+    case: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

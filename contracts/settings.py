@@ -9,7 +9,7 @@ its rule (default, type, error message) here and nowhere else. A malformed value
 ValueError naming the variable when that setting is used, so a bad LLM timeout never stops a run
 that does not use the LLM.
 
-NEURON_* variables belong to the device: the bundled backend reads them in one place each, and
+NEURON_* variables belong to the device: the bundled backend reads them all in backend/settings.py, and
 the harness asks the backend adapter (contracts.backends: precision_mode(), describe()), never
 the environment.
 
@@ -30,6 +30,9 @@ the environment.
 | HARNESS_MARKED_OP_LIMIT | marked_op_limit | 5 s (the limit of a case labeled with an op known to hang) |
 | HARNESS_STALL_SECONDS | stall_seconds | 10 s (journaled: a call this long with none after it is a hang) |
 | HARNESS_CALL_JOURNAL | call_journal | on (`0`/`off`/`false`: a dead case is not re-run journaled) |
+| HARNESS_ROOT_CAUSE | root_cause | on (`0`/`off`: backend-blamed rows are not localized; harness.rootcause) |
+| HARNESS_ROOT_CAUSE_SECONDS | root_cause_seconds | 180 s per row: localize a failure, verify its repro |
+| HARNESS_REPRO_SECONDS | repro_seconds | 120 s per run of a repro file (the first starts the verifier) |
 | OPENAI_BASE_URL, OPENAI_API_KEY, HARNESS_LLM_* | LLMSettings.from_env() | off |
 
 The five limits of a run (harness.engine.limits, docs/runner.md "Hangs and crashes"): a chunk's
@@ -47,7 +50,7 @@ from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
 
-#: Worker limits when neither the command line nor the tier says (harness.engine.workers and .runner).
+#: Worker limits when neither the command line nor the tier says (harness.engine.workers, .runner).
 DEFAULT_CASE_TIMEOUT = 600.0  # seconds per case (a chunk of cases gets one case's time)
 DEFAULT_MAX_CASES_PER_WORKER = 100  # recycle the worker process after this many cases
 DEFAULT_STARTUP_TIMEOUT = 300.0  # spawn + tier.setup (imports torch, transformers)
@@ -97,7 +100,7 @@ def _number(env: Mapping[str, str], name: str, default: Any, kind: type = float)
 def _positive(env: Mapping[str, str], name: str, default: float) -> float:
     value = _number(env, name, default)
     if value <= 0:
-        raise ValueError(f"{name} must be a positive number, got {env.get(name)!r}")
+        raise ValueError(f"{name} must be a positive number of seconds, got {env.get(name)!r}")
     return value
 
 
@@ -190,6 +193,16 @@ class Settings:
     @property
     def call_journal(self) -> bool:
         return _switch(self.env, "HARNESS_CALL_JOURNAL")
+    def root_cause(self) -> bool:
+        return _switch(self.env, "HARNESS_ROOT_CAUSE")
+
+    @property
+    def root_cause_seconds(self) -> float:
+        return _positive(self.env, "HARNESS_ROOT_CAUSE_SECONDS", 180.0)
+
+    @property
+    def repro_seconds(self) -> float:
+        return _positive(self.env, "HARNESS_REPRO_SECONDS", 120.0)
 
     def llm(self) -> LLMSettings:
         return LLMSettings.from_env(self.env)

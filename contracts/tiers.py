@@ -153,7 +153,7 @@ def from_result(case: Case, result: Any, stages: Iterable[str], seconds: float =
             **base,
             stages=[r.to_dict() for r in ordered],
             fallback_count=result.fallback_count,
-            fallback_ops=list(result.fallback_ops),
+            fallback_ops=list(result.fallback_ops or []),
             fallback_events=list(result.fallback_events),
             peak_memory_bytes=result.peak_memory_bytes,
             info=info,

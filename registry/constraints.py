@@ -14,22 +14,68 @@ scattered dim, a log's input positive. Two sources, merged per argument path (``
 from __future__ import annotations
 
 import functools
-from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import torch
-import yaml
+from pydantic import Field
 
+from contracts.rulefiles import Rules, cached_rules, resource
 from registry.encoding import iter_tensors
 
+#: an argument of a call: a position, or a keyword's name
+Arg = int | str
 
-@functools.lru_cache(maxsize=1)
-def semantics() -> dict[str, Any]:
-    text = resources.files("registry").joinpath("data/op_semantics.yaml").read_text()
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict) or not isinstance(data.get("rules"), dict):
-        raise ValueError("registry/data/op_semantics.yaml: expected a mapping with 'rules'")
-    return data
+
+class Bound(Rules):
+    """Where an index rule's exclusive upper bound comes from (one of the forms below)."""
+
+    size_of: Arg | None = None  # the size of this argument ...
+    dim: int | Literal["$i"] | None = None  # ... along this dim ("$i": dim i for list element i)
+    dim_arg: Arg | None = None  # ... along the dim another argument gives
+    class_dim: bool = False  # ... along a loss input's class dim
+    value_of: Arg | None = None  # an integer argument's value
+    grouped_mm: bool = False  # the grouped dim of _grouped_mm
+
+
+class Special(Rules):
+    """A value with a meaning of its own (padding, ignore index), planted as a boundary value."""
+
+    value_of: Arg
+    min: int | None = None  # below it the value means "none"
+
+
+class MaskCount(Rules):
+    values_of: Arg
+
+
+class SemanticRule(Rules):
+    """One argument's value constraint (data/op_semantics.yaml's header lists the kinds)."""
+
+    arg: Arg
+    kind: Literal["index", "mask", "positive", "unit_interval", "sorted", "nonzero", "range", "offsets"]
+    high: Bound | int | None = None  # index/offsets: a Bound; range: a number
+    low: int = 0  # range
+    special: Special | None = None
+    unique: bool = False
+    unique_unless: Arg | None = None
+    mask_count: MaskCount | None = None
+    each: bool = False  # the argument is a list: the rule applies to every element
+
+
+class OpSemantics(Rules):
+    """registry/data/op_semantics.yaml."""
+
+    version: int
+    rules: dict[str, tuple[SemanticRule, ...]]
+    metadata_only: tuple[str, ...] = ()
+    metadata_only_outputs: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    unreplayable: dict[str, str] = Field(default_factory=dict)
+    renamed: dict[str, str] = Field(default_factory=dict)
+
+
+def semantics() -> OpSemantics:
+    """The op semantics, read once per process."""
+    return cached_rules(OpSemantics, str(resource("registry", "data/op_semantics.yaml")))
 
 
 def _lookup_keys(op: str) -> list[str]:
@@ -46,22 +92,19 @@ def _lookup_keys(op: str) -> list[str]:
     return keys
 
 
-def op_rules(op: str) -> list[dict[str, Any]]:
-    return list(_op_rules(op))
-
-
 @functools.lru_cache(maxsize=4096)
-def _op_rules(op: str) -> tuple[dict[str, Any], ...]:
-    rules = semantics()["rules"]
+def op_rules(op: str) -> tuple[SemanticRule, ...]:
+    rules = semantics().rules
     for key in _lookup_keys(op):
         if key in rules:
-            return tuple(rules[key])
+            return rules[key]
     return ()
 
 
 @functools.lru_cache(maxsize=4096)
-def _in_list(op: str, section: str) -> str | None:
-    entries = semantics().get(section) or {}
+def _entry(op: str, section: str) -> Any:
+    """The entry of a section (a list of ops, or ops -> a value) for `op`, by its lookup keys."""
+    entries = getattr(semantics(), section)
     for key in _lookup_keys(op):
         if key in entries:
             return entries[key] if isinstance(entries, dict) else key
@@ -70,21 +113,21 @@ def _in_list(op: str, section: str) -> str | None:
 
 def is_metadata_only(op: str) -> bool:
     """Random or uninitialized outputs: compare shape/dtype only."""
-    return _in_list(op, "metadata_only") is not None
+    return _entry(op, "metadata_only") is not None
 
 
 def metadata_only_outputs(op: str) -> frozenset[int]:
     """Positions of outputs that are partly uninitialized (compare shape/dtype only)."""
-    return frozenset(_in_list(op, "metadata_only_outputs") or ())
+    return frozenset(_entry(op, "metadata_only_outputs") or ())
 
 
 def canonical_op(op: str) -> str:
     """The current name of an overload that older logs spell differently (aten.sum.SymInt)."""
-    return (semantics().get("renamed") or {}).get(op, op)
+    return semantics().renamed.get(op, op)
 
 
 def unreplayable_reason(op: str) -> str | None:
-    return _in_list(op, "unreplayable")
+    return _entry(op, "unreplayable")
 
 
 def _arg(args: list, kwargs: dict, key: Any) -> Any:
@@ -97,30 +140,30 @@ def _path(key: Any) -> str:
     return f"a.{key}" if isinstance(key, int) else f"k.{key}"
 
 
-def _resolve_high(spec: dict, args: list, kwargs: dict, i: int | None) -> int | None:
-    if spec.get("grouped_mm"):
+def _resolve_high(spec: Bound, args: list, kwargs: dict, i: int | None) -> int | None:
+    if spec.grouped_mm:
         a, b = _arg(args, kwargs, 0), _arg(args, kwargs, 1)
         if not (isinstance(a, dict) and isinstance(b, dict) and "T" in a and "T" in b):
             return None
         dims = {(2, 3): a["T"][0], (3, 2): b["T"][-1], (2, 2): a["T"][-1]}
         return dims.get((len(a["T"]), len(b["T"])))
-    if "value_of" in spec:
-        value = _arg(args, kwargs, spec["value_of"])
+    if spec.value_of is not None:
+        value = _arg(args, kwargs, spec.value_of)
         return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-    ref = _arg(args, kwargs, spec["size_of"])
+    ref = _arg(args, kwargs, spec.size_of)
     if not (isinstance(ref, dict) and "T" in ref):
         return None
     shape = ref["T"]
-    if spec.get("class_dim"):
+    if spec.class_dim:
         dim = 1 if len(shape) >= 2 else 0
-    elif "dim_arg" in spec:
-        dim = _arg(args, kwargs, spec["dim_arg"])
+    elif spec.dim_arg is not None:
+        dim = _arg(args, kwargs, spec.dim_arg)
         if not isinstance(dim, int):
             return None
-    elif spec.get("dim") == "$i":
+    elif spec.dim == "$i":
         dim = i
     else:
-        dim = spec.get("dim", 0)
+        dim = 0 if spec.dim is None else spec.dim
     if not shape:
         return 1
     if dim is None or not -len(shape) <= dim < len(shape):
@@ -132,10 +175,10 @@ def infer_constraints(op: str, args: list, kwargs: dict) -> dict[str, dict[str, 
     """Constraints from the op's semantics, resolved against the encoded call."""
     out: dict[str, dict[str, Any]] = {}
     for rule in op_rules(op):
-        value = _arg(args, kwargs, rule["arg"])
-        base = _path(rule["arg"])
+        value = _arg(args, kwargs, rule.arg)
+        base = _path(rule.arg)
         targets = []
-        if rule.get("each"):
+        if rule.each:
             if isinstance(value, list):
                 targets = [(f"{base}.{i}", v, i) for i, v in enumerate(value)]
         else:
@@ -149,44 +192,49 @@ def infer_constraints(op: str, args: list, kwargs: dict) -> dict[str, dict[str, 
     return out
 
 
-def _constraint(rule: dict, enc: dict, args: list, kwargs: dict, i: int | None) -> dict | None:
-    kind = rule["kind"]
+def _constraint(rule: SemanticRule, enc: dict, args: list, kwargs: dict, i: int | None) -> dict | None:
+    kind = rule.kind
     if kind == "offsets":
-        high = _resolve_high(rule["high"], args, kwargs, i)
+        high = _bound(rule, args, kwargs, i)
         return None if high is None else {"kind": "offsets", "high": int(high), "source": "semantics"}
     if kind == "index":
         if enc["dt"] == "b8":
             c = {"kind": "mask", "density": 0.5, "source": "semantics"}
-            count = _mask_count(rule.get("mask_count"), enc, args, kwargs, i)
+            count = _mask_count(rule.mask_count, enc, args, kwargs, i)
             if count is not None:
-                c.update(count=count, count_of=_path(rule["mask_count"]["values_of"]))
+                c.update(count=count, count_of=_path(rule.mask_count.values_of))
             return c
-        high = _resolve_high(rule["high"], args, kwargs, i)
+        high = _bound(rule, args, kwargs, i)
         if high is None:
             return None
         c: dict[str, Any] = {"kind": "index", "low": 0, "high": max(high, 1), "source": "semantics"}
-        special = _special(rule.get("special"), args, kwargs)
+        special = _special(rule.special, args, kwargs)
         if special is not None:
             c["special"] = [special]
-        unique = bool(rule.get("unique"))
-        if "unique_unless" in rule:
-            unique = not bool(_arg(args, kwargs, rule["unique_unless"]))
+        unique = rule.unique
+        if rule.unique_unless is not None:
+            unique = not bool(_arg(args, kwargs, rule.unique_unless))
         if unique:
-            dim_arg = rule["high"].get("dim_arg")
+            dim_arg = rule.high.dim_arg if isinstance(rule.high, Bound) else None
             c["unique_dim"] = _arg(args, kwargs, dim_arg) if dim_arg is not None else None
             c["unique"] = True
         return c
     if kind == "range":
         return {
             "kind": "range",
-            "low": rule.get("low", 0),
-            "high": rule.get("high", 8),
+            "low": rule.low,
+            "high": rule.high if isinstance(rule.high, int) else 8,
             "source": "semantics",
         }
     return {"kind": kind, "source": "semantics"}
 
 
-def _mask_count(spec: dict | None, mask: dict, args: list, kwargs: dict, i: int | None) -> int | None:
+def _bound(rule: SemanticRule, args: list, kwargs: dict, i: int | None) -> int | None:
+    """The resolved upper bound of an index/offsets rule (None: the call does not fix one)."""
+    return _resolve_high(rule.high, args, kwargs, i) if isinstance(rule.high, Bound) else None
+
+
+def _mask_count(spec: MaskCount | None, mask: dict, args: list, kwargs: dict, i: int | None) -> int | None:
     """The True count a boolean index must have so that the values written fit (index_put: the
     selected elements are ``self[..., mask, ...]``, shape ``self[:d] + [nnz] + self[d + mask.dim:]``,
     and the values must broadcast to it). None when any count fits (the values broadcast along the
@@ -196,7 +244,7 @@ def _mask_count(spec: dict | None, mask: dict, args: list, kwargs: dict, i: int 
     target, indices, values = (
         _arg(args, kwargs, 0),
         _arg(args, kwargs, 1),
-        _arg(args, kwargs, spec["values_of"]),
+        _arg(args, kwargs, spec.values_of),
     )
     if not (
         isinstance(target, dict)
@@ -220,15 +268,15 @@ def _mask_count(spec: dict | None, mask: dict, args: list, kwargs: dict, i: int 
     return count if count <= numel else None
 
 
-def _special(spec: dict | None, args: list, kwargs: dict) -> int | None:
+def _special(spec: Special | None, args: list, kwargs: dict) -> int | None:
     """A value with a meaning of its own (padding index, ignore index) that replay plants as a
     boundary value; None when the call has none (e.g. padding_idx -1, below `min`)."""
     if not spec:
         return None
-    value = _arg(args, kwargs, spec["value_of"])
+    value = _arg(args, kwargs, spec.value_of)
     if not isinstance(value, int) or isinstance(value, bool):
         return None
-    return value if value >= spec.get("min", value) else None
+    return value if spec.min is None or value >= spec.min else None
 
 
 def observe_constraints(args: tuple, kwargs: dict | None, known: dict[str, dict]) -> dict[str, dict]:

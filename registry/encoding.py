@@ -135,9 +135,45 @@ def encode_args(args: tuple, kwargs: dict | None) -> tuple[list, dict]:
 _SIGNATURE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))  # what json.dumps builds per call
 
 
-def signature(args_enc: list, kwargs_enc: dict) -> str:
-    """Canonical JSON of a call's arguments: equal calls give byte-equal strings."""
-    return _SIGNATURE_JSON.encode({"a": args_enc, "k": kwargs_enc})
+#: how a call runs when its signature says so (`run`): eager calls carry no `run` key
+RUNS = ("compiled",)
+
+
+def signature(args_enc: list, kwargs_enc: dict, run: str = "") -> str:
+    """Canonical JSON of a call's arguments: equal calls give byte-equal strings. `run="compiled"`
+    marks a call that runs through the backend's compiler (a compiled-only root cause): another
+    case than the same call run eagerly."""
+    if run and run not in RUNS:
+        raise ValueError(f"run {run!r}: use one of {RUNS}")
+    return _SIGNATURE_JSON.encode({"a": args_enc, "k": kwargs_enc, **({"run": run} if run else {})})
+
+
+def run_of(sig: str) -> str:
+    """How a case's call runs: "" (eagerly) or "compiled"."""
+    return str(json.loads(sig).get("run") or "") if '"run"' in sig else ""
+
+
+def encode_values(t: torch.Tensor) -> list:
+    """A tensor's values as a flat JSON list (non-finite floats as "nan", "inf", "-inf"): the
+    concrete values a repro keeps where they matter (indices, masks, boundary rows)."""
+    flat = t.detach().to("cpu").reshape(-1)
+    if flat.dtype in (torch.bfloat16, torch.float16):
+        flat = flat.float()
+    values = flat.tolist()
+    if t.is_floating_point():
+        return [
+            v if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+            for v in values
+        ]
+    return values
+
+
+def decode_values(values: list, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    """`encode_values`' list back as a tensor of `shape` and `dtype`."""
+    if dtype.is_floating_point:
+        values = [float(v) for v in values]
+        return torch.tensor(values, dtype=torch.float64).to(dtype).reshape(shape)
+    return torch.tensor(values, dtype=dtype).reshape(shape)
 
 
 def signature_hash(op: str, sig: str) -> str:

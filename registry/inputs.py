@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from registry import boundaries
-from registry.encoding import ABBREV_DTYPES, decode_scalar
+from registry.encoding import ABBREV_DTYPES, decode_scalar, decode_values
 
 
 def _storage_size(shape: list[int], stride: list[int], offset: int) -> int:
@@ -27,6 +27,8 @@ def _values(shape: list[int], dtype: torch.dtype, c: dict | None, gen: torch.Gen
     """Values for a logical tensor of `shape` that satisfy constraint `c`."""
     kind = (c or {}).get("kind")
     n_shape = list(shape)
+    if kind == "values":  # a repro's concrete values (the ones the failing call was given)
+        return decode_values(c["values"], dtype, n_shape)
     if dtype == torch.bool and c and c.get("fill") is not None:  # a boundary variant: all-true / all-false
         return torch.full(n_shape, bool(c["fill"]), dtype=torch.bool)
     if dtype == torch.bool:
@@ -118,6 +120,13 @@ def build_tensor(enc: dict, c: dict | None, gen: torch.Generator) -> BuiltTensor
         return BuiltTensor(boundaries.plant(values, wanted) if wanted else values, None, shape, None, 0)
     stride = stride or _contiguous(shape)
     size = _storage_size(shape, stride, offset)
+    if c is not None and c.get("kind") == "values":  # each logical element into its storage slot
+        base = torch.zeros(size, dtype=dtype)
+        slots = torch.full(shape, offset, dtype=torch.int64)
+        for d, (n, st) in enumerate(zip(shape, stride)):
+            slots += torch.arange(n).reshape([n if i == d else 1 for i in range(len(shape))]) * st
+        base[slots.reshape(-1)] = _values(shape, dtype, c, gen).reshape(-1)
+        return BuiltTensor(base.as_strided(shape, stride, offset), base, shape, stride, offset)
     counted = dtype == torch.bool and c is not None and c.get("count") is not None and "fill" not in c
     base = torch.zeros(size, dtype=dtype) if counted else _values([size], dtype, c, gen)
     view = base.as_strided(shape, stride, offset)

@@ -22,6 +22,7 @@ from contracts.backends import fallback_ops
 from contracts.records import StageResult
 from contracts.status import Status
 from contracts.timing import phase
+from contracts.tolerance import Tolerance
 from registry import boundaries, scaling
 from registry.constraints import (
     infer_constraints,
@@ -29,9 +30,16 @@ from registry.constraints import (
     metadata_only_outputs,
     unreplayable_reason,
 )
-from registry.encoding import DTYPE_ABBREVS, UnreplayableError, find_opaque, parse_signature, signature_hash
+from registry.encoding import (
+    DTYPE_ABBREVS,
+    UnreplayableError,
+    find_opaque,
+    parse_signature,
+    run_of,
+    signature_hash,
+)
 from registry.inputs import BuiltTensor, build_args, build_tensor, materialize  # noqa: F401  (re-exported)
-from registry.tolerances import Tolerance, tolerance_for
+from registry.tolerances import tolerance_for
 
 
 @dataclass
@@ -96,29 +104,32 @@ def _mutated(func: torch._ops.OpOverload, args: list, kwargs: dict) -> list[Any]
 
 
 @dataclass
-class Comparison:
+class OpComparison:
+    """An op call's outputs on the device against the CPU's, by registry/data/tolerances.yaml.
+    Not harness.stages.compare.TensorComparison (a model's tensors against a float64 truth)."""
+
     ok: bool
     reason: str = ""
     max_abs_err: float | None = None
 
 
-def compare(op: str, expected: list[Any], actual: list[Any], mode: str, upcast: bool = False) -> Comparison:
+def compare(op: str, expected: list[Any], actual: list[Any], mode: str, upcast: bool = False) -> OpComparison:
     if len(expected) != len(actual):
-        return Comparison(False, f"{len(actual)} outputs, expected {len(expected)}")
+        return OpComparison(False, f"{len(actual)} outputs, expected {len(expected)}")
     worst: float | None = None
     meta_only = is_metadata_only(op)
     meta_outputs = metadata_only_outputs(op)
     for i, (e, a) in enumerate(zip(expected, actual)):
         if not isinstance(e, torch.Tensor):
             if isinstance(a, torch.Tensor) or not _same_scalar(e, a):
-                return Comparison(False, f"output {i}: {a!r} != {e!r}")
+                return OpComparison(False, f"output {i}: {a!r} != {e!r}")
             continue
         if not isinstance(a, torch.Tensor):
-            return Comparison(False, f"output {i}: {type(a).__name__}, expected a tensor")
+            return OpComparison(False, f"output {i}: {type(a).__name__}, expected a tensor")
         if upcast and e.dtype == torch.float32 and a.dtype in (torch.float16, torch.bfloat16):
             e = e.to(a.dtype)
         if tuple(a.shape) != tuple(e.shape) or a.dtype != e.dtype:
-            return Comparison(
+            return OpComparison(
                 False, f"output {i}: {list(a.shape)} {a.dtype}, expected {list(e.shape)} {e.dtype}"
             )
         if meta_only or i in meta_outputs or e.numel() == 0:
@@ -129,12 +140,13 @@ def compare(op: str, expected: list[Any], actual: list[Any], mode: str, upcast: 
         if err is not None:
             worst = err if worst is None else max(worst, err)
         if not ok:
-            return Comparison(
+            return OpComparison(
                 False,
-                f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} atol_rms={tol.atol_rms:g}",
+                f"output {i}: max_abs_err {err:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} "
+                f"atol_rms={tol.atol_rms:g}",
                 worst,
             )
-    return Comparison(True, "", worst)
+    return OpComparison(True, "", worst)
 
 
 def _same_scalar(e: Any, a: Any) -> bool:
@@ -179,23 +191,24 @@ def _upcast(value: Any) -> Any:
 
 
 @dataclass
-class Reference:
-    """The CPU's outputs (plus mutated args). `rejected` is the error of the call as recorded when
-    the CPU kernel refused it and the outputs come from an f32 upcast of its 16-bit inputs."""
+class OpReference:
+    """The CPU's outputs (plus mutated args) of one op call. `rejected` is the error of the call as
+    recorded when the CPU kernel refused it and the outputs come from an f32 upcast of its 16-bit
+    inputs. Not harness.stages.reference.StepReference (a model's training step on the CPU)."""
 
     outputs: list[Any] | None
     rejected: str = ""
 
 
 @phase("reference")  # the nightly's time shares (contracts.timing)
-def _reference(func: Any, args: list, kwargs: dict) -> Reference:
+def _reference(func: Any, args: list, kwargs: dict) -> OpReference:
     """Mixed 16/32-bit calls that CUDA accepts and the CPU kernel rejects (layer-norm backward with
     f16 input and f32 stats, recorded under autocast) get an f32-upcast reference, which `compare`
     casts to the backend's 16-bit output dtype; `outputs` is None when even that fails."""
     with torch.no_grad():
         try:
             out = func(*args, **kwargs)
-            return Reference(_flatten(out) + _mutated(func, args, kwargs))
+            return OpReference(_flatten(out) + _mutated(func, args, kwargs))
         except Exception as exc:
             if not any(
                 isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
@@ -207,8 +220,8 @@ def _reference(func: Any, args: list, kwargs: dict) -> Reference:
         try:
             out = _flatten(func(*up_args, **up_kwargs)) + _mutated(func, up_args, up_kwargs)
         except Exception:  # noqa: BLE001
-            return Reference(None, rejected)
-        return Reference(out, rejected)
+            return OpReference(None, rejected)
+        return OpReference(out, rejected)
 
 
 # -- replay ---------------------------------------------------------------------------------------
@@ -238,7 +251,7 @@ class Plan:
     factor: int = 1
     variants: list = field(default_factory=list)  # [(name, constraints)], the base variant first
     built: tuple = ()
-    expected: Reference | None = None
+    expected: OpReference | None = None
 
 
 def plan(spec: CaseSpec, max_numel: int | None = None) -> Plan:
@@ -252,8 +265,10 @@ def plan(spec: CaseSpec, max_numel: int | None = None) -> Plan:
         opaque = find_opaque([a_enc, list(k_enc.values())])
         if opaque:
             raise UnreplayableError(f"argument of type {opaque} cannot be rebuilt")
-        # the op's semantics as known now override what was stored when the case was recorded
+        # the op's semantics as known now override what was stored when the case was recorded,
+        # except a repro's concrete values (the values the failing call was given)
         constraints = {**spec.constraints, **infer_constraints(spec.op, a_enc, k_enc)}
+        constraints.update({p: c for p, c in spec.constraints.items() if c.get("kind") == "values"})
         fitted = scaling.fit(func, a_enc, k_enc, constraints, max_numel)
     except (UnreplayableError, scaling.TooLargeError) as exc:
         return Plan(skip=f"unreplayable: {exc}")
@@ -299,6 +314,8 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
     p = plan(spec, max_numel)
     if p.skip:
         return result(Status.SKIPPED, reason=p.skip)
+    if run_of(spec.signature) and getattr(adapter, "compile_backend", None) is None:
+        return result(Status.SKIPPED, reason="unreplayable: a compiled case, and the backend has no compiler")
     if p.factor != 1:
         metrics["scaled_by"] = p.factor
     skipped: list[str] = []
@@ -326,7 +343,7 @@ def replay(spec: CaseSpec, adapter: Any, mode: str = "exact", max_numel: int | N
                     cpu_args, cpu_kwargs = round_declared(p.func, cpu_args, cpu_kwargs, rounded)
                 expected = _reference(p.func, cpu_args, cpu_kwargs)
             except Exception:  # noqa: BLE001 - invalid on the reference (e.g. a mask count the op needs)
-                expected = Reference(None)
+                expected = OpReference(None)
             if expected.outputs is None:
                 skipped.append(name)
                 continue
@@ -351,9 +368,8 @@ def declared_rounding(adapter: Any, op: str) -> tuple[str, ...]:
     Then the reference rounds the same arguments, as the model tiers' numerics reference does, and
     a 1% error of a matmul no longer hides under bf16-level tolerances. Empty for a device that
     computes as the dtypes say, or that predates the declaration (its mode loosens the tolerance)."""
-    declared = getattr(adapter, "rounded_inputs", None)
     try:
-        table = dict(declared() or {}) if callable(declared) else {}
+        table = dict(adapter.rounded_inputs() or {})
     except Exception:  # noqa: BLE001 - a broken declaration: the tolerance of the mode applies
         return ()
     return tuple(table.get(op.rsplit(".", 1)[0] if op.count(".") >= 2 else op, ()))
@@ -368,7 +384,8 @@ def _round_bf16(value: Any) -> Any:
 
 
 def round_declared(func: Any, args: list, kwargs: dict, names: tuple[str, ...]) -> tuple[list, dict]:
-    """`args`/`kwargs` with the schema arguments named in `names` rounded to bfloat16 (kept in their dtype)."""
+    """`args`/`kwargs` with the schema arguments named in `names` rounded to bfloat16 (kept in their
+    dtype)."""
     args, kwargs = list(args), dict(kwargs)
     for i, arg in enumerate(func._schema.arguments):
         if arg.name not in names:
@@ -384,7 +401,7 @@ def _run_on_device(
     spec: CaseSpec,
     func: Any,
     built: tuple,
-    expected: Reference,
+    expected: OpReference,
     adapter: Any,
     mode: str,
     metrics: dict[str, Any],
@@ -392,8 +409,12 @@ def _run_on_device(
     """Run one built variant on the device and compare; None when it passes, else (status, fields)."""
     if expected.rejected:
         metrics["reference"] = "f32-upcast"
-    try:
-        dev_args, dev_kwargs = materialize(built[0], adapter.device), materialize(built[1], adapter.device)
+    try:  # the device's part runs in its scope; the plan and the CPU reference ran outside it
+        with adapter.device_scope():
+            dev_args, dev_kwargs = (
+                materialize(built[0], adapter.device),
+                materialize(built[1], adapter.device),
+            )
     except Exception as exc:  # noqa: BLE001 - moving inputs is already backend work
         return Status.ERROR, dict(
             reason="inputs could not be moved to the device",
@@ -402,10 +423,12 @@ def _run_on_device(
             failing_op="aten._to_copy.default",
         )
     try:
-        with adapter.track_fallbacks() as events, torch.no_grad():
-            actual_out = func(*dev_args, **dev_kwargs)
-        actual = _flatten(actual_out) + _mutated(func, dev_args, dev_kwargs)
-        actual = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in actual]
+        call = func if not run_of(spec.signature) else compiled_call(func, adapter.compile_backend)
+        with adapter.device_scope():
+            with adapter.track_fallbacks() as events, torch.no_grad():
+                actual_out = call(*dev_args, **dev_kwargs)
+            actual = _flatten(actual_out) + _mutated(func, dev_args, dev_kwargs)
+            actual = [x.to("cpu") if isinstance(x, torch.Tensor) else x for x in actual]
     except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
         raised = f"{type(exc).__name__}: {_normalize(exc)}"
         if expected.rejected and _same_error(raised, expected.rejected):
@@ -434,6 +457,20 @@ def _run_on_device(
     if not cmp.ok:
         return Status.FAIL, dict(reason=f"mismatch: {cmp.reason}", failing_op=spec.op)
     return None
+
+
+def compiled_call(func: Any, backend: Any) -> Any:
+    """`func` through the backend's compiler (a case whose signature says `run: compiled`: a root
+    cause found in compiled execution), as `torch.compile` runs it; Dynamo's caches are reset
+    first, so the compile is this call's own."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return torch.compile(call, backend=backend, fullgraph=True, dynamic=False)
 
 
 def _same_error(a: str, b: str) -> bool:

@@ -42,7 +42,14 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "models": (pa.list_(pa.string()), "distinct model ids, sorted"),
     "phases": (pa.list_(pa.string()), "distinct phases, sorted"),
     "provenance": (pa.list_(PROVENANCE_TYPE), "who made the call, how, how often"),
+    "repro": (
+        pa.string(),
+        "JSON list, [] unless the entry reproduces a root cause: per root cause the run, case, "
+        "tier, model, backend, phase, kind and why it is verified (harness registry add-repros)",
+    ),
 }
+#: columns a file of this schema version may lack (written before they existed): read as empty
+OPTIONAL_COLUMNS = frozenset({"repro"})
 ARROW_SCHEMA = pa.schema([(name, typ) for name, (typ, _) in COLUMNS.items()])
 
 
@@ -69,6 +76,7 @@ class Entry:
     constraints: dict[str, dict[str, Any]] = field(default_factory=dict)
     outputs: list[Any] = field(default_factory=list)
     provenance: list[Provenance] = field(default_factory=list)
+    repro: list[dict[str, Any]] = field(default_factory=list)  # the root causes it reproduces
 
     @property
     def key(self) -> tuple[str, str]:
@@ -114,6 +122,7 @@ class Entry:
             "models": self.models,
             "phases": self.phases,
             "provenance": [vars(p) | {} for p in self.provenance],
+            "repro": json.dumps(self.repro, sort_keys=True, separators=(",", ":")),
         }
 
     @classmethod
@@ -124,4 +133,5 @@ class Entry:
             constraints=json.loads(row["constraints"] or "{}"),
             outputs=json.loads(row["outputs"] or "[]"),
             provenance=[Provenance(**p) for p in row["provenance"] or []],
+            repro=json.loads(row.get("repro") or "[]"),
         )

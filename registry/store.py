@@ -22,11 +22,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from registry.schema import ARROW_SCHEMA, METADATA_KEY, SCHEMA_VERSION, Entry, Provenance
+from registry.schema import ARROW_SCHEMA, METADATA_KEY, OPTIONAL_COLUMNS, SCHEMA_VERSION, Entry, Provenance
 
 
 class RegistryFormatError(ValueError):
     """A file that is not a registry of this schema version (message names path and versions)."""
+
+
+def _rank(c: dict) -> int:
+    """Which constraint of a path wins a merge: a repro's concrete values (the values the failing
+    call was given), then the op's semantics, then observation."""
+    return 2 if c.get("kind") == "values" else 1 if c.get("source") == "semantics" else 0
 
 
 def _merge_constraints(a: dict, b: dict) -> dict:
@@ -35,9 +41,9 @@ def _merge_constraints(a: dict, b: dict) -> dict:
         old = out.get(path)
         if old is None:
             out[path] = c
-        elif (old.get("source") == "semantics") != (c.get("source") == "semantics"):
-            out[path] = old if old.get("source") == "semantics" else c
-        else:  # same source: a deterministic choice, so merge order does not matter
+        elif _rank(old) != _rank(c):
+            out[path] = old if _rank(old) > _rank(c) else c
+        else:  # same rank: a deterministic choice, so merge order does not matter
             out[path] = min(old, c, key=lambda x: json.dumps(x, sort_keys=True))
     return dict(sorted(out.items()))
 
@@ -52,13 +58,22 @@ def merge_entries(a: Entry, b: Entry) -> Entry:
             else replace(old, count=max(old.count, p.count), weight=max(old.weight, p.weight))
         )
     outputs = a.outputs or b.outputs
+    repro = {_repro_key(r): r for r in a.repro}
+    for r in b.repro:
+        repro.setdefault(_repro_key(r), r)
     return Entry(
         op=a.op,
         signature=a.signature,
         constraints=_merge_constraints(a.constraints, b.constraints),
         outputs=outputs,
         provenance=[prov[k] for k in sorted(prov)],
+        repro=[repro[k] for k in sorted(repro)],
     )
+
+
+def _repro_key(r: dict) -> tuple[str, str, str]:
+    """A root cause is reproduced once per (run, case, stage): adding a run's repros again keeps one."""
+    return (str(r.get("run", "")), str(r.get("case", "")), str(r.get("stage", "")))
 
 
 @dataclass
@@ -90,6 +105,7 @@ class Registry:
             entry,
             constraints=dict(sorted(entry.constraints.items())),
             provenance=sorted(entry.provenance, key=lambda p: p.key),
+            repro=sorted(entry.repro, key=_repro_key),
         )
         old = self._entries.get(entry.key)
         self._entries[entry.key] = entry if old is None else merge_entries(old, entry)
@@ -166,10 +182,10 @@ class Registry:
             raise RegistryFormatError(
                 f"{path}: registry schema version {int(version)}, this harness reads version {SCHEMA_VERSION}"
             )
-        missing = [name for name in ARROW_SCHEMA.names if name not in table.schema.names]
+        missing = [n for n in ARROW_SCHEMA.names if n not in table.schema.names and n not in OPTIONAL_COLUMNS]
         if missing:
             raise RegistryFormatError(f"{path}: missing columns {missing}")
         reg = cls()
-        for row in table.select(ARROW_SCHEMA.names).to_pylist():
+        for row in table.select([n for n in ARROW_SCHEMA.names if n in table.schema.names]).to_pylist():
             reg.add(Entry.from_row(row))
         return reg

@@ -41,22 +41,22 @@ def default_registry_path() -> Path:
 def cases(registry_path: str | None = None) -> list[Case]:
     """Every registry row as a unit-tier Case (payload: op, signature, constraints, case_id).
 
-    None: $HARNESS_REGISTRY, else the bundled registry. Order: coverage first (`coverage_order`),
-    so any head of the list (`--limit N`, the quick nightly) covers every (op, dtype) of the
-    registry before it repeats one."""
-    out = []
+    None: $HARNESS_REGISTRY, else the bundled registry. Order: the repros of root causes first
+    (`harness registry add-repros`: each stands for a bug a model night found, and any head of the
+    list keeps them), then coverage first (`coverage_order`), so any head of the list (`--limit
+    N`, the quick nightly) covers every (op, dtype) of the registry before it repeats one."""
+    out, repros = [], []
     for entry in Registry.load(registry_path or default_registry_path()):
         spec = CaseSpec.from_entry(entry)
-        out.append(
-            Case(
-                case_id=entry.case_id,
-                tier="unit",
-                payload=spec.to_payload(),
-                model_ids=entry.models,
-                weight=entry.weight,
-            )
+        case = Case(
+            case_id=entry.case_id,
+            tier="unit",
+            payload=spec.to_payload(),
+            model_ids=entry.models,
+            weight=entry.weight,
         )
-    return coverage_order(out)
+        (repros if entry.repro else out).append(case)
+    return sorted(repros, key=lambda c: c.case_id) + coverage_order(out)
 
 
 def op_dtype(case: Case) -> tuple[str, str]:

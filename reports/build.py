@@ -29,6 +29,7 @@ def build_report(
     from reports.gate import gated
     from reports.html import write_report
     from reports.junit import write_junit
+    from reports.rootcauses import root_cause_groups, unexplained
     from reports.tables import read_results, read_table
 
     rundir = Path(rundir)
@@ -41,7 +42,8 @@ def build_report(
             note = f"No baseline at {where}: make one with `harness baseline update {rundir}`."
     results = read_results(rundir)
     cov = summarize(results, read_table(rundir, "per_op"), read_table(rundir, "fallbacks"))
-    groups = _failure_groups(rundir, results)
+    causes = root_cause_groups(results)
+    groups = _failure_groups(rundir, results, causes)
     html = write_report(
         rundir,
         comparison,
@@ -51,6 +53,7 @@ def build_report(
         coverage=cov,
         failure_groups=groups,
         results=results,
+        root_cause_groups=causes,
     )
     junit = write_junit(results, rundir)
     return {
@@ -64,6 +67,19 @@ def build_report(
         "new_failures_by_blame": blame_counts(comparison) if comparison else None,
         "backend_failures": cov.backend_failures_total,
         "failure_groups": groups.get("file"),
+        "root_causes": [
+            {
+                "op": g.op,
+                "phase": g.phase,
+                "rows": g.rows,
+                "cases": len(g.cases),
+                "models": g.models,
+                "repro": g.repro,
+                "repro_verified": g.repro_verified,
+            }
+            for g in causes
+        ],
+        "unexplained_failures": sum(u.rows for u in unexplained(results)),
         "levels": [
             {
                 "tier": lv.tier,
@@ -80,12 +96,12 @@ def build_report(
     }
 
 
-def _failure_groups(rundir: Path, results) -> dict[str, Any]:
+def _failure_groups(rundir: Path, results, causes) -> dict[str, Any]:
     """RUNDIR/failure_groups.json (reports.failure_groups); a problem there never stops the report."""
     from reports.failure_groups import write_failure_groups
 
     try:
-        return write_failure_groups(rundir, results)
+        return write_failure_groups(rundir, results, root_cause_groups=causes)
     except Exception as exc:  # noqa: BLE001 - the report is still written, with the reason shown
         return {
             "file": None,

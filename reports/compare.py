@@ -12,7 +12,10 @@ The comparison vocabulary (contracts.status.Verdict; separate from Status, which
     FLAKY     status changed, and the case is on reports/data/flaky.yaml
     FALLBACK_REGRESSION  same status, but a new CPU-fallback op or a higher fallback count
 
-Changed failures and fallback regressions are found by reports/hidden_regressions.py.
+Changed failures and fallback regressions are found by reports/hidden_regressions.py. Every verdict
+that is not PASS names its row's root cause (`root_cause`: contracts.rootcause.RootCause as a dict,
+found or why not; `root_cause_stage`: the stage it was found on, an earlier one for a stage not
+attempted because of it), from the run's `root_cause` column (reports.rootcauses).
 
 A stage that passed in the baseline and is now skipped or not attempted is a FAIL: coverage was
 lost, and the detail says why. The exit code is non-zero when a regression (FAIL,
@@ -28,28 +31,39 @@ Usage::
 from __future__ import annotations
 
 import fnmatch
-import functools
 import re
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
-import yaml
 
+from contracts.rulefiles import Rules, cached_rules, resource
 from contracts.status import Verdict
-from reports import hidden_regressions
+from reports import hidden_regressions, rootcauses
 from reports.expectations import Rule, for_backend, load_expectations, load_flaky
 from reports.verdicts import verdict_of
 
 KEY = ["tier", "case_id", "stage"]
 
 
-@functools.cache
-def metric_rules() -> dict[str, dict[str, Any]]:
-    data = yaml.safe_load(resources.files("reports").joinpath("data/metrics.yaml").read_text())
-    return dict(data["metrics"])
+class MetricRule(Rules):
+    """How one metric is compared: which direction is better, and the smallest change reported."""
+
+    better: Literal["lower", "higher"] = "lower"
+    min_abs: float = 0.0
+    min_rel: float | None = None
+
+
+class MetricRules(Rules):
+    """reports/data/metrics.yaml."""
+
+    version: int
+    metrics: dict[str, MetricRule]
+
+
+def metric_rules() -> dict[str, MetricRule]:
+    return cached_rules(MetricRules, str(resource("reports", "data/metrics.yaml"))).metrics
 
 
 # ---------------------------------------------------------------------------------------- records
@@ -66,6 +80,8 @@ class CaseVerdict:
     detail: str = ""
     model_ids: list[str] = field(default_factory=list)
     blame: str | None = None  # the run's row blame (the baseline's for MISSING): reports.gate decides on it
+    root_cause: dict[str, Any] | None = None  # the run row's root-cause record (RootCause.to_dict())
+    root_cause_stage: str | None = None  # the stage that record is on
 
 
 @dataclass
@@ -81,7 +97,10 @@ class MetricDelta:
 
 
 @dataclass
-class Comparison:
+class RunComparison:
+    """A run against a baseline: a verdict per (tier, case, stage) and the metric changes. Not
+    harness.stages.compare.TensorComparison nor registry.replay.OpComparison (one tensor, one op call)."""
+
     run: str
     baseline: str
     verdicts: list[CaseVerdict]
@@ -133,7 +152,7 @@ class Comparison:
         }
 
 
-def _gate_summary(comparison: Comparison) -> dict[str, Any]:
+def _gate_summary(comparison: RunComparison) -> dict[str, Any]:
     from reports.gate import summary
 
     return summary(comparison, comparison.gate)
@@ -148,11 +167,11 @@ def _metric_deltas(merged: pd.DataFrame, time_rel: float | None) -> list[MetricD
         cur, base = f"{metric}_run", f"{metric}_base"
         if cur not in merged or base not in merged:
             continue
-        min_rel = time_rel if (metric == "seconds" and time_rel is not None) else rule.get("min_rel")
-        sign = -1.0 if rule.get("better", "lower") == "lower" else 1.0
+        min_rel = time_rel if (metric == "seconds" and time_rel is not None) else rule.min_rel
+        sign = -1.0 if rule.better == "lower" else 1.0
         c, b = merged[cur].astype("float64"), merged[base].astype("float64")
         delta = c - b
-        mask = c.notna() & b.notna() & (delta != 0) & (delta.abs() >= float(rule.get("min_abs", 0)))
+        mask = c.notna() & b.notna() & (delta != 0) & (delta.abs() >= rule.min_abs)
         if min_rel is not None:
             mask &= (b == 0) | (delta.abs() >= float(min_rel) * b.abs())
         hit = merged.loc[mask, KEY]
@@ -196,7 +215,7 @@ def compare_frames(
     time_threshold: float | None = None,
     gate: str = "backend",
     backend: str | None = None,
-) -> Comparison:
+) -> RunComparison:
     """Compare two results tables (reports.schema.RESULTS) of runs on `backend`; pure computation.
 
     Rules naming another backend do not apply (backend None: only rules for every backend).
@@ -243,7 +262,21 @@ def compare_frames(
             ids = _ids(ids_run[i] if st is not None else ids_base[i])
         verdicts.append(CaseVerdict(*key, verdict, st, bs, detail, ids or [], blames[i]))
     hidden_regressions.refine(merged, verdicts)
-    return Comparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold), gate=gate)
+    _name_root_causes(run, verdicts)
+    return RunComparison(run_name, baseline_name, verdicts, _metric_deltas(merged, time_threshold), gate=gate)
+
+
+def _name_root_causes(run: pd.DataFrame, verdicts: list[CaseVerdict]) -> None:
+    """Each verdict that is not PASS names the root cause of its row in the run, when there is one."""
+    records = rootcauses.case_records(run)
+    if not records:
+        return
+    for v in verdicts:
+        if v.verdict is Verdict.PASS or v.status is None:
+            continue
+        rc, stage = rootcauses.for_row(records, v.tier, v.case_id, v.stage, v.status)
+        if rc is not None:
+            v.root_cause, v.root_cause_stage = rc.to_dict(), stage
 
 
 def _row_blames(merged: pd.DataFrame) -> list[str | None]:
@@ -264,7 +297,7 @@ def run_backend(run_dir: str | Path) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
-def compare_runs(run_dir: str | Path, baseline_dir: str | Path, **kwargs: Any) -> Comparison:
+def compare_runs(run_dir: str | Path, baseline_dir: str | Path, **kwargs: Any) -> RunComparison:
     from reports.tables import read_results
 
     kwargs.setdefault("backend", run_backend(run_dir))

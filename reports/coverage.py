@@ -17,17 +17,15 @@ Usage::
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from typing import Any
 
 import pandas as pd
-import yaml
 
+from contracts.rulefiles import Rules, cached_rules, resource
 from contracts.status import MODEL_STAGES, STATUS_VALUES, UNFINISHED_VALUES, Blame, headline_status
 
 #: Keys of the blame splits: the Blame values, then "none" (a non-pass nobody is blamed for: not
@@ -45,8 +43,9 @@ def fmt_rate(n: float, d: float, weighted: bool = False) -> str:
     return f"{int(n)}/{int(d)} ({100.0 * n / d:.1f}%)" if d else f"{int(n)}/0 (n/a)"
 
 
-@dataclass(frozen=True)
-class Level:
+class Level(Rules):
+    """One coverage level (reports/data/levels.yaml): reached when every stage in it passed."""
+
     name: str
     title: str
     stages: tuple[str, ...]
@@ -54,19 +53,15 @@ class Level:
     from_fallbacks: str = ""  # stage derived from fallback counts when a tier does not record it
 
 
-@functools.cache
+class Levels(Rules):
+    """reports/data/levels.yaml."""
+
+    version: int
+    levels: tuple[Level, ...]
+
+
 def levels() -> tuple[Level, ...]:
-    data = yaml.safe_load(resources.files("reports").joinpath("data/levels.yaml").read_text())
-    return tuple(
-        Level(
-            d["name"],
-            d["title"],
-            tuple(d["stages"]),
-            frozenset(d.get("skipped_ok", ())),
-            d.get("from_fallbacks", ""),
-        )
-        for d in data["levels"]
-    )
+    return cached_rules(Levels, str(resource("reports", "data/levels.yaml"))).levels
 
 
 @dataclass

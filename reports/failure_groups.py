@@ -1,10 +1,12 @@
-"""Failures of a run grouped by probable root cause, into RUNDIR/failure_groups.json.
+"""Failures of a run grouped by root cause, into RUNDIR/failure_groups.json.
 
-Why: a nightly run with hundreds of failing cases is read cause by cause, not row by row. Every
-failing row (status fail, error, timeout, oom, crash; any tier) goes to agents.llm_groups.group_failures:
-the rules group equal (stage, error class, op, normalized message) and name a cause from
-agents/data/failure_causes.yaml; an LLM endpoint, when configured, may merge groups (closed list,
-validated). A problem with the LLM falls back to the rules and never stops the report.
+Why: a nightly run with hundreds of failing cases is read cause by cause, not row by row. Failing
+rows (status fail, error, timeout, oom, crash; any tier) localized to one op call come first, one
+group per root-cause op and phase (reports.rootcauses; `source: "root_cause"`, with `op`, `phase`
+and the repro). Every other failing row goes to agents.llm_groups.group_failures: the rules group
+equal (stage, error class, op, normalized message) and name a probable cause from
+agents/data/failure_causes.yaml; an LLM endpoint, when configured, may merge those groups (closed
+list, validated). A problem with the LLM falls back to the rules and never stops the report.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from contracts.status import FAILING_VALUES, UNFINISHED_VALUES, Status
+from reports import rootcauses
 
 #: statuses that carry no exception class of their own (the worker timed out, ran out of memory or died)
 _CLASSLESS = UNFINISHED_VALUES - {Status.ERROR.value}
@@ -31,12 +34,16 @@ class GroupRow:
     """One group as the report shows it."""
 
     group_id: str
-    root_cause: str
+    root_cause: str  # "<op> (<phase>)" for a localized root cause, else a failure_causes.yaml category
     summary: str
     count: int  # failing (case, stage) rows in the group
-    members: list[str]
+    members: list[str]  # case ids
     examples: list[str]
-    source: str  # rules | llm
+    source: str  # root_cause | rules | llm
+    op: str = ""  # source root_cause: the overload the rows were localized to
+    phase: str = ""  # ... and the phase (contracts.rootcause.PHASES)
+    repro: str = ""  # ... its repro file, when one was written
+    repro_verified: bool | None = None
 
 
 def _text(value: Any) -> str:
@@ -68,10 +75,40 @@ def failure_rows(results: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def compute_groups(results: pd.DataFrame, client=None) -> list[GroupRow]:
+def root_cause_rows(groups: list[rootcauses.RootCauseGroup]) -> list[GroupRow]:
+    """One group per root-cause op and phase, the most rows first."""
+    rows = [
+        GroupRow(
+            group_id="",
+            root_cause=g.key,
+            summary="; ".join(x for x in (g.largest_error, ", ".join(g.module_paths[:1])) if x)[:300],
+            count=g.rows,
+            members=list(g.cases),
+            examples=list(g.examples),
+            source="root_cause",
+            op=g.op,
+            phase=g.phase,
+            repro=g.repro,
+            repro_verified=g.repro_verified,
+        )
+        for g in groups
+    ]
+    rows.sort(key=lambda g: (-g.count, g.root_cause))
+    for n, g in enumerate(rows):
+        g.group_id = f"rc{n + 1}"
+    return rows
+
+
+def compute_groups(
+    results: pd.DataFrame, client=None, root_cause_groups: list[rootcauses.RootCauseGroup] | None = None
+) -> list[GroupRow]:
+    """Root-cause groups first, then the rest of the failing rows grouped by the rules (or the LLM)."""
     from agents.llm_groups import group_failures
 
-    groups = group_failures(failure_rows(results), client)
+    if root_cause_groups is None:
+        root_cause_groups = rootcauses.root_cause_groups(results)
+    rest = results[~rootcauses.found_mask(results)] if not results.empty else results
+    groups = group_failures(failure_rows(rest), client)
     rows = [
         GroupRow(
             g.group_id,
@@ -84,18 +121,29 @@ def compute_groups(results: pd.DataFrame, client=None) -> list[GroupRow]:
         )
         for g in groups
     ]
-    return sorted(rows, key=lambda g: (-g.count, g.root_cause, g.group_id))
+    return root_cause_rows(root_cause_groups) + sorted(
+        rows, key=lambda g: (-g.count, g.root_cause, g.group_id)
+    )
 
 
 def write_failure_groups(
-    run_dir: str | os.PathLike, results: pd.DataFrame, *, use_llm: bool = True
+    run_dir: str | os.PathLike,
+    results: pd.DataFrame,
+    *,
+    use_llm: bool = True,
+    root_cause_groups: list[rootcauses.RootCauseGroup] | None = None,
 ) -> dict[str, Any]:
-    """Group the run's failures (rules, or the LLM when configured) and write RUNDIR/failure_groups.json."""
+    """Group the run's failures (root causes, then the rules or the LLM when configured) and write
+    RUNDIR/failure_groups.json."""
     from agents.llm import run_with_llm
 
     run_dir = Path(run_dir)
+    if root_cause_groups is None:
+        root_cause_groups = rootcauses.root_cause_groups(results)
     groups, note, llm_used = run_with_llm(
-        run_dir, lambda client: compute_groups(results, client), enabled=use_llm and not results.empty
+        run_dir,
+        lambda client: compute_groups(results, client, root_cause_groups),
+        enabled=use_llm and not results.empty,
     )
     data = {
         "failures": sum(g.count for g in groups),

@@ -4,7 +4,8 @@
 new FAIL verdict whose row's blame is `backend`, or has no blame (a run written before blame
 existed, or a row nobody judged: not knowing whose it is must not let it through). New failures
 blamed on the harness are listed as the harness' own debt; upstream and environment ones are
-listed too. A FALLBACK_REGRESSION gates whatever the row's blame (a lost lowering is the device's). `--gate all` gates on every new failure, whoever's.
+listed too. A FALLBACK_REGRESSION gates whatever the row's blame (a lost lowering is the device's).
+`--gate all` gates on every new failure, whoever's.
 
     from reports.gate import gated, by_blame
     gated(comparison, "backend")   # the CaseVerdicts that make the exit code 1
@@ -75,6 +76,7 @@ def summary(comparison: Any, gate: str) -> dict[str, Any]:
                 "blame": _blame(v) or None,
                 "detail": v.detail,
                 "model_ids": list(v.model_ids),
+                "root_cause": getattr(v, "root_cause", None),
             }
             for v in vs
         ]

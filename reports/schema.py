@@ -113,6 +113,23 @@ RUNS = Table(
             pa.string(),
             "Version of the backend's lowering table, null if it has none.",
         ),
+        Column(
+            "backend_kind",
+            pa.string(),
+            "simulated, real, or unknown (the adapter's `simulated`), null when no worker resolved it.",
+        ),
+        Column(
+            "backend_versions",
+            pa.string(),
+            "JSON object {component: version} from the adapter's describe(): what was tested "
+            "(e.g. torchax, jax; the simulator's lowering table), null when unknown.",
+        ),
+        Column(
+            "backend_settings",
+            pa.string(),
+            "JSON object of the backend settings describe() reports (precision, fallback mode, "
+            "JAX's 64-bit mode, ...), null when unknown.",
+        ),
         Column("tiers", _LIST_STR, "Tiers the run covers (unit, representative, full)."),
         Column("shard", pa.string(), "Shard I/N of a CI matrix run, null when unsharded."),
         Column("host", pa.string(), "Machine the run ran on."),

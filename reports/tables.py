@@ -290,6 +290,13 @@ def git_commit(path: str | os.PathLike | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def _json_text(value: Any) -> str | None:
+    """A JSON object column: a dict is encoded, a string kept, nothing is null."""
+    if value is None or value == {}:
+        return None
+    return value if isinstance(value, str) else to_json(value)
+
+
 def _run_row(meta: dict[str, Any], run_id: str, results: list[dict[str, Any]]) -> dict[str, Any]:
     now = dt.datetime.now(dt.UTC)
     started, finished = _timestamp(meta.get("started_at")), _timestamp(meta.get("finished_at")) or now
@@ -313,6 +320,9 @@ def _run_row(meta: dict[str, Any], run_id: str, results: list[dict[str, Any]]) -
         "transformers_version": meta.get("transformers_version") or _version("transformers"),
         "backend": meta.get("backend"),
         "lowering_table_version": _text(meta.get("lowering_table_version")),
+        "backend_kind": _text(meta.get("backend_kind")),
+        "backend_versions": _json_text(meta.get("backend_versions")),
+        "backend_settings": _json_text(meta.get("backend_settings")),
         "tiers": [str(t) for t in tiers],
         "shard": _text(meta.get("shard")),
         "host": meta.get("host") or socket.gethostname(),

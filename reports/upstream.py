@@ -15,12 +15,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
+from contracts.rulefiles import Rules, cached_rules, resource
 from contracts.status import FAILING_VALUES as FAILING
 from contracts.status import Status, UpstreamSkip
 
@@ -30,13 +29,18 @@ SKIP_REASONS = tuple(r.value for r in UpstreamSkip)
 _BACKEND_REASONS = ("backend-unsupported", "no-native-lowering")
 #: skips that mean the CPU reference cannot (or may not) be compared: outside agreement's denominator
 _NOT_COMPARABLE = ("pytorch-applicability", "reference-error")
-#: dtype classes the agreement figures are split by (reports/data/dtype_classes.yaml)
-DTYPE_CLASSES: dict[str, tuple[str, ...]] = {
-    label: tuple(dtypes)
-    for label, dtypes in yaml.safe_load(
-        (Path(__file__).parent / "data" / "dtype_classes.yaml").read_text(encoding="utf-8")
-    ).items()
-}
+
+
+class DtypeClasses(Rules):
+    """reports/data/dtype_classes.yaml: label -> the dtypes of the class, in report order."""
+
+    version: int
+    classes: dict[str, tuple[str, ...]]
+
+
+def dtype_classes() -> dict[str, tuple[str, ...]]:
+    """The dtype classes the agreement figures are split by."""
+    return cached_rules(DtypeClasses, str(resource("reports", "data/dtype_classes.yaml"))).classes
 
 
 @dataclass
@@ -181,7 +185,7 @@ def summarize(results: pd.DataFrame) -> UpstreamSummary | None:
     fwd = up[up["stage"] == "forward"]
     agreement = [_agreement(fwd, None, "all")]
     agreement += [
-        _agreement(fwd, dts, label) for label, dts in DTYPE_CLASSES.items() if fwd["dtype"].isin(dts).any()
+        _agreement(fwd, dts, label) for label, dts in dtype_classes().items() if fwd["dtype"].isin(dts).any()
     ]
     per_dtype = [_agreement(fwd, (d,), d) for d in sorted(fwd["dtype"].dropna().unique())]
     return UpstreamSummary(

@@ -43,14 +43,16 @@ HARNESS_ALLOWED: dict[str, set[str]] = {
     "build": set(),  # spec -> tiny model and its inputs
     "stages": {"build"},  # the stages of one model check
     "blame": {"build", "stages"},  # whose failure: rules and the probes that re-run stages
+    "rootcause": {"build", "stages", "blame"},  # which call broke a backend-blamed row, and its repro
     "tiers": {
         "build",
         "stages",
         "blame",
+        "rootcause",
     },  # the built-in tiers (found by entry point, never imported by the engine)
     "engine": {"blame"},  # runner, workers, executors, journal, nightly: tiers only through contracts.tiers
     "recording": {"build", "engine"},  # the record tier that regenerates the registry
-    "cli": {"build", "stages", "blame", "tiers", "engine", "recording"},
+    "cli": {"build", "stages", "blame", "rootcause", "tiers", "engine", "recording"},
 }
 #: the only blame module the engine may use: the rules that blame a dead case by its reference re-run
 ENGINE_BLAME_MODULES = {"harness.blame.rules"}
@@ -153,7 +155,8 @@ def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 def test_the_walk_sees_deferred_imports_and_submodules(graph):
-    # harness.engine.runner imports the executors inside run_tier; registry.unit_tier imports contracts at the top
+    # harness.engine.runner imports the executors inside run_tier; registry.unit_tier imports contracts
+    # at the top
     assert "harness.engine.executors" in graph["harness.engine.runner"]
     assert "contracts.backends" in graph["registry.unit_tier"]
     assert (
@@ -240,7 +243,7 @@ def test_module_sizes_are_reported():
     long = sorted(((n, f) for f, n in sizes.items() if n > SIZE_SIGNAL), reverse=True)
     if long:
         warnings.warn(
-            "modules over %d lines: %s" % (SIZE_SIGNAL, ", ".join(f"{f} ({n})" for n, f in long)),
+            f"modules over {SIZE_SIGNAL} lines: " + ", ".join(f"{f} ({n})" for n, f in long),
             stacklevel=1,
         )
 

@@ -227,3 +227,131 @@ def test_the_after_startup_figure_takes_out_each_runs_own_worker_startup_only():
     assert got["median_seconds_listed"] == 45.0  # median of 30, 60
     assert got["median_seconds_ordered"] == 5.5  # median of 5, 6
     assert got["ordered_over_listed"] == round(5.5 / 45.0, 3)
+
+
+def _rc(op: str, verified: bool | None, seconds: float) -> dict:
+    return {
+        "found": True,
+        "op": op,
+        "phase": "forward",
+        "kind": "mismatch",
+        "route": "eager_shadow",
+        "seconds": seconds,
+        "repro": {"verified": verified, "why": "fails on neuron"},
+    }
+
+
+def test_root_causes_of_model_tier_detections_are_scored_against_the_planted_op(tmp_path):
+    plans = [{"tier": "representative", "limit": 4, "chunk": 1, "timeout": 900.0}]
+    clean, bad, other = tmp_path / "clean", tmp_path / "bad", tmp_path / "other"
+    passing = {c: [("forward", "pass"), ("numerics", "pass")] for c in ("m", "n", "k")}
+    _journal(clean, "representative", passing, 0)
+    rows = {
+        "m": [("forward", "pass"), ("numerics", "fail", {"root_cause": _rc("aten.gelu.default", True, 2.0)})],
+        "n": [("forward", "pass"), ("numerics", "fail", {"root_cause": _rc("aten.mm.default", False, 6.0)})],
+        "k": [
+            ("forward", "pass"),
+            ("numerics", "fail", {"root_cause": _rc("aten.gelu.default", False, 4.0)}),
+        ],
+    }
+    _journal(bad, "representative", rows, 100)
+    _timing(bad, {"representative": (100, 200)})
+    gelu = {
+        "name": "gelu-1pct",
+        "op": "aten.gelu.default",
+        "kind": "perturb",
+        "rel": 0.01,
+        "category": "numerics",
+    }
+    record = bd.analyse(gelu, bad, clean, plans, {})
+    rc = record["root_cause"]
+    assert (rc["rows"], rc["found"], rc["named"], rc["top1"], rc["rows_naming_planted"]) == (
+        3,
+        3,
+        "aten.gelu.default",
+        True,
+        2,
+    )
+    assert rc["verified"] is True and rc["row"] == {
+        "case_id": "m",
+        "stage": "numerics",
+    }  # the first row naming it
+    assert rc["seconds"] == [2.0, 6.0, 4.0]
+
+    # a fault on another op that the same rows blame on GELU: named wrong; a row without a record
+    _journal(other, "representative", {"m": rows["m"], "n": [("forward", "pass"), ("numerics", "fail")]}, 100)
+    _timing(other, {"representative": (100, 200)})
+    mm = {"name": "mm-1pct", "op": "aten.mm", "kind": "perturb", "rel": 0.01, "category": "numerics"}
+    wrong = bd.analyse(mm, other, clean, plans, {})
+    assert wrong["root_cause"]["top1"] is False and wrong["root_cause"]["found"] == 1
+    assert wrong["root_cause"]["not_found"] == [{"case_id": "n", "stage": "numerics", "why": "no record"}]
+    unit_only = bd.analyse({**gelu, "name": "unit-only"}, clean, clean, plans, {})
+    assert unit_only["root_cause"] is None  # no model-tier detection: not in the figure
+
+    figures = bd.summarize([record, wrong, unit_only], plans, [gelu, mm, {**gelu, "name": "unit-only"}])[
+        "root_causes"
+    ]
+    # the named root cause's repro counts, right op or not (both faults' first GELU row verified)
+    assert (figures["faults"], figures["top1"], figures["verified"], figures["rows"]) == (2, 1, 2, 5)
+    assert figures["top1_rate"] == 0.5 and figures["targets"]["top1_rate"]["met"] is False
+    assert figures["median_localization_seconds"] == 3.0  # over every localized row: 2, 2, 4, 6
+    assert figures["wrong"] == [{"name": "mm-1pct", "planted": "aten.mm", "named": "aten.gelu.default"}]
+    assert figures["not_verified"] == []
+    assert "`aten.gelu.default` (forward, eager_shadow) | verified |" in bd.markdown(
+        bd.summarize([record], plans, [gelu])
+    )
+
+
+def test_the_clean_runs_localization_cost_is_its_rows_with_a_record(tmp_path):
+    plans = [{"tier": "representative", "limit": 4, "chunk": 1, "timeout": 900.0}]
+    clean = tmp_path / "clean"
+    _journal(clean, "representative", {"m": [("forward", "pass")], "n": [("forward", "pass")]}, 0)
+    assert bd.clean_root_causes(clean, plans) == {
+        "rows": 0,
+        "seconds": 0.0,
+        "tiers": {"representative": {"rows": 0, "seconds": 0.0}},
+    }
+    _journal(
+        clean,
+        "representative",
+        {"m": [("numerics", "fail", {"root_cause": _rc("aten.mm.default", None, 1.5)})]},
+        0,
+    )
+    assert (
+        bd.clean_root_causes(clean, plans)["rows"] == 1
+        and bd.clean_root_causes(clean, plans)["seconds"] == 1.5
+    )
+
+
+@pytest.mark.slow
+def test_model_only_faults_pick_a_size_no_quick_unit_case_gives_an_op_that_computes(tmp_path):
+    """Faults for the model-only figure: on an op whose outputs depend on its inputs' values, for a
+    size of its first tensor argument that the models give it and none of the quick unit cases do
+    (whatever rank), so no quick unit case can meet the fault."""
+    from benchmarks.bug_detection_repros import _first_tensor, model_only_faults
+    from registry.schema import Entry, Provenance
+    from registry.store import Registry
+    from registry.unit_tier import cases
+
+    prov = [Provenance("m", "representative", "forward", "real", 1.0, 5)]
+    ops = [
+        Entry("aten.zeros_like.default", '{"a":[{"T":[3,777],"dt":"f32"}],"k":{}}', {}, [], prov),
+        Entry(
+            "aten.add.Tensor",
+            '{"a":[{"T":[3,777],"dt":"f32"},{"T":[3,777],"dt":"f32"}],"k":{}}',
+            {},
+            [],
+            prov,
+        ),
+    ]
+    (tmp_path / "model_only").mkdir()
+    Registry(ops).save(tmp_path / "model_only" / "model_ops.parquet")  # as `registry regenerate` writes it
+    (fault,) = model_only_faults(tmp_path, 5, None, 2000, {})
+    assert (
+        fault["op"] == "aten.add.Tensor" and fault["kind"] == "nan"
+    )  # zeros_like's values are not its input's
+    (cond,) = fault["when"]
+    assert cond["arg"] == "self" and cond["eq"] in (3, 777)
+    quick = [_first_tensor(c.payload["signature"]) for c in cases()[:2000] if c.payload["op"] == fault["op"]]
+    assert all(cond["eq"] != t["T"][cond["dim"]] for _, t in filter(None, quick) if len(t["T"]) > cond["dim"])
+    assert (tmp_path / "model_only" / "faults.yaml").exists()

@@ -1,4 +1,4 @@
-"""benchmarks/catalog_stages.py: the blame figure's arithmetic (issue 10)."""
+"""benchmarks/catalog_stages.py: the arithmetic of the pass shares by blame."""
 
 from benchmarks import catalog_stages as cs
 

@@ -1,4 +1,9 @@
-"""The README's quick start is what CI runs: the install step and the test command must agree."""
+"""The README is the front door: short, its quick start is what CI runs, and it speaks of the product.
+
+The install step and the test command of the quick start must be lines of `.ci/run`; the README
+stays short enough to read (measured figures live in docs/figures.md); the pages a newcomer reads
+first say what the product does, not how it was built (the history is in the commit log).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,14 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+MAX_README_LINES = 250
+#: the front-door pages, and wording that tells how the work was done instead of what the product does
+FRONT_DOOR = ("README.md", "docs/figures.md", "docs/architecture.md")
+HISTORY_WORDING = re.compile(
+    r"\bissues?\s+#?\d+|\b(?:first|second|third|fourth|fifth|next|last) round\b|\bsessions?\b"
+    r"|\bhelpers?\b|\bthe lead\b|\bwhen I\b",
+    re.IGNORECASE,
+)
 
 
 def _quick_start_commands() -> list[str]:
@@ -27,3 +40,24 @@ def test_ci_runs_the_readme_install_step_and_test_command():
     assert pip_step in ci.splitlines(), f"{pip_step!r} not a line of .ci/run"
     assert test in ci.splitlines(), f"{test!r} not a line of .ci/run"
     assert "harness nightly --quick" in install
+
+
+def test_readme_is_short():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines (at most {MAX_README_LINES})"
+
+
+def test_the_history_wording_check_finds_history():
+    assert HISTORY_WORDING.search("measured in issue 13, third round, by the inputs helper's run")
+    assert not HISTORY_WORDING.search("interleaved rounds of the steady-state steps; bf16 rounding")
+
+
+def test_front_door_pages_speak_of_the_product():
+    found = [
+        f"{name}:{i}: {m.group(0)!r}"
+        for name in FRONT_DOOR
+        for i, line in enumerate((ROOT / name).read_text().splitlines(), 1)
+        for m in [HISTORY_WORDING.search(line)]
+        if m
+    ]
+    assert found == [], "history wording (it belongs in commit messages):\n" + "\n".join(found)

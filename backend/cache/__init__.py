@@ -1,6 +1,6 @@
 """The NEFF compile cache: memory LRU -> local disk -> shared store -> compile.
 
-    cache = get_cache()                      # per process, follows NEURON_CACHE_DIR & co.
+    cache = get_cache()                      # per process, follows NEURON_CACHE_DIR & co. (backend.settings)
     exe = cache.get_or_compile(key, lambda: compile_partition(...))
     cache.counters.compiles, cache.stats()
 
@@ -23,7 +23,8 @@ from backend.cache.config import CacheConfig
 from backend.cache.counters import Counters, PersistentCounters
 from backend.cache.memory import MemoryLRU
 from backend.cache.store import ArtifactStore, DirectoryStore, open_store, register_store_scheme
-from backend.neff import Artifact, CorruptArtifactError, Executable, load_executable
+from backend.errors import CorruptArtifactError
+from backend.neff import Artifact, Executable, load_executable
 
 __all__ = [
     "ArtifactStore",
@@ -32,7 +33,6 @@ __all__ = [
     "DirectoryStore",
     "NeffCache",
     "get_cache",
-    "process_counters",
     "register_store_scheme",
 ]
 
@@ -111,7 +111,10 @@ class NeffCache:
                 self.shared.put(key, data)
                 self._count(bytes_written=len(data))
             except OSError as exc:
-                warnings.warn(f"neuron cache: could not publish {key[:12]} to {self.shared.location}: {exc}")
+                warnings.warn(
+                    f"neuron cache: could not publish {key[:12]} to {self.shared.location}: {exc}",
+                    stacklevel=2,
+                )
         return load_executable(artifact), len(data)
 
     def _verified(self, store: ArtifactStore, key: str) -> tuple[Executable, int, bytes] | None:
@@ -139,7 +142,9 @@ class NeffCache:
         try:
             got = self._verified(self.shared, key)
         except OSError as exc:
-            warnings.warn(f"neuron cache: shared store {self.shared.location} unreadable: {exc}")
+            warnings.warn(
+                f"neuron cache: shared store {self.shared.location} unreadable: {exc}", stacklevel=2
+            )
             return None
         if got is None:
             return None
@@ -190,14 +195,9 @@ class NeffCache:
         return removed
 
 
-_PROCESS_COUNTERS = Counters()
+_PROCESS_COUNTERS = Counters()  # this process's counts over every cache configuration it used
 _CACHE: NeffCache | None = None
 _CACHE_LOCK = threading.Lock()
-
-
-def process_counters() -> Counters:
-    """Counters of this process over every cache configuration it used."""
-    return _PROCESS_COUNTERS
 
 
 def get_cache() -> NeffCache:

@@ -44,9 +44,7 @@ from backend.faults.planting import (
     reset_hits,
 )
 from backend.faults.spec import (
-    ENV_VAR,
     KINDS,
-    LOG_ENV_VAR,
     Condition,
     Fault,
     load_suite,
@@ -57,9 +55,7 @@ from backend.faults.spec import (
 )
 
 __all__ = [
-    "ENV_VAR",
     "KINDS",
-    "LOG_ENV_VAR",
     "Condition",
     "Fault",
     "active",

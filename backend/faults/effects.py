@@ -19,10 +19,11 @@ from typing import Any
 
 import torch
 
+from backend import settings
 from backend.errors import NeuronFaultError
 from backend.faults import planting
 from backend.faults.planting import _context, _hits, _logged
-from backend.faults.spec import LOG_ENV_VAR, VALUE_KINDS, Fault
+from backend.faults.spec import VALUE_KINDS, Fault
 
 
 def _arg(info: Any, args: list, kwargs: dict, name: str) -> Any:
@@ -111,8 +112,8 @@ def _fired(f: Fault, op: str, compiled: bool) -> None:
     if key in _logged:
         return
     _logged.add(key)
-    path = os.environ.get(LOG_ENV_VAR)
-    if path:
+    path = settings.current().fault_log  # read when a fault first fires: a benchmark sets it per run
+    if path is not None:
         line = (
             json.dumps(
                 {

@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
+from backend import settings
 from backend.errors import FaultFileError
-from backend.faults.spec import ENV_VAR, Fault, parse_fault, read_faults
+from backend.faults.spec import Fault, parse_fault, read_faults
 
 _lock = threading.Lock()
 _faults: tuple[Fault, ...] = ()
@@ -117,8 +118,8 @@ def reset_hits() -> None:
 
 def load_from_env() -> None:
     """``NEURON_FAULTS=path`` (on import): a malformed file raises FaultFileError naming the entry."""
-    path = os.environ.get(ENV_VAR, "").strip()
-    if path:
+    path = settings.current().faults
+    if path is not None:
         load(path)
 
 

@@ -1,7 +1,9 @@
 """What a fault is and how a fault file is read: the `Fault` record and its validation.
 
-Every malformed entry raises `backend.errors.FaultFileError` naming the source and the entry (its
-name, else its position), so a typo never silently plants nothing.
+A file is read into typed entries (`FaultEntry`: unknown keys and wrong types are errors), then
+checked for what a type cannot say (the op exists, a key applies to the kind). Every malformed
+entry raises `backend.errors.FaultFileError` naming the source and the entry (its name, else its
+position) and the key, so a typo never silently plants nothing.
 """
 
 from __future__ import annotations
@@ -11,15 +13,14 @@ import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
-import yaml
+from pydantic import AfterValidator
 
+from backend.data_files import DataModel, read_data, validate
 from backend.errors import FaultFileError
 
-ENV_VAR = "NEURON_FAULTS"
-LOG_ENV_VAR = "NEURON_FAULT_LOG"
 SUITE_RESOURCE = "suite.yaml"
 KINDS = ("perturb", "nan", "substitute", "raise", "hang", "crash", "fallback")
 VALUE_KINDS = ("perturb", "nan")
@@ -27,25 +28,6 @@ SCOPES = ("both", "eager", "compiled")
 #: a crash dies of one of these (not SIGKILL: the runner reads an unsent SIGKILL as the OOM killer)
 SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE")
 CONDITIONS = ("eq", "min", "max", "multiple_of", "not_multiple_of")
-_KEYS = {
-    "name",
-    "op",
-    "kind",
-    "scope",
-    "dtypes",
-    "when",
-    "output",
-    "input",
-    "index",
-    "rel",
-    "pattern",
-    "kwargs",
-    "message",
-    "seconds",
-    "signal",
-    "category",
-    "description",
-}
 #: PyTorch routes these ops of an out-of-tree device to other overloads: a fault on the first
 #: also arms the second (eager sees convolution_overrideable, a compiled graph sees convolution).
 _ROUTED = {
@@ -222,57 +204,101 @@ def _arg_names(overloads: list[Any]) -> set[str]:
     return {a.name for o in overloads for a in o._schema.arguments}
 
 
-def _number(src: str, entry: str, key: str, value: Any, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise FaultFileError(src, entry, f"{key} must be a number, got {value!r}")
+class ConditionEntry(DataModel):
+    """A ``when:`` item of a fault file: ``{arg, rank}`` or ``{arg, dim, <one test>}``."""
+
+    arg: str
+    dim: int | None = None
+    rank: int | None = None
+    eq: int | None = None
+    min: int | None = None
+    max: int | None = None
+    multiple_of: int | None = None
+    not_multiple_of: int | None = None
+
+
+def _at(value: Any) -> Any:
+    if value in ("first", "last") or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValueError("at is first, last or an integer")
+
+
+class IndexEntry(DataModel):
+    """``index: {dim: D, at: first|last|N}``: the slice a value fault corrupts."""
+
+    dim: int
+    at: Annotated[Any, AfterValidator(_at)]
+
+
+class FaultEntry(DataModel):
+    """One fault as written in a fault file (see `Fault` for the meaning of each key); the rules
+    a type cannot say (the op exists, a key applies to the kind) are checked by `parse_fault`."""
+
+    name: str
+    op: str
+    kind: str
+    scope: str = "both"
+    dtypes: list[str] | None = None
+    when: list[ConditionEntry] | None = None
+    output: int | None = None
+    input: str | None = None
+    index: IndexEntry | None = None
+    rel: float | None = None
+    pattern: str | None = None
+    kwargs: dict[str, Any] | None = None
+    message: str | None = None
+    seconds: float | None = None
+    signal: str | None = None
+    category: str | None = None
+    description: str | None = None
+
+
+class FaultDocument(DataModel):
+    """A fault file's top level (``faults:`` is validated entry by entry, to name each by its name)."""
+
+    version: int | None = None
+    description: str | None = None
+    faults: list[Any]
+
+
+def _number(src: str, entry: str, key: str, value: float, positive: bool = False) -> float:
+    if not math.isfinite(value):
+        raise FaultFileError(src, entry, f"{key} must be a finite number, got {value!r}")
     if positive and value <= 0:
         raise FaultFileError(src, entry, f"{key} must be > 0, got {value!r}")
     return float(value)
 
 
-def _int(src: str, entry: str, key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise FaultFileError(src, entry, f"{key} must be an integer, got {value!r}")
-    return value
-
-
-def _conditions(src: str, entry: str, raw: Any, args: set[str]) -> tuple[Condition, ...]:
-    if not isinstance(raw, list):
-        raise FaultFileError(
-            src, entry, "when must be a list of {arg, dim, min|max|eq|multiple_of} or {arg, rank}"
-        )
+def _conditions(src: str, entry: str, raw: list[ConditionEntry], args: set[str]) -> tuple[Condition, ...]:
     out = []
     for i, c in enumerate(raw):
         where = f"when[{i}]"
-        if not isinstance(c, dict) or "arg" not in c:
-            raise FaultFileError(src, entry, f"{where}: expected a mapping with 'arg', got {c!r}")
-        if c["arg"] not in args:
+        if c.arg not in args:
             raise FaultFileError(
                 src,
                 entry,
-                f"{where}: the op has no argument {c['arg']!r} (it has: {', '.join(sorted(args))})",
+                f"{where}: the op has no argument {c.arg!r} (it has: {', '.join(sorted(args))})",
             )
-        tests = [k for k in c if k in CONDITIONS or k == "rank"]
-        unknown = set(c) - {"arg", "dim", "rank", *CONDITIONS}
-        if unknown or len(tests) != 1:
+        tests = [k for k in ("rank", *CONDITIONS) if getattr(c, k) is not None]
+        if len(tests) != 1:
             raise FaultFileError(
                 src,
                 entry,
                 f"{where}: give exactly one of rank, {', '.join(CONDITIONS)} "
-                f"(and 'dim' with the latter); got keys {sorted(c)}",
+                f"(and 'dim' with the latter); got keys {sorted(c.model_fields_set)}",
             )
         test = tests[0]
-        value = _int(src, entry, f"{where}.{test}", c[test])
+        value = getattr(c, test)
         if test in ("multiple_of", "not_multiple_of") and value <= 0:
             raise FaultFileError(src, entry, f"{where}.{test} must be > 0")
         if test == "rank":
-            if "dim" in c:
+            if c.dim is not None:
                 raise FaultFileError(src, entry, f"{where}: 'rank' takes no 'dim'")
-            out.append(Condition(c["arg"], None, "eq", value))
+            out.append(Condition(c.arg, None, "eq", value))
         else:
-            if "dim" not in c:
+            if c.dim is None:
                 raise FaultFileError(src, entry, f"{where}: {test} needs a 'dim'")
-            out.append(Condition(c["arg"], _int(src, entry, f"{where}.dim", c["dim"]), test, value))
+            out.append(Condition(c.arg, c.dim, test, value))
     return tuple(out)
 
 
@@ -288,49 +314,46 @@ def parse_fault(raw: Any, source: str = "<faults>", position: int = 0) -> Fault:
         entry = raw["name"]
     else:
         raise FaultFileError(src, entry, "missing 'name' (a unique, non-empty string)")
-    unknown = sorted(set(raw) - _KEYS)
-    if unknown:
-        raise FaultFileError(src, entry, f"unknown key {unknown[0]!r} (known: {', '.join(sorted(_KEYS))})")
-    kind = raw.get("kind")
+    f = validate(FaultEntry, raw, src, FaultFileError, entry=entry)
+    given = f.model_fields_set
+    kind = f.kind
     if kind not in KINDS:
         raise FaultFileError(src, entry, f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    overloads, ops = _resolve_op(src, entry, raw.get("op"))
+    overloads, ops = _resolve_op(src, entry, f.op)
     args = _arg_names(ops)
-    kw: dict[str, Any] = {"name": entry, "op": raw["op"], "kind": kind, "overloads": overloads}
-    scope = raw.get("scope", "both")
-    if scope not in SCOPES:
-        raise FaultFileError(src, entry, f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
-    kw["scope"] = scope
-    if "dtypes" in raw:
-        names = raw["dtypes"]
+    kw: dict[str, Any] = {"name": entry, "op": f.op, "kind": kind, "overloads": overloads}
+    if f.scope not in SCOPES:
+        raise FaultFileError(src, entry, f"scope must be one of {', '.join(SCOPES)}, got {f.scope!r}")
+    kw["scope"] = f.scope
+    if f.dtypes is not None:
         known = _dtype_names()
-        if not isinstance(names, list) or not names or any(n not in known for n in names):
+        if not f.dtypes or any(n not in known for n in f.dtypes):
             raise FaultFileError(
                 src,
                 entry,
-                f"dtypes must be a non-empty list of dtype names (e.g. float32, bfloat16), got {names!r}",
+                f"dtypes must be a non-empty list of dtype names (e.g. float32, bfloat16), got {f.dtypes!r}",
             )
-        kw["dtypes"] = frozenset(known[n] for n in names)
-    if "when" in raw:
-        kw["when"] = _conditions(src, entry, raw["when"], args)
-    value_keys = [k for k in ("output", "input", "index") if k in raw]
+        kw["dtypes"] = frozenset(known[n] for n in f.dtypes)
+    if f.when is not None:
+        kw["when"] = _conditions(src, entry, f.when, args)
+    value_keys = [k for k in ("output", "input", "index") if k in given]
     if value_keys and kind not in VALUE_KINDS:
         raise FaultFileError(
             src, entry, f"{value_keys[0]!r} only applies to the kinds {', '.join(VALUE_KINDS)}"
         )
-    if "output" in raw and "input" in raw:
+    if f.output is not None and f.input is not None:
         raise FaultFileError(src, entry, "give 'output' or 'input', not both")
-    if "output" in raw:
-        kw["output"] = _int(src, entry, "output", raw["output"])
-        if kw["output"] < 0 or all(kw["output"] >= len(o._schema.returns) for o in ops):
+    if f.output is not None:
+        if f.output < 0 or all(f.output >= len(o._schema.returns) for o in ops):
             raise FaultFileError(
                 src,
                 entry,
-                f"output {raw['output']} does not exist (the op returns "
+                f"output {f.output} does not exist (the op returns "
                 f"{max(len(o._schema.returns) for o in ops)})",
             )
-    if "input" in raw:
-        name = raw["input"]
+        kw["output"] = f.output
+    if f.input is not None:
+        name = f.input
         if name not in args:
             raise FaultFileError(
                 src, entry, f"input {name!r} is not an argument of the op (it has: {', '.join(sorted(args))})"
@@ -342,73 +365,57 @@ def parse_fault(raw: Any, source: str = "<faults>", position: int = 0) -> Fault:
         ):
             raise FaultFileError(src, entry, f"input {name!r} is written by the op; fault its output instead")
         kw["input"] = name
-    if "index" in raw:
-        idx = raw["index"]
-        if not isinstance(idx, dict) or set(idx) != {"dim", "at"}:
-            raise FaultFileError(src, entry, "index must be {dim: D, at: first|last|N}")
-        at = idx["at"]
-        if at not in ("first", "last") and (isinstance(at, bool) or not isinstance(at, int)):
-            raise FaultFileError(src, entry, f"index.at must be first, last or an integer, got {at!r}")
-        kw["index"] = (_int(src, entry, "index.dim", idx["dim"]), at)
+    if f.index is not None:
+        kw["index"] = (f.index.dim, f.index.at)
     if kind == "perturb":
-        if "rel" not in raw:
+        if f.rel is None:
             raise FaultFileError(src, entry, "perturb needs 'rel' (the relative error, e.g. 0.01 for 1%)")
-        kw["rel"] = _number(src, entry, "rel", raw["rel"], positive=True)
-        kw["pattern"] = raw.get("pattern", "signs")
+        kw["rel"] = _number(src, entry, "rel", f.rel, positive=True)
+        kw["pattern"] = f.pattern or "signs"
         if kw["pattern"] not in ("signs", "scale"):
             raise FaultFileError(src, entry, f"pattern must be signs or scale, got {kw['pattern']!r}")
-    elif "rel" in raw or "pattern" in raw:
+    elif "rel" in given or "pattern" in given:
         raise FaultFileError(src, entry, "'rel'/'pattern' only apply to kind perturb")
     if kind == "substitute":
-        subs = raw.get("kwargs")
-        if not isinstance(subs, dict) or not subs:
+        if not f.kwargs:
             raise FaultFileError(
                 src, entry, "substitute needs 'kwargs': argument name -> the value used instead"
             )
-        bad = [k for k in subs if k not in args]
+        bad = [k for k in f.kwargs if k not in args]
         if bad:
             raise FaultFileError(
                 src, entry, f"kwargs: the op has no argument {bad[0]!r} (it has: {', '.join(sorted(args))})"
             )
-        kw["kwargs"] = dict(subs)
-    elif "kwargs" in raw:
+        kw["kwargs"] = dict(f.kwargs)
+    elif "kwargs" in given:
         raise FaultFileError(src, entry, "'kwargs' only applies to kind substitute")
-    if "message" in raw:
-        if kind != "raise" or not isinstance(raw["message"], str):
+    if "message" in given:
+        if kind != "raise" or f.message is None:
             raise FaultFileError(src, entry, "'message' is a string and only applies to kind raise")
-        kw["message"] = raw["message"]
-    if "seconds" in raw:
+        kw["message"] = f.message
+    if "seconds" in given:
         if kind != "hang":
             raise FaultFileError(src, entry, "'seconds' only applies to kind hang")
-        kw["seconds"] = (
-            None if raw["seconds"] is None else _number(src, entry, "seconds", raw["seconds"], True)
-        )
-    if "signal" in raw:
-        if kind != "crash" or raw["signal"] not in SIGNALS:
+        kw["seconds"] = None if f.seconds is None else _number(src, entry, "seconds", f.seconds, True)
+    if "signal" in given:
+        if kind != "crash" or f.signal not in SIGNALS:
             raise FaultFileError(
                 src, entry, f"'signal' applies to kind crash and is one of {', '.join(SIGNALS)}"
             )
-        kw["signal"] = raw["signal"]
+        kw["signal"] = f.signal
     for key in ("category", "description"):
-        if key in raw:
-            if not isinstance(raw[key], str):
-                raise FaultFileError(src, entry, f"{key} must be a string")
-            kw[key] = raw[key]
+        if getattr(f, key) is not None:
+            kw[key] = getattr(f, key)
     return Fault(**kw)
 
 
 def parse_faults(data: Any, source: str = "<faults>") -> list[Fault]:
     """A whole document: ``{version, faults: [...]}`` or a bare list. Names must be unique."""
     if isinstance(data, dict):
-        unknown = sorted(set(data) - {"version", "faults", "description"})
-        if unknown:
-            raise FaultFileError(
-                source, unknown[0], "unknown top-level key (known: version, faults, description)"
-            )
-        entries = data.get("faults")
-    else:
+        entries = validate(FaultDocument, data, source, FaultFileError).faults
+    elif isinstance(data, list):
         entries = data
-    if not isinstance(entries, list):
+    else:
         raise FaultFileError(source, "<top level>", "expected a list of faults (or a mapping with 'faults:')")
     out, seen = [], set()
     for i, raw in enumerate(entries):
@@ -422,19 +429,8 @@ def parse_faults(data: Any, source: str = "<faults>") -> list[Fault]:
 
 def read_faults(path: str | os.PathLike) -> list[Fault]:
     """Parse a fault file (YAML or JSON) without planting it."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FaultFileError(str(p), "<file>", f"cannot read: {exc.strerror or exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise FaultFileError(
-            str(p), f"line {mark.line + 1}" if mark else "<file>", f"not valid YAML: {exc}"
-        ) from exc
-    return parse_faults(data, str(p))
+    data, source = read_data(path, FaultFileError)
+    return parse_faults(data, source)
 
 
 def suite_path() -> Path:

@@ -17,8 +17,8 @@ the others waiting) and publishes ``BUILT`` only when the module is complete.
 
 Whenever it cannot be used the device runs on the pure-Python path and the reason is logged
 (``backend.native`` logger, once per process) and kept in :func:`status` (``harness doctor``):
-no compiler, no ninja or no Python headers, a failed build (kept in ``FAILED`` with the toolchain it used, so the
-same toolchain is not retried every run; delete it, or change compiler, to retry), a cached
+no compiler, no ninja or no Python headers, a failed build (kept in ``FAILED`` with the toolchain
+it used, so the same toolchain is not retried every run; delete it, or change compiler, to retry), a cached
 build that no longer loads (it is rebuilt), an unwritable cache directory.
 ``NEURON_NATIVE=0`` turns it off on purpose (e.g. to compare the two paths).
 """
@@ -41,12 +41,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-ENV_VAR = "NEURON_NATIVE"
+from backend import settings
+from backend.errors import Unavailable
+
+ENV_VAR = settings.Settings.native.name
 _UNITY = (
     "neuron_native.cpp"  # includes the other csrc/ files (one translation unit: torch headers parse once)
 )
-#: -ftree-vectorize: GCC 12 does not vectorize loops at -O2 (clang does); the bf16 rounding pass
-#: over a 4,096-float tensor takes 0.9 us vectorized against 3.1 us scalar, once per rounded input
+#: -ftree-vectorize: GCC 12 does not vectorize loops at -O2 (clang does), and the bf16 rounding
+#: pass, run once per rounded input, is several times faster vectorized
 _CFLAGS = ("-O2", "-ftree-vectorize", "-fvisibility=hidden")
 _HERE = Path(__file__).resolve().parent
 _LOCK_WAIT_SECONDS = 1800.0  # waiting for another process's build; then run on the Python path
@@ -63,12 +66,8 @@ _status: dict = {
 }
 
 
-class Unavailable(Exception):
-    """The extension cannot be used in this process; the message says why."""
-
-
 def enabled_by_env() -> bool:
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "off", "false", "no")
+    return settings.current().native
 
 
 def _name() -> str:
@@ -86,7 +85,7 @@ def build_dir(name: str | None = None) -> Path:
     from torch.utils.cpp_extension import get_default_build_root
 
     name = name or _name()
-    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    root = settings.current().torch_extensions_dir
     if not root:
         tag = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_cpu"
         root = os.path.join(get_default_build_root(), tag)
@@ -126,14 +125,14 @@ def _ninja_dirs() -> list[str]:
 
 
 def _search_path() -> str:
-    path = os.environ.get("PATH", "")
+    path = settings.current().path
     return os.pathsep.join(_ninja_dirs() + ([path] if path else []))
 
 
 def toolchain() -> dict:
     """The compiler and ninja the build would use (torch's rule: ``$CXX``, else ``c++``), with a
     fingerprint (resolved path, size, mtime) that tells a new toolchain from the one that failed."""
-    cxx = os.environ.get("CXX", "c++")
+    cxx = settings.current().cxx
     found = {"cxx": shutil.which(cxx), "ninja": shutil.which("ninja", path=_search_path())}
     python_h = Path(sysconfig.get_paths()["include"]) / "Python.h"
     parts = [f"python:{python_h}:{python_h.is_file()}"]
@@ -171,7 +170,7 @@ def _build_lock(directory: Path, wait_seconds: float = _LOCK_WAIT_SECONDS) -> It
                 if time.monotonic() > deadline:
                     raise Unavailable(
                         f"waited {wait_seconds:.0f} s for another process's build in {directory}"
-                    )
+                    ) from None
                 time.sleep(0.2)
         try:
             yield
@@ -205,16 +204,15 @@ def _compile(name: str, directory: Path, tools: dict) -> ModuleType:
     from torch.utils import cpp_extension
 
     print(f"neuron: building the native fast path in {directory} (once; about a minute)...", file=sys.stderr)
-    path = os.environ.get("PATH", "")
-    os.environ["PATH"] = _search_path()
     try:
-        module = cpp_extension.load(
-            name=name,
-            sources=[str(_HERE / "csrc" / _UNITY)],
-            extra_cflags=list(_CFLAGS),
-            build_directory=str(directory),
-            verbose=False,
-        )
+        with settings.path_prepended(_ninja_dirs()):  # torch finds ninja and the compiler on PATH
+            module = cpp_extension.load(
+                name=name,
+                sources=[str(_HERE / "csrc" / _UNITY)],
+                extra_cflags=list(_CFLAGS),
+                build_directory=str(directory),
+                verbose=False,
+            )
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
         record = {
@@ -226,8 +224,6 @@ def _compile(name: str, directory: Path, tools: dict) -> ModuleType:
         (directory / "FAILED").write_text(json.dumps(record, indent=1))
         first = text.strip().splitlines()
         raise Unavailable(f"build failed: {first[0][:300] if first else type(exc).__name__}") from exc
-    finally:
-        os.environ["PATH"] = path
     with contextlib.suppress(FileNotFoundError):
         (directory / "FAILED").unlink()
     tmp = directory / f"BUILT.{os.getpid()}"
@@ -297,7 +293,7 @@ def load() -> ModuleType | None:
             return _module
         _status["enabled"] = enabled_by_env()
         if not _status["enabled"]:
-            _status["reason"] = f"{ENV_VAR}={os.environ.get(ENV_VAR)}"
+            _status["reason"] = f"{ENV_VAR}={settings.current().raw(ENV_VAR)}"
             return None
         try:
             module = _obtain()

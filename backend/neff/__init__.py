@@ -13,9 +13,7 @@ process can load one and run it on host payloads without recompiling.
 from backend.neff.compiler import CompilerFlags, compile_partition, compile_seconds, cost_scale
 from backend.neff.format import (
     Artifact,
-    CorruptArtifactError,
     TensorSpec,
-    UnsupportedGraphError,
     cache_key,
     serialize_graph,
 )
@@ -24,10 +22,8 @@ from backend.neff.runtime import Executable, load_executable
 __all__ = [
     "Artifact",
     "CompilerFlags",
-    "CorruptArtifactError",
     "Executable",
     "TensorSpec",
-    "UnsupportedGraphError",
     "cache_key",
     "compile_partition",
     "compile_seconds",

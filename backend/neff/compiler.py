@@ -12,34 +12,24 @@ real out-of-process compiler would, without burning the shared CPU.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass
 
 import torch.fx
 
+from backend import settings
+from backend.errors import CompileError
 from backend.neff import inductor, precision
 from backend.neff.format import Artifact, TensorSpec, cache_key, graph_ops, serialize_graph
 
 COMPILER_VERSION = "neuron-sim-cc/1"
 BASE_SECONDS = 0.005
 PER_OP_SECONDS = 0.0005
-_SCALE_ENV = "NEURON_COMPILE_COST_SCALE"
-
-
-class CompileError(RuntimeError):
-    """The compiler rejected a partition (an injected failure or an inexpressible graph)."""
 
 
 def cost_scale() -> float:
-    raw = os.environ.get(_SCALE_ENV, "1.0")
-    try:
-        scale = float(raw)
-    except ValueError:
-        raise ValueError(f"{_SCALE_ENV}={raw!r} is not a number") from None
-    if scale < 0:
-        raise ValueError(f"{_SCALE_ENV}={raw!r} must be >= 0")
-    return scale
+    """NEURON_COMPILE_COST_SCALE, read on every compile (benchmarks change it between runs)."""
+    return settings.current().compile_cost_scale
 
 
 def compile_seconds(n_ops: int, scale: float | None = None) -> float:
@@ -59,7 +49,8 @@ class CompilerFlags:
         return cls(precision=precision.current_mode(), compiler=inductor.compiler_name())
 
     def to_json(self) -> dict[str, str]:
-        """The flags as stored and keyed; the interpreter's omit `compiler` (keys of old caches stay valid)."""
+        """The flags as stored and keyed; the interpreter's omit `compiler` (so the keys of caches
+        written before the flag existed stay valid)."""
         d = asdict(self)
         if d["compiler"] == "interpreter":
             del d["compiler"]
@@ -84,7 +75,7 @@ def compile_partition(
 ) -> Artifact:
     """Compile one partition: pay the simulated cost, return the self-describing artifact."""
     key, doc = planned or plan(gm, inputs, table_version, flags)
-    if os.environ.get("NEURON_COMPILE_INJECT_FAILURE"):  # test hook: the compiler crashes
+    if settings.current().compile_inject_failure:  # test hook: the compiler crashes
         raise CompileError(f"neuron compiler failed on partition {key[:12]} (injected failure)")
     n_ops = len(graph_ops(doc))
     seconds = compile_seconds(n_ops)

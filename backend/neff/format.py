@@ -5,7 +5,8 @@ must never execute anything but aten ops. Targets are written as ``aten.addmm.de
 resolved back through ``torch.ops`` only (plus ``operator.getitem``); anything else is refused.
 
 On disk an artifact is ``SIMNEFF <format> sha256=<hex> size=<n>\\n`` followed by the JSON body;
-a wrong size or checksum raises :class:`CorruptArtifactError` (the cache removes and recompiles).
+a wrong size or checksum raises :class:`~backend.errors.CorruptArtifactError` (the cache removes
+and recompiles).
 """
 
 from __future__ import annotations
@@ -22,20 +23,14 @@ from typing import Any
 import torch
 import torch.fx
 
+from backend.errors import CorruptArtifactError, UnsupportedGraphError
+
 FORMAT = "simneff"
 FORMAT_VERSION = 1
 _MAGIC = b"SIMNEFF"
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: op namespaces an artifact may call; a loaded artifact can never reach arbitrary Python.
 ALLOWED_NAMESPACES = ("aten", "prims")
-
-
-class CorruptArtifactError(ValueError):
-    """An artifact whose envelope, checksum or body does not verify: never run it."""
-
-
-class UnsupportedGraphError(ValueError):
-    """A graph the compiler cannot express (non-aten call, symbolic shape, unknown argument)."""
 
 
 @dataclass(frozen=True)

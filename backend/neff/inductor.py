@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
+from backend import settings
 from backend.neff.format import TensorSpec, parse_dtype
 
-ENV_VAR = "NEURON_COMPILER"
-COMPILERS = ("interpreter", "inductor")
-DEFAULT = "interpreter"
+ENV_VAR = settings.Settings.compiler.name
+COMPILERS = settings.COMPILERS
 #: Inductor options every partition is compiled with (what makes its code honour the device rule)
 OPTIONS = {"emulate_precision_casts": True}
 
@@ -39,11 +39,8 @@ _pool_lock = threading.Lock()
 
 
 def compiler_name() -> str:
-    """The compiler `NEURON_COMPILER` selects (``interpreter`` when unset)."""
-    name = os.environ.get(ENV_VAR, "").strip().lower() or DEFAULT
-    if name not in COMPILERS:
-        raise ValueError(f"{ENV_VAR}={name!r}: use one of {COMPILERS}")
-    return name
+    """The compiler `NEURON_COMPILER` selects (``interpreter`` when unset), read on every call."""
+    return settings.current().compiler
 
 
 def _example(spec: TensorSpec) -> torch.Tensor:

@@ -10,7 +10,7 @@ declined node, so every path between two nodes of one level runs through support
 level only: each group can be fused into one partition without a cycle (torch.fx's
 `fuse_by_partitions` then builds the submodules). That takes one pass over the graph, where
 torch.fx's `CapabilityBasedPartitioner` merges pairwise with a cycle search per merge - quadratic,
-seconds per graph on a MoE training step (issue 13). The partitions are as few as the declined
+seconds per graph on a MoE training step. The partitions are as few as the declined
 nodes allow along their longest chain: one when every node is supported.
 """
 
@@ -20,26 +20,33 @@ import functools
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Protocol
 
 import torch
 import torch.fx
-import yaml
+from pydantic import Field
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
-from backend.neff.format import UnsupportedGraphError, _encode, target_name
+from backend.data_files import DataModel, bundled, load_data
+from backend.errors import UnsupportedGraphError
+from backend.neff.format import _encode, target_name
 
 PARTITION_PREFIX = "neff_"
 VIEW_REFERENCE = "aten.as_strided.default"
 
 
+class CompilerLowerings(DataModel):
+    """``compiler_lowerings.yaml``: graph-level op packet -> the table op whose dtype rule applies."""
+
+    equivalents: dict[str, str] = Field(default_factory=dict)
+
+
 @functools.cache
 def compiler_equivalents() -> dict[str, str]:
-    """`compiler_lowerings.yaml`: graph-level op packet -> the table op whose dtype rule applies."""
-    text = resources.files("backend.neff").joinpath("compiler_lowerings.yaml").read_text(encoding="utf-8")
-    return {str(k): str(v) for k, v in (yaml.safe_load(text).get("equivalents") or {}).items()}
+    """`compiler_lowerings.yaml` (read once): graph-level op packet -> the table op whose dtype
+    rule applies."""
+    return dict(load_data(CompilerLowerings, bundled("backend.neff", "compiler_lowerings.yaml")).equivalents)
 
 
 def is_view_op(target: Any) -> bool:

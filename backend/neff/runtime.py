@@ -15,12 +15,12 @@ from typing import Any
 import torch
 import torch.fx
 
+from backend.errors import CorruptArtifactError
 from backend.neff import precision
 from backend.neff.format import (
     _NAME_RE,
     ALLOWED_NAMESPACES,
     Artifact,
-    CorruptArtifactError,
     decode_tensor,
     parse_dtype,
 )

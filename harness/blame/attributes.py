@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from agents.quiet import quiet_transformers
 from harness.blame import rules as rules_mod
-from harness.build.quiet import quiet_transformers
 
 _CONFIG_ATTRIBUTE = re.compile(r"'(\w+Config)' object has no attribute '(\w+)'")
 
@@ -72,11 +72,13 @@ def probe_config_unset(text: str, default: Callable[[], Any]) -> dict[str, Any]:
     the harness kept the default's value, and the default cannot run that code whatever the inputs
     (Step-3.7 builds a sliding-window mask whatever its layer types; its default window is None).
     {} when the message is not of that form."""
-    rule = next((r for r in _unset_rules() if re.search(r["pattern"], text or "")), None)
+    rule = next(
+        (r for r in rules_mod.rules().unset_config_patterns if re.search(r.pattern, text or "")), None
+    )
     if rule is None:
         return {}
-    attribute = rule.get("field") or re.search(rule["pattern"], text or "").group(1)
-    parent = rule.get("in")  # a key of this dict field: left out of it is unset too
+    attribute = rule.field or re.search(rule.pattern, text or "").group(1)
+    parent = rule.in_ or None  # a key of this dict field: left out of it is unset too
     out: dict[str, Any] = {"attribute": attribute}
     try:
         with quiet_transformers(), deadline():
@@ -113,11 +115,11 @@ def probe_config_overflow(text: str, default: Callable[[], Any]) -> dict[str, An
     not of that form."""
     import torch
 
-    settings = rules_mod.rules().get("overflow_config") or {}
-    match = next((m for p in settings.get("patterns") or () if (m := re.search(p, text or ""))), None)
+    settings = rules_mod.rules().overflow_config
+    match = next((m for p in settings.patterns if (m := re.search(p, text or ""))), None)
     if match is None:
         return {}
-    dtype = getattr(torch, str((settings.get("types") or {}).get(match.group(1), "")), None)
+    dtype = getattr(torch, settings.types.get(match.group(1), ""), None)
     out: dict[str, Any] = {"type": match.group(1)}
     if not isinstance(dtype, torch.dtype):
         return {**out, "status": "inconclusive", "why": "a type the rules do not map to a torch dtype"}
@@ -150,15 +152,6 @@ def probe_config_overflow(text: str, default: Callable[[], Any]) -> dict[str, An
     }
 
 
-def _unset_rules() -> list[dict[str, Any]]:
-    """`unset_config_patterns` as {pattern, field?, in?}: a bare pattern names the field in its
-    group 1; a message that names none says which `field` (a key of the dict field `in`) it is about."""
-    return [
-        r if isinstance(r, dict) else {"pattern": r}
-        for r in rules_mod.rules().get("unset_config_patterns") or ()
-    ]
-
-
 class ProbeTimeout(TimeoutError):
     """A probe took longer than blame_rules.yaml's probe.timeout: inconclusive."""
 
@@ -166,7 +159,7 @@ class ProbeTimeout(TimeoutError):
 @contextlib.contextmanager
 def deadline() -> Iterator[None]:
     """Bound a probe's time with SIGALRM where we can (the main thread), else run unbounded."""
-    seconds = float(rules_mod.rules()["probe"].get("timeout") or 0)
+    seconds = rules_mod.rules().probe.timeout
     if (
         seconds <= 0
         or threading.current_thread() is not threading.main_thread()

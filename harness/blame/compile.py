@@ -32,7 +32,7 @@ def compile_reference(reference: Any, device: Any) -> Any:
     same way as its own compiler (the simulated neuron: Dynamo -> AOTAutograd -> its partitions,
     so `aot_eager`, not inductor, which decomposes and partitions differently and can hide a
     failure of AOT autograd). Without a declaration the reference compiles with its own backend."""
-    pipeline = getattr(device, "reference_compile_backend", None)
+    pipeline = device.reference_compile_backend
     if not pipeline or pipeline == reference.compile_backend:
         return reference
     out = copy.copy(reference)
@@ -109,20 +109,20 @@ def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]
     either way. None (nothing said) when there is nothing to compare, the backend declares no such
     pipeline or compiles with it already, the device's compile took longer than a probe may
     (probe.timeout), or the probe cannot be set up."""
-    rules = rules_mod.rules()["probe"]
-    settings = rules.get("device_graph") or {}
+    rules = rules_mod.rules().probe
+    settings = rules.device_graph
     row = run.result.stages.get("compile")
     if (
-        not settings.get("enabled", True)
+        not settings.enabled
         or row is None
         or row.status != Status.FAIL
         or getattr(run, "model", None) is None
     ):
         return None  # switched off, no comparison, or no device model to compile again
-    pipeline = getattr(run.adapter, "reference_compile_backend", None)
-    if not pipeline or getattr(run.adapter, "compile_backend", None) in (None, pipeline):
+    pipeline = run.adapter.reference_compile_backend
+    if not pipeline or run.adapter.compile_backend in (None, pipeline):
         return None
-    limit = float(rules.get("timeout") or 0)
+    limit = rules.timeout
     if limit and row.seconds > limit:  # a second compile as slow as the first would outlast the probe
         return None
     try:
@@ -145,14 +145,13 @@ def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]
         and (probe_tensor, probe_method) == (tensor, method)
         and rmse is not None
         and probe_rmse is not None
-        and abs(float(probe_rmse) - float(rmse))
-        <= float(settings.get("reproduce_share", 0.01)) * abs(float(rmse))
+        and abs(float(probe_rmse) - float(rmse)) <= settings.reproduce_share * abs(float(rmse))
     )
     kernels = f"the device's own eager kernels running the compiled graph ({pipeline})"
     if same:
         note = (
-            f"{kernels} fail the same way ({tensor}, rmse {float(probe_rmse):.3g}): the difference is the graph's "
-            "decompositions and op order under the device's arithmetic, not the compiler's"
+            f"{kernels} fail the same way ({tensor}, rmse {float(probe_rmse):.3g}): the difference is "
+            "the graph's decompositions and op order under the device's arithmetic, not the compiler's"
         )
     elif got.status == Status.PASS:
         note = f"{kernels} pass: the difference is the compiler's own"
@@ -176,14 +175,14 @@ def device_graph_evidence(run: Any, run_stage: Callable[[Any, str], StageResult]
 
 
 def _masked(text: str) -> str:
-    settings = rules_mod.rules()["probe"]["same_way"]
+    settings = rules_mod.rules().probe.same_way
     text = (text or "").strip()
-    for name, patterns in (settings.get("same_failure") or {}).items():
+    for name, patterns in settings.same_failure.items():
         if any(re.search(p, text) for p in patterns):
             return name
-    if settings.get("mask_numbers", True):
+    if settings.mask_numbers:
         text = _NUMBER.sub("#", text)
-    return text[: int(settings.get("compare_chars", 200))]
+    return text[: settings.compare_chars]
 
 
 def same_way(row: StageResult, probe: dict[str, Any]) -> bool:

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from agents.quiet import quiet_transformers
 from contracts.backends import get_backend
 from contracts.errors import classify
 from contracts.records import ModelCheck, ModelSpec, StageResult
@@ -52,7 +53,6 @@ from harness.blame.compile import compile_reference, device_graph_evidence, judg
 from harness.blame.layers import interior_width_mismatch, watch_layers
 from harness.blame.selection import selection_ties_evidence
 from harness.build.models import config_for, model_class
-from harness.build.quiet import quiet_transformers
 from harness.stages.check import COMPARED_WITH, PREREQUISITES, _Run, _run_stage, check_model
 from harness.stages.torch_state import restored_torch_state
 
@@ -331,14 +331,14 @@ def run_architecture(spec: ModelSpec) -> str:
 def missing_package(text: str) -> str:
     """The optional package an error message says is missing, when it is indeed not importable."""
     r = rules_mod.rules()
-    names = r.get("package_import_names") or {}
-    for pattern in r["missing_package_patterns"]:
+    names = r.package_import_names
+    for pattern in r.missing_package_patterns:
         for m in re.finditer(pattern, text or ""):
             name = m.group(1).strip("`'\".,")
             module = names.get(name, name).split(".")[0]
             if module and module.isidentifier() and not _importable(module):
                 return module
-    for pattern in r.get("optional_import_patterns") or ():
+    for pattern in r.optional_import_patterns:
         for m in re.finditer(pattern, text or ""):
             if _optional_in_transformers(m.group(1)) and not _importable(m.group(1)):
                 return m.group(1)
@@ -355,7 +355,7 @@ def _optional_in_transformers(module: str) -> bool:
 
 def harness_message(text: str) -> str:
     """The harness_messages pattern a failure's text matches ("" if none)."""
-    return next((p for p in rules_mod.rules().get("harness_messages") or () if re.search(p, text or "")), "")
+    return next((p for p in rules_mod.rules().harness_messages if re.search(p, text or "")), "")
 
 
 @functools.cache
@@ -501,7 +501,7 @@ def not_independent(batch: Any) -> list[str]:
     """Inputs of a batch the model's own processor did not make (synthesized token ids, hand
     recipes, placeholders): a probe fed those is not independent of the harness' choices. Labels
     are the head's loss contract and always the harness'."""
-    own = tuple(rules_mod.rules()["probe"].get("own_input_sources") or ("processor",))
+    own = rules_mod.rules().probe.own_input_sources
     sources = getattr(batch, "sources", None) or {}
     labels = set(getattr(batch, "labels", None) or ())
     out = []

@@ -19,25 +19,128 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
-from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
+from pydantic import AfterValidator, ConfigDict, Field, field_validator
 
 from contracts.records import CaseOutcome
-from contracts.status import FAILING_VALUES, Blame, Status
+from contracts.rulefiles import Rules, cached_rules, resource
+from contracts.status import FAILING_VALUES, STATUS_VALUES, Blame, Status
 
 PASS = Status.PASS.value
 
 
-@functools.cache
-def rules() -> dict[str, Any]:
-    data = yaml.safe_load(resources.files("harness").joinpath("data/blame_rules.yaml").read_text())
-    for tier, entries in (data.get("builtin_reference") or {}).items():
-        for e in entries:
-            if e.get("blame") is not None:
-                Blame(e["blame"])  # a typo in the data file fails loudly, on first use
-    return data
+def _regex(pattern: str) -> str:
+    """A broken expression is an error of the file, not of the first row it meets."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {exc}") from None
+    return pattern
+
+
+#: a regular expression, checked when the rules are loaded
+Regex = Annotated[str, AfterValidator(_regex)]
+
+
+def _statuses(value: tuple[str, ...]) -> tuple[str, ...]:
+    bad = [s for s in value if s not in STATUS_VALUES]
+    if bad:
+        raise ValueError(f"unknown status {bad}")
+    return value
+
+
+class BuiltinRule(Rules):
+    """A row rule of a tier whose cases carry their own CPU reference (`builtin_reference`)."""
+
+    status: Annotated[tuple[str, ...], AfterValidator(_statuses)] = ()  # default: any status
+    reason: Regex = ""  # default: any reason
+    blame: Blame | None  # null: the row stays unjudged
+    why: str = ""
+
+
+class ReasonRule(Rules):
+    """A row whose reason names the harness' own machinery (`harness_reasons`)."""
+
+    reason: Regex
+    why: str = ""
+
+
+class WorkerDeathRule(Rules):
+    reason: Regex = ""  # default: any reason
+    blame: Blame
+    why: str = ""
+
+
+class UnsetConfigPattern(Rules):
+    """A message saying the config does not set a field: group 1 names it, or `field` does (`in`: a
+    dict field whose leaving the key out is unset too). A bare string is the pattern alone."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    pattern: Regex
+    field: str = ""
+    in_: str = Field(default="", alias="in")
+
+
+class OverflowConfig(Rules):
+    patterns: tuple[Regex, ...] = ()  # group 1 names the type
+    types: dict[str, str] = Field(default_factory=dict)  # the type -> a torch dtype's name
+
+
+class SameWay(Rules):
+    mask_numbers: bool = True
+    compare_chars: int = Field(default=200, gt=0)
+    same_failure: dict[str, tuple[Regex, ...]] = Field(default_factory=dict)
+
+
+class SelectionTies(Rules):
+    stages: tuple[str, ...] = ("compile", "numerics")
+    relative_margin: float = Field(default=2.0**-8, gt=0)
+    reproduce_share: float = Field(default=0.01, ge=0)
+
+
+class DeviceGraph(Rules):
+    enabled: bool = True
+    reproduce_share: float = Field(default=0.01, ge=0)
+
+
+class ProbeRules(Rules):
+    timeout: float = Field(default=0.0, ge=0)  # seconds; 0: unbounded
+    same_way: SameWay = SameWay()
+    own_input_sources: tuple[str, ...] = ("processor",)
+    selection_ties: SelectionTies = SelectionTies()
+    device_graph: DeviceGraph = DeviceGraph()
+
+
+class BlameRules(Rules):
+    """harness/data/blame_rules.yaml (docs/blame.md explains each rule)."""
+
+    reference_backend: str
+    device_only_stages: tuple[str, ...]
+    neutral_reasons: tuple[Regex, ...]
+    blocked_reason: Regex
+    timeout_margin: float = Field(gt=0)
+    harness_reasons: tuple[ReasonRule, ...] = ()
+    builtin_reference: dict[str, tuple[BuiltinRule, ...]] = Field(default_factory=dict)
+    worker_death: tuple[WorkerDeathRule, ...]
+    missing_package_patterns: tuple[Regex, ...] = ()
+    optional_import_patterns: tuple[Regex, ...] = ()
+    package_import_names: dict[str, str] = Field(default_factory=dict)
+    unset_config_patterns: tuple[UnsetConfigPattern, ...] = ()
+    overflow_config: OverflowConfig = OverflowConfig()
+    probe: ProbeRules = ProbeRules()
+    harness_messages: tuple[Regex, ...] = ()
+
+    @field_validator("unset_config_patterns", mode="before")
+    @classmethod
+    def _bare_patterns(cls, value: Any) -> Any:
+        return [{"pattern": v} if isinstance(v, str) else v for v in value or ()]
+
+
+def rules() -> BlameRules:
+    """The blame rules, read once per process."""
+    return cached_rules(BlameRules, str(resource("harness", "data/blame_rules.yaml")))
 
 
 @functools.cache
@@ -46,7 +149,7 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 
 def reference_backend() -> str:
-    return str(rules()["reference_backend"])
+    return rules().reference_backend
 
 
 def is_reference(backend: str | None) -> bool:
@@ -55,7 +158,7 @@ def is_reference(backend: str | None) -> bool:
 
 
 def device_only(stage: str) -> bool:
-    return stage in rules()["device_only_stages"]
+    return stage in rules().device_only_stages
 
 
 def is_neutral(row: dict[str, Any]) -> bool:
@@ -63,31 +166,31 @@ def is_neutral(row: dict[str, Any]) -> bool:
     if row.get("status") not in (Status.SKIPPED.value, Status.NOT_ATTEMPTED.value):
         return False
     reason = str(row.get("reason") or "")
-    return any(_compiled(p).search(reason) for p in rules()["neutral_reasons"])
+    return any(_compiled(p).search(reason) for p in rules().neutral_reasons)
 
 
 def blocked_by(row: dict[str, Any]) -> str | None:
     """The stage a not-attempted row waited for ("forward error" -> "forward"), else None."""
     if row.get("status") != Status.NOT_ATTEMPTED.value:
         return None
-    m = _compiled(rules()["blocked_reason"]).match(str(row.get("reason") or ""))
+    m = _compiled(rules().blocked_reason).match(str(row.get("reason") or ""))
     return m.group(1) if m else None
 
 
 def builtin_rule(tier: str, row: dict[str, Any], backend: str | None) -> tuple[str, dict[str, Any]] | None:
     """Blame of a row of a tier whose cases carry their own CPU reference (unit, upstream), or None
     when the tier has no such rules. A rule with `blame: null` leaves the row unjudged."""
-    entries = (rules().get("builtin_reference") or {}).get(tier)
+    entries = rules().builtin_reference.get(tier)
     if entries is None:
         return None
     status, reason = row.get("status"), str(row.get("reason") or "")
     for e in entries:
-        if e.get("status") and status not in e["status"]:
+        if e.status and status not in e.status:
             continue
-        if e.get("reason") and not _compiled(e["reason"]).search(reason):
+        if e.reason and not _compiled(e.reason).search(reason):
             continue
-        blame = e.get("blame") or ""
-        evidence = {"rule": f"builtin_reference.{tier}", "why": e.get("why", "")}
+        blame = e.blame.value if e.blame else ""
+        evidence = {"rule": f"builtin_reference.{tier}", "why": e.why}
         if blame == Blame.BACKEND.value and is_reference(backend):
             blame = Blame.HARNESS.value
             evidence["why"] = (
@@ -100,21 +203,21 @@ def builtin_rule(tier: str, row: dict[str, Any], backend: str | None) -> tuple[s
 def harness_reason(row: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """Blame of a row whose reason names the harness' own machinery (`harness_reasons`), else None."""
     reason = str(row.get("reason") or "")
-    for e in rules().get("harness_reasons") or []:
-        if _compiled(e["reason"]).search(reason):
-            return Blame.HARNESS.value, {"rule": "harness_reasons", "why": e.get("why", "")}
+    for e in rules().harness_reasons:
+        if _compiled(e.reason).search(reason):
+            return Blame.HARNESS.value, {"rule": "harness_reasons", "why": e.why}
     return None
 
 
 def worker_death_blame(row: dict[str, Any], note: str = "") -> tuple[str, dict[str, Any]]:
     reason = str(row.get("reason") or "")
-    for e in rules()["worker_death"]:
-        if e.get("reason") and not _compiled(e["reason"]).search(reason):
+    for e in rules().worker_death:
+        if e.reason and not _compiled(e.reason).search(reason):
             continue
-        evidence = {"rule": "worker_death", "why": e.get("why", ""), "worker": reason}
+        evidence = {"rule": "worker_death", "why": e.why, "worker": reason}
         if note:
             evidence["note"] = note
-        return e["blame"], evidence
+        return e.blame.value, evidence
     return Blame.HARNESS.value, {"rule": "worker_death", "worker": reason}
 
 
@@ -155,7 +258,7 @@ def by_reference(
             device_status == Status.TIMEOUT.value
             and timing
             and timing[1] > 0
-            and timing[0] >= float(rules()["timeout_margin"]) * timing[1]
+            and timing[0] >= rules().timeout_margin * timing[1]
         ):
             evidence.update(
                 reference_seconds=round(timing[0], 1),

@@ -38,9 +38,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from agents.quiet import quiet_transformers
 from contracts.status import Status
 from harness.blame import rules as rules_mod
-from harness.build.quiet import quiet_transformers
 from harness.stages.compare import named_float_tensors
 from harness.stages.compile import worst_compared
 from harness.stages.step import NoLoss, parameter_grads, train_mode, training_loss
@@ -73,13 +73,13 @@ class Selection:
         return asdict(self)
 
 
-def _settings() -> dict[str, Any]:
-    return dict((rules_mod.rules().get("probe") or {}).get("selection_ties") or {})
+def _settings() -> rules_mod.SelectionTies:
+    return rules_mod.rules().probe.selection_ties
 
 
-def _threshold(settings: dict[str, Any]) -> float:
+def _threshold(settings: rules_mod.SelectionTies) -> float:
     """The relative gap below which a choice is a near-tie (default: one bf16 step, 2^-8)."""
-    return float(settings.get("relative_margin", 2.0**-8))
+    return settings.relative_margin
 
 
 def _rows(x: torch.Tensor, dim: int | None) -> torch.Tensor:
@@ -314,11 +314,7 @@ def selection_ties_evidence(run: Any, stage: str) -> dict[str, Any] | None:
     makes no near-tie choice the failure could hinge on (or the probe cannot run)."""
     settings = _settings()
     row = run.result.stages.get(stage)
-    if (
-        row is None
-        or stage not in settings.get("stages", ("compile", "numerics"))
-        or row.status != Status.FAIL
-    ):
+    if row is None or stage not in settings.stages or row.status != Status.FAIL:
         return None
     if run.cpu_model is None:
         return None
@@ -333,7 +329,7 @@ def selection_ties_evidence(run: Any, stage: str) -> dict[str, Any] | None:
         return None
     if finding is None:
         return None
-    share = float(settings.get("reproduce_share", 0.01))
+    share = settings.reproduce_share
     first = finding.selections[0]
     reproduces = finding.reproduces(share)
     return {
@@ -347,8 +343,8 @@ def selection_ties_evidence(run: Any, stage: str) -> dict[str, Any] | None:
         "relative_margin": _threshold(settings),
         "note": (
             f"the model's answer hinges on a choice among near-ties ({first.op} at "
-            f"{first.where or 'an unknown line'}, margin {first.margin:.3g}); nudging those choices' inputs by one "
-            f"rounding step moves {tensor} by rmse {finding.nudged_rmse:.3g} on the CPU (the device: "
+            f"{first.where or 'an unknown line'}, margin {first.margin:.3g}); nudging those choices' inputs "
+            f"by one rounding step moves {tensor} by rmse {finding.nudged_rmse:.3g} on the CPU (the device: "
             f"{device_rmse:.3g}, allowed {allowed_rmse:.3g})"
             + (
                 ": a flip alone fails this comparison, so check whether the device's failure is one"

@@ -13,12 +13,12 @@ fetch of custom code).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import torch
 
+from agents.quiet import quiet_transformers
 from contracts.timing import phase
-from harness.build.quiet import quiet_transformers
 from harness.build.shrink import shrink_config
 from harness.build.train_mode import prepare_config, zero_dropout_modules
 
@@ -27,7 +27,7 @@ class UnknownArchitecture(LookupError):
     """The spec names a class the installed transformers does not ship."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def default_architecture(model_type: str) -> str | None:
     """The type's base model class (MODEL_MAPPING), or its first head class when it has none."""
     from transformers.models.auto import modeling_auto as ma
@@ -53,7 +53,9 @@ def model_class(architecture: str):
     try:
         cls = getattr(transformers, architecture)
     except (AttributeError, ImportError) as exc:
-        raise UnknownArchitecture(f"{architecture} is not in transformers {transformers.__version__}") from exc
+        raise UnknownArchitecture(
+            f"{architecture} is not in transformers {transformers.__version__}"
+        ) from exc
     if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
         raise UnknownArchitecture(f"{architecture} is not a transformers model class")
     return cls
@@ -83,9 +85,9 @@ def count_parameters_meta(config, architecture: str) -> int:
     """Parameter count without allocating memory (the model is built on the meta device).
 
     The weight initializers are switched off while it is built (transformers' `no_init_weights`:
-    on meta they compute nothing, yet each `uniform_`/`normal_` runs Python meta kernels - 28% of
-    the counting time of a full-tier listing, issue 13); weight tying, which that also skips and
-    which decides the count, is done afterwards."""
+    on meta they compute nothing, yet each `uniform_`/`normal_` runs Python meta kernels, a large
+    share of the time a full-tier listing spends counting); weight tying, which that also skips
+    and which decides the count, is done afterwards."""
     from transformers.initialization import no_init_weights
 
     cls = model_class(architecture)
@@ -117,7 +119,9 @@ def resolve_config(spec, *, validate_architecture: bool = True):
     return shrunk
 
 
-def build_model(config, architecture: str, seed: int = 0, device: str | torch.device = "cpu") -> torch.nn.Module:
+def build_model(
+    config, architecture: str, seed: int = 0, device: str | torch.device = "cpu"
+) -> torch.nn.Module:
     """Random-weight model of `architecture` from `config`, seeded, in eval mode, every dropout
     probability 0 (so a train-mode step is deterministic too)."""
     cls = model_class(architecture)

@@ -24,8 +24,17 @@ def config_fingerprint(config) -> dict:
             return {
                 k: clean(v)
                 for k, v in sorted(x.items())
-                if k not in ("_name_or_path", "transformers_version", "architectures", "id2label",
-                             "label2id", "_commit_hash", "dtype", "torch_dtype")
+                if k
+                not in (
+                    "_name_or_path",
+                    "transformers_version",
+                    "architectures",
+                    "id2label",
+                    "label2id",
+                    "_commit_hash",
+                    "dtype",
+                    "torch_dtype",
+                )
                 and not k.startswith("_shrink")
             }
         if isinstance(x, (list, tuple)):
@@ -54,8 +63,10 @@ def _signature(model_type: str, architecture: str, config_json: str) -> str:
     spec = ModelSpec("signature", model_type, architecture, json.loads(config_json))
     try:
         body: Any = config_fingerprint(resolve_config(spec))
-    except Exception as exc:  # unshrinkable: still a stable key (same input -> same signature)
+    except Exception as exc:  # noqa: BLE001 - unshrinkable: still a stable key (same input, same signature)
         body = {"unresolved": type(exc).__name__, "config": config_json}
     arch = architecture or default_architecture(model_type) or ""
-    blob = json.dumps({"architecture": arch, "model_type": model_type, "config": body}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {"architecture": arch, "model_type": model_type, "config": body}, sort_keys=True, default=str
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

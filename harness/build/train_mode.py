@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from importlib import resources
-from typing import Any
 
 import torch
-import yaml
+
+from harness.build.rules import train_mode_rules
 
 
 @lru_cache(maxsize=1)
-def _rules() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("harness").joinpath("data/train_mode.yaml").read_text())
-
-
 def _pattern() -> re.Pattern:
-    return re.compile("|".join(f"(?:{p})" for p in _rules()["zero_fields"]))
+    return re.compile("|".join(f"(?:{p})" for p in train_mode_rules().zero_fields))
 
 
 def _levels(config) -> list:
@@ -62,8 +57,13 @@ def prepare_config(config) -> list[str]:
                 setattr(level, key, 0.0)
                 changed.append(f"{prefix}.{key}")
         vocab = getattr(level, "vocab_size", None)
-        if (_rules()["fill_pad_token_id"] and "pad_token_id" in vars(level) and level.pad_token_id is None
-                and isinstance(vocab, int) and vocab > 1):
+        if (
+            train_mode_rules().fill_pad_token_id
+            and "pad_token_id" in vars(level)
+            and level.pad_token_id is None
+            and isinstance(vocab, int)
+            and vocab > 1
+        ):
             if _fill_free_id(level, "pad_token_id", vocab, taken):
                 changed.append(f"{prefix}.pad_token_id")
     changed += _fill_placeholder_ids(config, taken)
@@ -85,7 +85,7 @@ def _fill_placeholder_ids(config, taken: set[int]) -> list[str]:
     (BLIP-2, InstructBLIP: the processor's tokenizer adds the token in production) gets a free id
     below the text vocab, so the prompt can carry the placeholders the model looks for. Only when
     the model has that modality (its sub-config is there) and no sibling field names the token."""
-    fields = _rules()["fill_placeholder_token_ids"]
+    fields = train_mode_rules().fill_placeholder_token_ids
     try:
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
     except ValueError:  # two text configs (MusicGen's text encoder and decoder): no single vocab
@@ -94,11 +94,11 @@ def _fill_placeholder_ids(config, taken: set[int]) -> list[str]:
     if not isinstance(vocab, int) or vocab <= 1:
         return []
     changed = []
-    for kind, rule in fields.items():
-        if not any(getattr(config, f, None) is not None for f in rule["needs_any"]):
+    for rule in fields.values():
+        if not any(getattr(config, f, None) is not None for f in rule.needs_any):
             continue
         for level in (config, text):
-            names = [f for f in rule["fields"] if f in vars(level)]
+            names = [f for f in rule.fields if f in vars(level)]
             if names and all(getattr(level, f) is None for f in names):
                 if _fill_free_id(level, names[0], vocab, taken):
                     changed.append(f"{getattr(level, 'model_type', '') or 'config'}.{names[0]}")

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from contracts.rulefiles import RuleFileError
+
 # subcommand name -> module path. Order is the order shown in --help.
 SUBCOMMANDS: dict[str, str] = {
     "doctor": "harness.cli.doctor",
@@ -24,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "nightly": "harness.cli.nightly",
     "report": "harness.cli.report",
     "compare": "harness.cli.compare",
+    "explain": "harness.cli.explain",
     "baseline": "harness.cli.baseline",
     "cache": "harness.cli.cache",
 }
@@ -64,3 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except RuleFileError as exc:  # a rule file (bundled or the user's) with a typo: name it, no traceback
+        print(f"harness {args.command}: error: {exc}", file=sys.stderr)
+        return 2

@@ -6,6 +6,8 @@ Examples:
     harness check path/to/config.json --json
     harness check Qwen/Qwen3-8B --snapshot ../shared/data/hub/full_configs.jsonl
     harness check gpt2 --store out/crawl --stages load forward
+    harness check bert --explain                        # + the aten call behind each backend failure
+    harness check bert --explain --repro-dir repros/    # + its standalone test, verified
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", help="crawl store directory or Parquet file to resolve a Hub id")
     parser.add_argument("--snapshot", help="snapshot JSONL/Parquet dump to resolve a Hub id")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="localize every backend-blamed failure to the aten call that broke it and verify its "
+        "repro (harness.rootcause; time limit per row: $HARNESS_ROOT_CAUSE_SECONDS)",
+    )
+    parser.add_argument(
+        "--repro-dir",
+        metavar="DIR",
+        help="with --explain: write each root cause's standalone test into DIR",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -125,16 +138,50 @@ def render_table(result) -> str:
     ]
     for name, text in why:
         lines.append(f"blame {name}: {result.stages[name].blame}, {text}")
-    lines.append(
-        f"fallbacks: {result.fallback_count} ({', '.join(result.fallback_ops) or 'none'}); "
-        f"graphs: {result.graphs}; recompiles: {result.recompiles}; "
-        f"peak device memory: {result.peak_memory_bytes if result.peak_memory_bytes is not None else 'n/a'}"
+    fallbacks = (
+        "n/a (the backend cannot report them)"
+        if result.fallback_count is None
+        else f"{result.fallback_count} ({', '.join(result.fallback_ops or []) or 'none'})"
     )
+    lines.append(
+        f"fallbacks: {fallbacks}; graphs: {_or_na(result.graphs)}; recompiles: {_or_na(result.recompiles)}; "
+        f"peak device memory: {_or_na(result.peak_memory_bytes)}"
+    )
+    return "\n".join(lines)
+
+
+def _or_na(value) -> str:
+    """A figure the backend (or a stage that did not run) could not give: n/a, never 0."""
+    return "n/a" if value is None else str(value)
+def render_root_causes(result, repro_dir: str | None = None) -> str:
+    """The root cause of every stage that carries one (`--explain`); repro files into repro_dir."""
+    from contracts.rootcause import RootCause
+    from harness.cli.explain import describe
+
+    lines = []
+    for name, r in result.stages.items():
+        if not r.root_cause:
+            continue
+        rc = RootCause.from_dict(r.root_cause)
+        lines.append(f"{name}:")
+        lines += ["  " + ln for ln in describe(rc)]
+        if repro_dir and rc.found and rc.repro is not None and rc.repro.case:
+            from harness.rootcause.repro import standalone
+
+            made = standalone(rc.repro.case, result.backend)
+            if made is not None:
+                path = Path(repro_dir) / made[0]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(made[1], encoding="utf-8")
+                lines.append(f"  written:  {path}")
+    if not lines:
+        return "root causes: none (no stage failed on the backend)"
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     from harness.blame.probe import check_with_blame
+    from harness.rootcause.localize import check_with_root_cause
 
     try:
         spec = resolve_target(
@@ -146,10 +193,17 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"harness check: {exc}", file=sys.stderr)
         return 2
-    result = check_with_blame(spec, backend=args.backend, stages=args.stages, seed=args.seed)
+    if args.explain:
+        result = check_with_root_cause(spec, args.backend, args.stages, args.seed, force=True)
+    else:
+        result = check_with_blame(spec, backend=args.backend, stages=args.stages, seed=args.seed)
     if args.json:
         print(json.dumps(result.to_dict(), default=str))
+        if args.explain and args.repro_dir:
+            render_root_causes(result, args.repro_dir)
     else:
         print(render_table(result))
+        if args.explain:
+            print(render_root_causes(result, args.repro_dir))
     failed = any(is_failing(r.status) for r in result.stages.values())
     return 1 if failed else 0

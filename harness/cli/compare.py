@@ -18,6 +18,8 @@ verdicts: PASS, FAIL (new failure, or a changed failure: another error class or 
 the baseline), XFAIL (known: reports/data/expectations.yaml or failing the same way in the
 baseline), IMPROVED, MISSING (in the baseline, not in the run), FLAKY (reports/data/flaky.yaml),
 FALLBACK_REGRESSION (same status, but a new CPU-fallback op or a higher fallback count; gates).
+root cause: each new failure names the op call its row was localized to (op, phase, route, repro;
+`root_cause` in --json), or why none was found.
 gate: by default only regressions blamed on the backend (or not judged) fail the comparison; new
 failures blamed on the harness are listed as its own debt, upstream/environment ones listed too.
 --gate all fails on every new failure.
@@ -100,11 +102,25 @@ def _print_gate(result) -> None:
         if rows:
             print(f"\n{title} ({len(rows)}):")
             for v in rows[:50]:
-                print(
-                    f"  {v.verdict.value:8} {v.tier}/{v.case_id} [{v.stage}] [blame: {v.blame or 'none'}] {v.detail}"
-                )
+                blame = v.blame or "none"
+                print(f"  {v.verdict.value:8} {v.tier}/{v.case_id} [{v.stage}] [blame: {blame}] {v.detail}")
+                if v.root_cause:
+                    print(f"           root cause: {_root_cause_line(v)}")
             if len(rows) > 50:
                 print(f"  ... {len(rows) - 50} more (--json for all)")
+
+
+def _root_cause_line(v) -> str:
+    """The verdict's root cause in one line; the stage it was found on when that is another one."""
+    from contracts.rootcause import RootCause
+    from reports.rootcauses import describe
+
+    text = describe(RootCause.from_dict(v.root_cause)).removeprefix("no root cause: ")
+    if not v.root_cause.get("found"):
+        text = f"none found: {text}"
+    if v.root_cause_stage and v.root_cause_stage != v.stage:
+        text += f" [found on {v.root_cause_stage}, which stopped this stage]"
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

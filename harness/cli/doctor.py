@@ -2,8 +2,10 @@
 
 Versions of the harness and its main libraries, the backend (``--backend``, resolved like every
 other command through :func:`contracts.backends.get_backend`), whether that backend is simulated or
-real, and what its adapter's ``describe()`` says of the device: lowering-table version, fallback
-mode, precision mode and memory capacity (null where the device has no such setting).
+real (``unknown`` when the adapter does not say), and what its adapter's ``describe()`` says: the
+backend's identity (``versions`` and ``settings``, as runs.parquet records them) and the device's
+facts: lowering-table version, fallback mode, precision mode and memory capacity (null where the
+device has no such setting).
 """
 
 from __future__ import annotations
@@ -55,19 +57,19 @@ def collect(backend_spec: str) -> tuple[dict[str, Any], int]:
         },
         "platform": platform.platform(),
     }
-    from contracts.backends import get_backend
+    from contracts.backends import get_backend, kind
 
     try:
         adapter = get_backend(backend_spec)
-    except Exception as exc:  # bad spec, or its module failed to import
+    except Exception as exc:  # noqa: BLE001 - bad spec, or its module failed to import
         report["backend"] = {"backend": backend_spec, "error": f"{type(exc).__name__}: {exc}"}
         return report, 2
     try:
         info = adapter.describe()
-    except Exception as exc:  # a broken device setting is reported, not fatal
+    except Exception as exc:  # noqa: BLE001 - a broken device setting is reported, not fatal
         report["backend"] = {"backend": backend_spec, "error": f"{type(exc).__name__}: {exc}"}
         return report, 2
-    info["kind"] = "simulated" if adapter.simulated else "real"
+    info["kind"] = kind(adapter.simulated)
     report["backend"] = info
     return report, 0 if info["available"] else 1
 
@@ -85,6 +87,9 @@ def _print_text(report: dict[str, Any]) -> None:
     print(f"  {'available':<16} {b['available']}")
     print(f"  {'fallbacks':<16} {'reported' if b['reports_fallbacks'] else 'not reported'}")
     print(f"  {'compile backend':<16} {b['compile_backend'] or 'none'}")
+    for key in ("versions", "settings"):
+        for name, value in (b.get(key) or {}).items():
+            print(f"  {key[:-1] + ' ' + name:<16} {value}")
     table = b.get("lowering_table")
     if table:
         text = (
@@ -103,8 +108,9 @@ def _print_text(report: dict[str, Any]) -> None:
         print(f"  {'native path':<16} {text}")
     if b.get("planted_faults"):
         names = b["planted_faults"]
+        more = ", ..." if len(names) > 5 else ""
         print(
-            f"  {'planted faults':<16} {len(names)} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}): "
+            f"  {'planted faults':<16} {len(names)} ({', '.join(names[:5])}{more}): "
             "the device is wrong on purpose (NEURON_FAULTS)"
         )
 

@@ -97,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"harness nightly: {exc}", file=sys.stderr)
         return 2
+    from harness.cli.run import repro_files
+
+    result["repro_files"] = repro_files(args.out)
     if args.json:
         print(json.dumps(result, default=str))
     else:

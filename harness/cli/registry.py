@@ -9,19 +9,24 @@ import os
 import sys
 from pathlib import Path
 
-HELP = "Shape registry: regenerate from models, import/export op logs, export tests, expectations, upstream skips."
+HELP = (
+    "Shape registry: regenerate from models, import/export op logs, export tests, add a run's "
+    "verified root-cause repros, expectations, upstream skips."
+)
 
 EPILOG = """examples:
-  harness registry regenerate --json                                    # the offline catalog's representatives
+  harness registry regenerate --json                                # the offline catalog's representatives
   harness registry regenerate --models models.jsonl --out ops.parquet --seq 32
-  harness registry regenerate --workers 2 --executor ray --backend neuron    # on the device under test
-  harness registry import GPT2ForSequenceClassification_training.txt --format pytorch-oplog --out gpt2.parquet --json
+  harness registry regenerate --workers 2 --executor ray --backend neuron   # on the device under test
+  harness registry import GPT2ForSequenceClassification_training.txt --format pytorch-oplog \
+      --out gpt2.parquet --json
   harness registry export ops.parquet --format pytorch-oplog --out ops.txt
   harness registry export-tests repro/ --op aten.addmm.default --registry ops.parquet
-  harness registry expectations update runs/u1 --backend neuron        # rewrite the known failures
-  harness registry expectations check runs/u1 --json                    # PASS/XFAIL/FAIL/IMPROVED counts
-  harness registry upstream-skips update runs/up --backend neuron       # rewrite the upstream tier's skip list
-  harness registry upstream-skips check runs/up --json                  # a run against the skip list
+  harness registry add-repros runs/nightly --registry ops.parquet   # a night's verified root causes
+  harness registry expectations update runs/u1 --backend neuron     # rewrite the known failures
+  harness registry expectations check runs/u1 --json                # PASS/XFAIL/FAIL/IMPROVED counts
+  harness registry upstream-skips update runs/up --backend neuron   # rewrite the upstream skip list
+  harness registry upstream-skips check runs/up --json              # a run against the skip list
 """
 
 
@@ -59,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         action="append",
         metavar="N",
-        help="sequence length to record (repeatable; default: the model tiers' length, shrink_rules.yaml test_sequence_length)",
+        help="sequence length to record (repeatable; default: the model tiers' length, "
+        "shrink_rules.yaml test_sequence_length)",
     )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N models")
     p.add_argument(
@@ -126,6 +132,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser(
+        "add-repros",
+        help="merge a run's verified root-cause repros into a registry (the unit tier runs them first)",
+    )
+    p.add_argument("rundir", metavar="RUNDIR", help="a run directory or a nightly dir")
+    p.add_argument(
+        "--registry",
+        metavar="PATH",
+        help="registry to merge into (created if missing; default: $HARNESS_REGISTRY or the bundled one)",
+    )
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser(
         "expectations", help="the unit tier's known failures (update from a run, or check a run)"
     )
     p.add_argument("action", choices=("update", "check"))
@@ -149,7 +167,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--file",
         metavar="PATH",
-        help="skip list (default: $HARNESS_UPSTREAM_SKIPS, else registry/data/upstream_skips/BACKEND.yaml)",
+        help="skip list (default: $HARNESS_UPSTREAM_SKIPS, else reports/data/upstream_skips/BACKEND.yaml)",
     )
     p.add_argument("--json", action="store_true")
 
@@ -196,7 +214,8 @@ def _regenerate(args: argparse.Namespace) -> int:
     d = summary["diff"]
     text = (
         f"{summary['signatures']} signatures of {summary['ops']} ops from {summary['recorded_models']}/"
-        f"{summary['models']} models ({source}, recorded on {backend}) -> {out} in {summary['seconds']:.0f} s\n"
+        f"{summary['models']} models ({source}, recorded on {backend}) -> {out} "
+        f"in {summary['seconds']:.0f} s\n"
         f"changed: +{d['signatures_added']} / -{d['signatures_removed']} signatures, "
         f"ops added {d['ops_added'] or 'none'}, removed {d['ops_removed'] or 'none'}\n"
         f"failed models: {len(summary['failed'])}"
@@ -257,6 +276,43 @@ def _export_tests(args: argparse.Namespace) -> int:
     return 0 if summary["cases"] else 1
 
 
+def _add_repros(args: argparse.Namespace) -> int:
+    from harness.rootcause.repro import entries, run_rows, write_repros
+    from registry.store import Registry, RegistryFormatError
+
+    path = Path(args.registry) if args.registry else default_registry_path()
+    try:
+        rows = run_rows(args.rundir)
+        registry = Registry.load(path) if path.is_file() else Registry()
+    except (FileNotFoundError, RegistryFormatError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    new, left = entries(args.rundir, rows)
+    before = {e.case_id for e in registry}
+    registry.merge(Registry(new))
+    registry.save(path)
+    files = write_repros(args.rundir, rows)
+    added = sorted({e.case_id for e in new} - before)
+    summary = {
+        "registry": str(path),
+        "repros": len(new),
+        "added": added,
+        "already_there": sorted({e.case_id for e in new} & before),
+        "ops": sorted({e.op for e in new}),
+        "left_out": left,
+        "repro_files": files,
+    }
+    there = f", {len(summary['already_there'])} already there" if summary["already_there"] else ""
+    text = (
+        f"{len(new)} verified repros of {len(summary['ops'])} ops -> {path} ({len(added)} new cases{there}); "
+        f"left out {len(left)}"
+    )
+    for item in left[:20]:
+        text += f"\n  {item['case']} [{item['stage']}] {item['op']}: {item['why'][:160]}"
+    _emit(args, summary, text)
+    return 0
+
+
 def _expectations(args: argparse.Namespace) -> int:
     from reports import expectations
 
@@ -277,22 +333,25 @@ def _expectations(args: argparse.Namespace) -> int:
     if summary["new_failures"]:
         text += f"\nnew failures: {len(summary['new_failures'])}"
     if summary["improved"]:
-        text += f"\nIMPROVED: {len(summary['improved'])} (update with: harness registry expectations update {args.rundir} --backend {args.backend})"
+        text += (
+            f"\nIMPROVED: {len(summary['improved'])} (update with: harness registry expectations update "
+            f"{args.rundir} --backend {args.backend})"
+        )
     _emit(args, summary, text)
     return 1 if summary["new_failures"] else 0
 
 
 def _upstream_skips(args: argparse.Namespace) -> int:
-    from registry.upstream import skiplist
+    from reports import upstream_skips as skiplist
 
     try:
         if args.action == "update":
             summary = skiplist.update_from_run(args.rundir, args.backend, args.file)
             text = (
-                f"{summary['skipped_groups']} skipped (op, dtype) groups, {summary['expected_failures']} expected "
-                f"failures -> {summary['path']} (groups +{len(summary['groups_added'])} / "
-                f"-{len(summary['groups_removed'])}, failures +{len(summary['failures_added'])} / "
-                f"-{len(summary['failures_removed'])})"
+                f"{summary['skipped_groups']} skipped (op, dtype) groups, "
+                f"{summary['expected_failures']} expected failures -> {summary['path']} "
+                f"(groups +{len(summary['groups_added'])} / -{len(summary['groups_removed'])}, "
+                f"failures +{len(summary['failures_added'])} / -{len(summary['failures_removed'])})"
             )
             _emit(args, summary, text)
             return 0
@@ -305,9 +364,9 @@ def _upstream_skips(args: argparse.Namespace) -> int:
         text += f"\nnew failures: {summary['new_failures_total']}"
     if summary["improved_total"] or summary["skips_changed_total"]:
         text += (
-            f"\nIMPROVED: {summary['improved_total']}, skip counts changed for {summary['skips_changed_total']} "
-            f"(op, dtype) groups (update with: harness registry upstream-skips update {args.rundir} "
-            f"--backend {args.backend})"
+            f"\nIMPROVED: {summary['improved_total']}, skip counts changed for "
+            f"{summary['skips_changed_total']} (op, dtype) groups (update with: harness registry "
+            f"upstream-skips update {args.rundir} --backend {args.backend})"
         )
     _emit(args, summary, text)
     return 1 if summary["new_failures_total"] else 0
@@ -319,13 +378,15 @@ def run(args: argparse.Namespace) -> int:
         "import": _import,
         "export": _export,
         "export-tests": _export_tests,
+        "add-repros": _add_repros,
         "expectations": _expectations,
         "upstream-skips": _upstream_skips,
     }
     handler = handlers.get(args.registry_command or "")
     if handler is None:
         print(
-            "usage: harness registry {regenerate,import,export,export-tests,expectations,upstream-skips} ... "
+            "usage: harness registry {regenerate,import,export,export-tests,add-repros,expectations,"
+            "upstream-skips} ... "
             "(see --help)",
             file=sys.stderr,
         )

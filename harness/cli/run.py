@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from contracts.settings import DEFAULT_WORKER_MEMORY
 
@@ -231,11 +232,23 @@ def run(args: argparse.Namespace) -> int:
     except (RunDirMismatch, FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"harness run: {exc}", file=sys.stderr)
         return 2
+    summary["repro_files"] = repro_files(args.out)
     if args.json:
         print(json.dumps(summary, default=str))
     else:
         print(format_summary(summary))
     return 1 if summary.get("stopped") else 0
+
+
+def repro_files(out: str) -> list[str]:
+    """The standalone tests of the run's root causes, written to OUT/repros/ (harness.rootcause.repro)."""
+    from harness.rootcause.repro import write_repros
+
+    try:
+        return write_repros(out)
+    except Exception as exc:  # noqa: BLE001 - the run's tables stand; the files are said to be missing
+        print(f"harness run: repro files not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return []
 
 
 def format_summary(s: dict) -> str:
@@ -257,6 +270,8 @@ def format_summary(s: dict) -> str:
             f"  shapes: {sc['scaled']} cases scaled down, {sc['unreplayable']} unreplayable "
             f"(budget {sc['shape_budget']} elements)"
         )
+    if s.get("repro_files"):
+        lines.append(f"  root-cause repros: {len(s['repro_files'])} in {Path(s['repro_files'][0]).parent}")
     if s.get("stopped"):
         st = s["stopped"]
         first = st["regressions"][0]

@@ -59,6 +59,9 @@ class LimitSettings:
     marked: float = 5.0
     stall: float = 10.0
     journal: bool = True
+    #: added to a model case's limit: a failing row is localized inside the case (harness.rootcause,
+    #: HARNESS_ROOT_CAUSE_SECONDS), which its baseline seconds, measured while it passed, do not hold
+    localize: float = 180.0
 
     @classmethod
     def current(cls) -> LimitSettings:
@@ -71,6 +74,7 @@ class LimitSettings:
             marked=s.marked_op_limit,
             stall=s.stall_seconds,
             journal=s.call_journal,
+            localize=s.root_cause_seconds if s.root_cause else 0.0,
         )
 
 
@@ -215,13 +219,18 @@ class Schedule:
         seconds = self.costs.seconds.get(case.case_id)
         if seconds is None:
             return self.tier_limit
-        return min(self.tier_limit, max(self.settings.floor, self.settings.factor * seconds))
+        return min(self.tier_limit, max(self.settings.floor, self.settings.factor * seconds) + self._allowance([case]))
 
     def chunk_limit(self, cases: list[Case]) -> float:
         known = [self.costs.seconds.get(c.case_id) for c in cases]
         if not cases or any(s is None for s in known):
             return self.tier_limit
-        return min(self.tier_limit, max(self.settings.floor, self.settings.factor * sum(known)))
+        limit = max(self.settings.floor, self.settings.factor * sum(known)) + self._allowance(cases)
+        return min(self.tier_limit, limit)
+
+    def _allowance(self, cases: list[Case]) -> float:
+        """Time to localize a failure inside each model case (op cases are one call: nothing to localize)."""
+        return self.settings.localize * sum(1 for c in cases if not case_label(c))
 
     def plan(self, todo: list[Case], size: int) -> list[Chunk]:
         """`todo` (in execution order) cut into chunks (harness.engine.chunks), each with its limit."""

@@ -5,8 +5,8 @@ Why: what users run every night must be one command that always ends with a comp
 result. Each tier runs into DIR/<tier>/ (a resumable run directory, all sharing one run id), a
 tier that cannot run at all is recorded and the others still run, then `harness report` writes
 DIR/report.html, JUnit XML and DIR/failure_groups.json (failures by probable root cause) and the
-comparison with the baseline decides the exit code.
-Settings per mode (limits, timeouts) are data: harness/data/nightly.toml. `--models CRAWL` (a
+comparison with the baseline decides the exit code. Settings per mode (limits, timeouts) are data:
+harness/data/nightly.toml (or `--config TOML`), loaded into `NightlyConfig`. `--models CRAWL` (a
 crawl store directory) also gives the representative tier its models: the crawl is classified
 and its representatives selected (agents.classify, agents.select) unless a current selection is
 already there. A limited tier (the quick nightly) keeps the cases chosen for coverage (the unit
@@ -19,30 +19,77 @@ import datetime as dt
 import json
 import os
 import time
-import tomllib
 import uuid
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict, Field, model_validator
+
+from contracts.rulefiles import RuleFileError, Rules, load_rules, resource
 from harness.engine.runner import RunOptions, parse_shard, run_tier
 from harness.engine.workers import WorkerLimits
 
 NIGHTLY_FILE = "nightly.json"
 
 
-def load_config(quick: bool, path: str | os.PathLike | None = None) -> dict[str, Any]:
-    text = (
-        Path(path).read_text()
-        if path
-        else resources.files("harness").joinpath("data/nightly.toml").read_text()
-    )
-    config = tomllib.loads(text)
+DEFAULT_TIERS = ("unit", "representative", "full", "upstream")
+
+
+class TierSettings(Rules):
+    """One tier's settings in a mode (`[quick.unit]`); flags given on the command line win."""
+
+    limit: int | None = Field(default=None, ge=0)  # the tier's first N cases
+    timeout: float | None = Field(default=None, gt=0)  # seconds per case
+    max_cases_per_worker: int | None = Field(default=None, ge=1)
+    shard: str | None = None  # "I/N", as `harness run --shard`
+    models: str | None = None  # the tier's models (a file or crawl dir)
+    registry: str | None = None
+    ops: str | None = None  # the upstream tier's op_db subset (comma-separated OpInfo names)
+    dtypes: str | None = None
+    case_limit_floor: float | None = Field(default=None, gt=0)  # least per-case limit (cold starts)
+
+    def options(self) -> dict[str, str]:
+        """What the tier itself is given (`tier_options`)."""
+        return {k: v for k, v in (("ops", self.ops), ("dtypes", self.dtypes)) if v is not None}
+
+
+class NightlyMode(Rules):
+    """A mode's section (`[full]`, `[quick]`): the tiers in order, and a table of settings per tier,
+    keyed by the tier's name (plug-in tiers included: `["quick"."pkg.mod:TIER"]`)."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, TierSettings] = Field(init=False)
+
+    tiers: tuple[str, ...] = DEFAULT_TIERS
+
+    @model_validator(mode="after")
+    def _tables_of_listed_tiers(self) -> NightlyMode:
+        stray = sorted(set(self.model_extra or {}) - set(self.tiers))
+        if stray:
+            raise ValueError(f"settings for {stray}, which `tiers` does not list (a misspelt tier?)")
+        return self
+
+    def tier(self, name: str) -> TierSettings:
+        return (self.model_extra or {}).get(name) or TierSettings()
+
+
+class NightlyConfig(Rules):
+    """harness/data/nightly.toml, or a user's `--config TOML` of the same shape."""
+
+    full: NightlyMode | None = None
+    quick: NightlyMode | None = None
+
+
+def load_config(quick: bool, path: str | os.PathLike | None = None) -> NightlyMode:
+    """The settings of one mode (RuleFileError for an unknown key or a missing section)."""
+    path = path or resource("harness", "data/nightly.toml")
+    config = load_rules(NightlyConfig, path)
     mode = "quick" if quick else "full"
-    if mode not in config:
-        raise ValueError(f"nightly config has no [{mode}] section")
-    return config[mode]
+    section = getattr(config, mode)
+    if section is None:
+        raise RuleFileError(str(path), [f"no [{mode}] section"])
+    return section
 
 
 @dataclass
@@ -95,8 +142,8 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
         selection = {"source": "crawl", "dir": None, "error": f"{type(exc).__name__}: {exc}"}
     if selection.get("dir"):
         opts = replace(opts, representatives=selection["dir"])
-    for name in config.get("tiers", ["unit", "representative", "full", "upstream"]):
-        tcfg = config.get(name, {})
+    for name in config.tiers:
+        tcfg = config.tier(name)
         if name == "representative" and selection.get("error"):
             tiers[name] = {
                 "tier": name,
@@ -107,12 +154,10 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
             tier = load_tier(name)
             timeout, max_cases = resolve_limits(
                 tier,
-                opts.timeout or tcfg.get("timeout") or opts.limits.timeout,
-                opts.max_cases or tcfg.get("max_cases_per_worker") or opts.limits.max_cases,
+                opts.timeout or tcfg.timeout or opts.limits.timeout,
+                opts.max_cases or tcfg.max_cases_per_worker or opts.limits.max_cases,
             )
-            models = {"representative": opts.representatives, "full": opts.models}.get(name) or tcfg.get(
-                "models"
-            )
+            models = {"representative": opts.representatives, "full": opts.models}.get(name) or tcfg.models
             run_opts = RunOptions(
                 tier=name,
                 out=out / tier.name,
@@ -120,20 +165,20 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
                 workers=opts.workers,
                 executor=opts.executor,
                 ray_address=opts.ray_address,
-                registry=opts.registry or tcfg.get("registry"),  # model tiers: coverage order
+                registry=opts.registry or tcfg.registry,  # model tiers: coverage order
                 models=models,
-                limit=tcfg.get("limit"),
+                limit=tcfg.limit,
                 limits=replace(opts.limits, timeout=timeout, max_cases=max_cases),
-                shard=parse_shard(tcfg.get("shard")),
+                shard=parse_shard(tcfg.shard),
                 run_id=run_id,
                 progress=opts.progress,
                 order=opts.order,
                 baseline=opts.baseline,
                 use_baseline=opts.use_baseline,
-                tier_options={k: tcfg[k] for k in ("ops", "dtypes") if k in tcfg},
+                tier_options=tcfg.options(),
                 meta={"nightly": "quick" if opts.quick else "full"},
                 marked_ops=dict(marked),
-                case_limit_floor=tcfg.get("case_limit_floor"),
+                case_limit_floor=tcfg.case_limit_floor,
             )
             tiers[tier.name] = run_tier(run_opts)
             for op, kind in (tiers[tier.name].get("marked_ops") or {}).items():

@@ -113,11 +113,10 @@ def collect_fingerprints(proc: subprocess.Popen | None, timeout: float = 300.0) 
 
 
 def fingerprints_of(backend: str) -> dict[str, Any] | None:
-    """The adapter's `op_fingerprints()` (an optional member of the Backend protocol), or None."""
+    """The adapter's `op_fingerprints()`, or None when it has none ({})."""
     from contracts.backends import get_backend
 
-    method = getattr(get_backend(backend), "op_fingerprints", None)
-    return method() if callable(method) else None
+    return get_backend(backend).op_fingerprints() or None
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,8 @@ def write_tables(run_dir: Path, journal: Journal, meta: dict[str, Any]) -> dict[
         or (dt.datetime.now(dt.UTC) - started).total_seconds()
     )
     run_meta.setdefault("lowering_table_version", _lowering_version(journal))
+    for key, value in _backend_identity(journal).items():
+        run_meta.setdefault(key, value)
     return write_run_tables(run_dir, run_meta, rows, events, native)
 
 
@@ -184,6 +186,16 @@ def _lowering_version(journal: Journal) -> str | None:
         }
     )
     return ",".join(versions) or None
+
+
+def _backend_identity(journal: Journal) -> dict[str, Any]:
+    """The backend's kind, versions and settings as the workers reported them (the first worker's:
+    every worker resolves the same adapter), for runs.parquet."""
+    for rec in journal.records():
+        found = (rec["outcome"].get("worker") or {}).get("backend_identity")
+        if found:
+            return {k: found.get(k) for k in ("backend_kind", "backend_versions", "backend_settings")}
+    return {}
 
 
 # ------------------------------------------------------------------------------------------ run

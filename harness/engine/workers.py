@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contracts import timing
-from contracts.backends import resolved_backend
+from contracts.backends import identity, resolved_backend
 from contracts.errors import status_of
 from contracts.records import Case, CaseOutcome
 from contracts.rootcause import RootCause
@@ -668,13 +668,15 @@ def _watch_parent(ppid: int) -> None:
 
 
 def _backend_info(backend: str) -> dict[str, Any]:
-    """Facts about the backend in this worker for runs.parquet (only if the tier resolved its adapter)."""
+    """Facts about the backend in this worker for runs.parquet (only if the tier resolved its
+    adapter): its lowering-table version and its identity (contracts.backends.identity)."""
     adapter = resolved_backend(backend)
     if adapter is None:
         return {}
     try:
+        info = {"backend_identity": identity(adapter)}
         table = adapter.describe().get("lowering_table") or {}
-        return {"lowering_table_version": table["version"]} if table.get("version") else {}
+        return info | ({"lowering_table_version": table["version"]} if table.get("version") else {})
     except Exception:  # noqa: BLE001 - a label must never fail a case
         return {}
 

@@ -20,16 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pydantic import Field, RootModel
 
 from contracts.records import ModelSpec
+from contracts.rulefiles import RuleFileError, Rules, read_data, validate
 from contracts.settings import current
 
 
 def _model_tier_seq() -> int:
-    from harness.build.shrink import rules
+    from harness.build.rules import shrink_rules
 
-    return int(rules()["targets"]["test_sequence_length"])
+    return shrink_rules().targets.test_sequence_length
 
 
 #: Sequence lengths recorded per model (batch is the inputs module's, 2): the length the model
@@ -50,27 +51,48 @@ def default_specs() -> tuple[list[ModelSpec], str]:
     return list(default_representatives()), "representatives"
 
 
+class SpecEntry(Rules):
+    """One model of a `--models` file: the fields of contracts.records.ModelSpec, nothing else."""
+
+    model_id: str = ""  # default: "<model_type>-<position>"
+    model_type: str
+    architecture: str = ""
+    config: dict[str, Any] = Field(default_factory=dict)
+    downloads: int = 0
+    source: str = ""
+
+
+class SpecList(RootModel[tuple[SpecEntry, ...]]):
+    """A `--models` file's list (JSON, JSONL or YAML; or a mapping with a `models` list)."""
+
+
 def load_specs(path: str | Path) -> list[ModelSpec]:
-    """ModelSpecs from a JSON list, JSONL or YAML file (fields of contracts.records.ModelSpec)."""
+    """ModelSpecs from a JSON list, JSONL or YAML file (fields of contracts.records.ModelSpec); a
+    RuleFileError naming the entry and key for an unknown field or a missing model_type."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        rows = yaml.safe_load(text) or []
-    elif path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if path.suffix in (".yaml", ".yml", ".toml"):
+        rows = read_data(path) or []
     else:
-        rows = json.loads(text)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise RuleFileError(str(path), [f"cannot be read: {exc.strerror or exc}"]) from exc
+        try:
+            if path.suffix == ".jsonl":
+                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            else:
+                rows = json.loads(text)
+        except ValueError as exc:
+            raise RuleFileError(str(path), [f"not valid JSON: {exc}"]) from exc
     if isinstance(rows, dict):
+        if set(rows) - {"models"}:
+            raise RuleFileError(str(path), [f"unknown keys {sorted(set(rows) - {'models'})} (only `models`)"])
         rows = rows.get("models") or []
-    known = set(ModelSpec.__dataclass_fields__)
-    specs = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict) or "model_type" not in row:
-            raise ValueError(f"{path}: entry {i} is not a model spec with a model_type")
-        row = {k: v for k, v in row.items() if k in known}
-        row.setdefault("model_id", f"{row['model_type']}-{i}")
-        specs.append(ModelSpec(**row))
-    return specs
+    entries = validate(SpecList, rows, path).root
+    return [
+        ModelSpec(**{**e.model_dump(), "model_id": e.model_id or f"{e.model_type}-{i}"})
+        for i, e in enumerate(entries)
+    ]
 
 
 @dataclass

@@ -25,17 +25,17 @@ from typing import Any
 
 import torch
 
+from agents.quiet import quiet_transformers
 from contracts.backends import fallback_count, fallback_ops, get_backend
 from contracts.errors import classify
 from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import MODEL_STAGES, Status
 from harness.build.inputs import make_inputs
 from harness.build.models import architecture_of, build_model, parameter_count, resolve_config
-from harness.build.quiet import quiet_transformers
 from harness.stages.compare import float_tensors, named_tensors
 from harness.stages.compile import compile_stage
 from harness.stages.numerics import numerics_stage
-from harness.stages.run import StageFailed, StageRun, StageSkipped, fresh, to_device, tracked
+from harness.stages.run import StageFailed, StageRun, StageSkipped, fresh, on_device, to_device, tracked
 from harness.stages.step import NoLoss, train_mode, training_loss
 from harness.stages.torch_state import restored_torch_state
 
@@ -72,8 +72,9 @@ def _load(run: _Run) -> dict[str, Any]:
         run.inputs = make_inputs(run.cpu_model, run.config, arch, seed=run.seed)
     run.cpu_kwargs = run.inputs.kwargs
     device = run.adapter.device
-    run.model = _tracked(run, lambda: copy.deepcopy(run.cpu_model).to(device))
-    run.kwargs = _to(run.cpu_kwargs, device)
+    copied = copy.deepcopy(run.cpu_model)  # CPU work: outside the device scope
+    run.model = _tracked(run, lambda: copied.to(device))
+    run.kwargs = _tracked(run, lambda: _to(run.cpu_kwargs, device))
     return {
         "shrink_level": getattr(run.config, "_shrink_level", ""),
         "shrink_budget_changes": getattr(run.config, "_shrink_budget_changes", []),
@@ -86,6 +87,11 @@ def _load(run: _Run) -> dict[str, Any]:
 
 
 def _forward(run: _Run) -> dict[str, Any]:
+    with on_device(run):
+        return _forward_on_device(run)
+
+
+def _forward_on_device(run: _Run) -> dict[str, Any]:
     torch.manual_seed(run.seed)
     with quiet_transformers():
         run.output = _tracked(run, lambda: run.model(**fresh(run.kwargs)))
@@ -105,7 +111,13 @@ def _backward(run: _Run) -> dict[str, Any]:
     """The forward again in train mode (dropout is 0: the same values as in eval mode), then
     backward; buffers a train-mode forward updates (BatchNorm running stats) are restored. A
     forward that runs under `torch.inference_mode` (video trackers) has no backward: its eval
-    outputs are inference tensors, and its train-mode path is not meant to run."""
+    outputs are inference tensors, and its train-mode path is not meant to run. All of it is the
+    device's work (the device scope)."""
+    with on_device(run):
+        return _backward_on_device(run)
+
+
+def _backward_on_device(run: _Run) -> dict[str, Any]:
     outputs = float_tensors(run.output) if run.output is not None else []
     if outputs and all(t.is_inference() for t in outputs):
         raise StageSkipped("the forward runs under torch.inference_mode: there is no backward")
@@ -170,7 +182,7 @@ def _wanted(stages: Sequence[str] | None) -> list[str]:
     if unknown:
         raise ValueError(f"unknown stage(s) {unknown}: choose from {', '.join(MODEL_STAGES)}")
     need = set(stages)
-    for s in [*stages, *(c for s in stages for c in COMPARED_WITH.get(s, ()))]:
+    for s in [*stages, *(c for wanted in stages for c in COMPARED_WITH.get(wanted, ()))]:
         need.add(s)
         stack = list(PREREQUISITES[s])
         while stack:
@@ -182,10 +194,12 @@ def _wanted(stages: Sequence[str] | None) -> list[str]:
 
 
 def _summarize_fallbacks(run: _Run) -> None:
+    """The run's fallback figures; null when the backend cannot report them (never a false 0)."""
     r = run.result
     r.fallback_events = run.fallback_events
-    r.fallback_count = fallback_count(run.fallback_events)
-    r.fallback_ops = fallback_ops(run.fallback_events)
+    reported = run.adapter.reports_fallbacks
+    r.fallback_count = fallback_count(run.fallback_events) if reported else None
+    r.fallback_ops = fallback_ops(run.fallback_events) if reported else None
 
 
 def _run_stage(run: _Run, name: str) -> StageResult:

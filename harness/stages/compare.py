@@ -14,43 +14,74 @@ threshold is what it is); harness/stages/reference.py makes the reference comput
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import torch
-import yaml
+from pydantic import Field, field_validator, model_validator
+
+from contracts.rulefiles import Rules, cached_rules, resource
+from contracts.tolerance import Tolerance
 
 #: how a passing comparison passed, weakest last (the weakest used by any tensor is reported)
 METHODS = ("empty", "allclose", "rmse", "cosine")
 
-
-@lru_cache(maxsize=1)
-def settings() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("harness").joinpath("data/numerics.yaml").read_text())
+#: the tolerance classes a tensor can be judged by (`tolerance_class`), each in data/numerics.yaml
+CLASSES = ("float32", "bfloat16", "float16", "float64", "undeclared_rounding")
 
 
-@dataclass(frozen=True)
-class Tolerance:
-    name: str  # the class: float32, bfloat16, float16, float64, undeclared_rounding
-    rtol: float
-    atol: float
-    rmse_multiplier: float
+class CosineRule(Rules):
+    """A documented exception: tensors that may pass on cosine similarity after the RMSE gate failed."""
+
+    architecture: str = "*"  # glob over the model's architecture
+    tensor: str = "*"  # glob over the tensor's name
+    min: float
+    reason: str
 
 
+class NumericsRules(Rules):
+    """harness/data/numerics.yaml: the gate's tolerance per class and its RMSE-gate settings."""
+
+    version: int
+    classes: dict[str, Tolerance]
+    rmse_multiplier_small: float = Field(ge=0)
+    small_numel: int = Field(ge=0)
+    cosine_rules: tuple[CosineRule, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_classes(cls, data: Any) -> Any:
+        """Each class's Tolerance carries its name (metrics and reasons say which class judged)."""
+        if isinstance(data, dict) and isinstance(data.get("classes"), dict):
+            data = {
+                **data,
+                "classes": {
+                    k: {"name": k, **v} if isinstance(v, dict) else v for k, v in data["classes"].items()
+                },
+            }
+        return data
+
+    @field_validator("classes")
+    @classmethod
+    def _every_class(cls, classes: dict[str, Tolerance]) -> dict[str, Tolerance]:
+        missing = [c for c in CLASSES if c not in classes]
+        if missing:
+            raise ValueError(f"no tolerance for the classes {missing}")
+        return classes
+
+
+def settings() -> NumericsRules:
+    """The numerics gate's rules (harness/data/numerics.yaml), read once per process."""
+    return cached_rules(NumericsRules, str(resource("harness", "data/numerics.yaml")))
+
+
+@functools.cache
 def tolerance(cls: str) -> Tolerance:
-    s = settings()
-    t = s["classes"][cls]
-    low = cls in ("bfloat16", "float16", "undeclared_rounding")
-    return Tolerance(
-        cls,
-        float(t["rtol"]),
-        float(t["atol"]),
-        float(s["rmse_multiplier_low_precision" if low else "rmse_multiplier"]),
-    )
+    """The numerics gate's tolerance of a class (one of CLASSES), from harness/data/numerics.yaml."""
+    return settings().classes[cls]
 
 
 def tolerance_class(dtype: torch.dtype, *, undeclared_rounding: bool = False) -> str:
@@ -62,8 +93,18 @@ def tolerance_class(dtype: torch.dtype, *, undeclared_rounding: bool = False) ->
     return "undeclared_rounding" if undeclared_rounding else "float32"
 
 
+def tolerance_of(dtype: torch.dtype, *, undeclared_rounding: bool = False) -> Tolerance:
+    """The tolerance the numerics gate judges a tensor of `dtype` by (its class's, data/numerics.yaml):
+    the stable entry point for anything that judges a value as the gate would (one op's output too)."""
+    return tolerance(tolerance_class(dtype, undeclared_rounding=undeclared_rounding))
+
+
 @dataclass
-class Comparison:
+class TensorComparison:
+    """A device's tensor (or a group of them: the worst decides) against the float64 reference,
+    with the CPU float32 eager run as the yardstick. Not registry.replay.OpComparison (an op call's
+    outputs against the CPU's) nor reports.compare.RunComparison (a run against a baseline)."""
+
     passed: bool
     method: str  # allclose | rmse | cosine | shape | nonfinite | empty | missing
     name: str = ""  # the (worst) tensor: an output path like "logits", or a parameter name
@@ -131,11 +172,11 @@ def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.sqrt(torch.mean((a - b).abs() ** 2))) if a.numel() else 0.0
 
 
-def _cosine_rule(architecture: str, name: str) -> dict[str, Any] | None:
-    for rule in settings().get("cosine_rules") or []:
-        if fnmatch.fnmatchcase(
-            architecture or "", str(rule.get("architecture", "*"))
-        ) and fnmatch.fnmatchcase(name, str(rule.get("tensor", "*"))):
+def _cosine_rule(architecture: str, name: str) -> CosineRule | None:
+    for rule in settings().cosine_rules:
+        if fnmatch.fnmatchcase(architecture or "", rule.architecture) and fnmatch.fnmatchcase(
+            name, rule.tensor
+        ):
             return rule
     return None
 
@@ -152,21 +193,21 @@ def compare(
     tol: Tolerance | None = None,
     architecture: str = "",
     cosine: bool = True,
-) -> Comparison:
+) -> TensorComparison:
     """One tensor against the float64 reference; `eager` is the CPU float32 run (the yardstick)."""
-    tol = tol or tolerance(tolerance_class(actual.dtype))
+    tol = tol or tolerance_of(actual.dtype)
     base = {"name": name, "tensors": 1, "tolerance_class": tol.name}
     if actual.shape != reference.shape:
-        return Comparison(
+        return TensorComparison(
             False, "shape", reason=f"{name}: shape {tuple(actual.shape)} != {tuple(reference.shape)}", **base
         )
     a = actual.detach().cpu().to(torch.float64)
     r = reference.detach().cpu().to(torch.float64)
     if a.numel() == 0:
-        return Comparison(True, "empty", **base)
+        return TensorComparison(True, "empty", **base)
     finite_r = torch.isfinite(r)
     if not torch.equal(torch.isfinite(a), finite_r):
-        return Comparison(
+        return TensorComparison(
             False, "nonfinite", reason=f"{name}: non-finite values differ from the reference", **base
         )
     a, r = a[finite_r], r[finite_r]
@@ -178,21 +219,22 @@ def compare(
         eager_rmse = _rmse(e, r)
         s = settings()
         mult = (
-            max(tol.rmse_multiplier, s["rmse_multiplier_small"])
-            if a.numel() <= s["small_numel"]
+            max(tol.rmse_multiplier, s.rmse_multiplier_small)
+            if a.numel() <= s.small_numel
             else tol.rmse_multiplier
         )
         allowed = mult * eager_rmse + tol.atol / 10.0
     found = dict(max_abs_error=max_abs, rmse=rmse, eager_rmse=eager_rmse, allowed_rmse=allowed, **base)
     if torch.allclose(a, r, rtol=tol.rtol, atol=tol.atol):
-        return Comparison(True, "allclose", **found)
+        return TensorComparison(True, "allclose", **found)
     if allowed and rmse <= allowed:
-        return Comparison(True, "rmse", **found)
+        return TensorComparison(True, "rmse", **found)
     why = (
         f"{name}: max abs error {max_abs:.3g}, rmse {rmse:.3g} vs float32 eager {eager_rmse:.3g} "
         f"(allowed {allowed:.3g})"
         if allowed
-        else f"{name}: max abs error {max_abs:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} (no eager yardstick)"
+        else f"{name}: max abs error {max_abs:.3g} beyond rtol={tol.rtol:g} atol={tol.atol:g} "
+        "(no eager yardstick)"
     )
     rule = _cosine_rule(architecture, name) if cosine else None
     if rule is not None:
@@ -201,25 +243,23 @@ def compare(
             if a.numel() > 1
             else 0.0
         )
-        if cos >= float(rule["min"]):
-            return Comparison(
-                True, "cosine", cosine=cos, reason=f"cosine rule: {rule.get('reason', '')}", **found
-            )
-        return Comparison(
-            False, "cosine", cosine=cos, reason=f"{why}, cosine {cos:.6f} < {rule['min']}", **found
+        if cos >= rule.min:
+            return TensorComparison(True, "cosine", cosine=cos, reason=f"cosine rule: {rule.reason}", **found)
+        return TensorComparison(
+            False, "cosine", cosine=cos, reason=f"{why}, cosine {cos:.6f} < {rule.min}", **found
         )
-    return Comparison(False, "rmse", reason=why, **found)
+    return TensorComparison(False, "rmse", reason=why, **found)
 
 
-def worst(results: Iterable[Comparison]) -> Comparison:
+def worst(results: Iterable[TensorComparison]) -> TensorComparison:
     """The comparison that decides a group: the worst failure, else the one closest to failing,
     carrying the group's size and the weakest method any tensor needed."""
     results = list(results)
     if not results:
-        return Comparison(True, "empty", reason="no floating tensors")
+        return TensorComparison(True, "empty", reason="no floating tensors")
     failed = [c for c in results if not c.passed]
     pick = max(failed or results, key=lambda c: (c.ratio, c.max_abs_error))
-    out = Comparison(**{k: getattr(pick, k) for k in Comparison.__dataclass_fields__})
+    out = TensorComparison(**{k: getattr(pick, k) for k in TensorComparison.__dataclass_fields__})
     out.tensors = sum(c.tensors for c in results)
     if out.passed:
         out.method = max((c.method for c in results), key=METHODS.index)
@@ -233,13 +273,15 @@ def compare_named(
     *,
     undeclared_rounding: bool = False,
     architecture: str = "",
-) -> Comparison:
+) -> TensorComparison:
     """Tensors matched by name (outputs, parameter gradients); one missing on either side fails."""
     missing = sorted(set(actual) ^ set(reference))
     if missing:
         n = missing[0]
         side = "the reference" if n in actual else "the device"
-        return Comparison(False, "missing", name=n, tensors=len(reference), reason=f"{n}: missing on {side}")
+        return TensorComparison(
+            False, "missing", name=n, tensors=len(reference), reason=f"{n}: missing on {side}"
+        )
     eager = eager or {}
     return worst(
         compare(
@@ -248,17 +290,17 @@ def compare_named(
             eager.get(n),
             name=n,
             architecture=architecture,
-            tol=tolerance(tolerance_class(actual[n].dtype, undeclared_rounding=undeclared_rounding)),
+            tol=tolerance_of(actual[n].dtype, undeclared_rounding=undeclared_rounding),
         )
         for n in reference
     )
 
 
-def compare_outputs(actual: Any, reference: Any, eager: Any = None, **kwargs: Any) -> Comparison:
+def compare_outputs(actual: Any, reference: Any, eager: Any = None, **kwargs: Any) -> TensorComparison:
     """Every floating tensor of two model outputs, by position (the names are the reference's)."""
     acts, refs = named_float_tensors(actual), named_float_tensors(reference)
     if len(acts) != len(refs):
-        return Comparison(
+        return TensorComparison(
             False, "shape", reason=f"{len(acts)} output tensors != {len(refs)} in the reference"
         )
     eags = named_float_tensors(eager) if eager is not None else []
@@ -278,7 +320,7 @@ def compare_with_eager(
     *,
     undeclared_rounding: bool = False,
     architecture: str = "",
-) -> Comparison:
+) -> TensorComparison:
     """A compiled run against the eager run on the same device, as dynamo's `same(eager, compiled,
     fp64_ref)`: each tensor allclose to eager's; else the RMSE gate against the float64 truth, with
     eager's own distance from the truth as the yardstick. `truth` (name -> tensor) is called only
@@ -286,7 +328,7 @@ def compare_with_eager(
     missing = sorted(set(actual) ^ set(eager))
     if missing:
         n = missing[0]
-        return Comparison(
+        return TensorComparison(
             False,
             "missing",
             name=n,
@@ -295,7 +337,7 @@ def compare_with_eager(
         )
     results, reference = [], None
     for n in eager:
-        tol = tolerance(tolerance_class(actual[n].dtype, undeclared_rounding=undeclared_rounding))
+        tol = tolerance_of(actual[n].dtype, undeclared_rounding=undeclared_rounding)
         c = compare(actual[n], eager[n], name=n, tol=tol, cosine=False)
         if not c.passed and c.method == "rmse" and truth is not None:
             reference = truth() if reference is None else reference

@@ -27,12 +27,13 @@ from typing import Any
 
 import torch
 
+from agents.quiet import quiet_transformers
+from contracts.backends import to_cpu
 from contracts.errors import classify
 from contracts.status import FAILING, Status
-from harness.build.quiet import quiet_transformers
 from harness.stages.compare import compare_with_eager, worst
-from harness.stages.numerics import cpu_named, reference_of, undeclared_rounding
-from harness.stages.run import StageFailed, StageRun, StageSkipped, tracked
+from harness.stages.numerics import cpu_named, device_named, reference_of, undeclared_rounding
+from harness.stages.run import StageFailed, StageRun, StageSkipped, on_device, tracked
 from harness.stages.step import NoLoss, parameter_grads, restore_grads, stash_grads, train_mode, training_loss
 
 #: compiled steps run: the first compiles, the second must reuse it (a recompile is recorded)
@@ -162,8 +163,9 @@ def _step(run: StageRun, compiled: Any, track: bool, train: bool) -> StepResult:
         return StepResult(cpu_named(out), loss.detach().to("cpu"), grads)
 
     if not track:  # the repeat: its fallbacks are the first step's again, not new events
-        result = go()
-        run.adapter.synchronize()
+        with on_device(run):
+            result = go()
+            run.adapter.synchronize()
         return result
     return tracked(run, go)
 
@@ -173,8 +175,12 @@ def _eager(run: StageRun, saved_grads: dict[str, Any]) -> tuple[StepResult | Non
     mode (the compiled step runs in the same mode)."""
     backward = run.result.stages.get("backward")
     if backward is not None and backward.status == Status.PASS and run.train_output is not None:
-        grads = {n: g.detach().to("cpu") for n, g in saved_grads.items() if g is not None}
-        return StepResult(cpu_named(run.train_output), run.loss.detach().to("cpu"), grads), "", True
+        grads = to_cpu(run.adapter, {n: g for n, g in saved_grads.items() if g is not None})
+        return (
+            StepResult(device_named(run, run.train_output), to_cpu(run.adapter, run.loss), grads),
+            "",
+            True,
+        )
     if run.output is None:
         forward = run.result.stages.get("forward")
         return (
@@ -183,7 +189,7 @@ def _eager(run: StageRun, saved_grads: dict[str, Any]) -> tuple[StepResult | Non
             True,
         )
     note = f"outputs only: eager backward {backward.status.value if backward else 'not run'}"
-    return StepResult(cpu_named(run.output), None, {}), note, False
+    return StepResult(device_named(run, run.output), None, {}), note, False
 
 
 def none_as_zero(

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from contracts.backends import to_cpu
 from contracts.status import Status
-from harness.stages.compare import Comparison, compare_named, compare_outputs, named_float_tensors
-from harness.stages.reference import Reference, compute_reference, dispatch_key
-from harness.stages.run import StageFailed, StageRun, StageSkipped
+from harness.stages.compare import TensorComparison, compare_named, compare_outputs, named_float_tensors
+from harness.stages.reference import StepReference, compute_reference, dispatch_key
+from harness.stages.run import StageFailed, StageRun, StageSkipped, on_device
 from harness.stages.step import parameter_grads, training_loss
 
 
 def rounded_inputs(run: StageRun) -> dict[str, tuple[str, ...]]:
-    """The backend's declared input rounding (empty for adapters that predate the declaration)."""
-    declared = getattr(run.adapter, "rounded_inputs", None)
-    return dict(declared() or {}) if callable(declared) else {}
+    """The backend's declared input rounding (empty: it computes as the dtypes say)."""
+    return dict(run.adapter.rounded_inputs() or {})
 
 
 def undeclared_rounding(run: StageRun) -> bool:
@@ -29,7 +29,7 @@ def undeclared_rounding(run: StageRun) -> bool:
     return run.adapter.precision_mode() != "exact" and not rounded_inputs(run)
 
 
-def reference_of(run: StageRun) -> Reference:
+def reference_of(run: StageRun) -> StepReference:
     """The run's CPU reference of the training step, computed once (numerics and compile share it)."""
     if run.reference is None:
         try:
@@ -49,7 +49,14 @@ def reference_of(run: StageRun) -> Reference:
 
 
 def cpu_named(output: Any) -> dict[str, Any]:
+    """The floating tensors of a CPU output by name (the reference's: outside the device scope)."""
     return {n: t.detach().to("cpu") for n, t in named_float_tensors(output)}
+
+
+def device_named(run: StageRun, output: Any) -> dict[str, Any]:
+    """The floating tensors of a device output by name, brought to the CPU in the device scope."""
+    with on_device(run):
+        return cpu_named(output)
 
 
 def _backward_passed(run: StageRun) -> str:
@@ -62,14 +69,14 @@ def _backward_passed(run: StageRun) -> str:
     return ""
 
 
-def check_gradients(run: StageRun, ref: Reference) -> tuple[Comparison | None, str]:
+def check_gradients(run: StageRun, ref: StepReference) -> tuple[TensorComparison | None, str]:
     """The device's parameter gradients against the reference's (None, why: not checked)."""
     why = _backward_passed(run) or (
         f"the reference's backward failed: {ref.truth.error}" if ref.truth.error else ""
     )
     if why:
         return None, why
-    device = {n: g.detach().to("cpu") for n, g in parameter_grads(run.model).items()}
+    device = to_cpu(run.adapter, parameter_grads(run.model))
     return compare_named(
         device,
         ref.truth.grads,
@@ -83,7 +90,7 @@ def numerics_stage(run: StageRun) -> dict[str, Any]:
     ref = reference_of(run)
     loose = undeclared_rounding(run)
     outputs = compare_outputs(
-        cpu_named(run.output),
+        device_named(run, run.output),
         ref.truth.output,
         ref.eager.output,
         undeclared_rounding=loose,

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.build.quiet import quiet_transformers
+from agents.quiet import quiet_transformers
 from harness.stages.step import parameter_grads, train_mode
 
 LossFn = Callable[[Any], "tuple[torch.Tensor, str]"]
@@ -135,7 +135,11 @@ class ReferenceRun:
 
 
 @dataclass
-class Reference:
+class StepReference:
+    """What a model's training step on the device is judged against: the float64 truth and the CPU
+    float32 eager run (the RMSE gate's yardstick). Not registry.replay.OpReference (the CPU's
+    outputs of one op call)."""
+
     truth: ReferenceRun  # float64 (or float32 when the model cannot run in float64: `kind` says)
     eager: ReferenceRun  # CPU float32, same rounding
     kind: str  # cpu_float64 | cpu_float32
@@ -194,7 +198,7 @@ def compute_reference(
     loss_fn: LossFn | None,
     rounded: Mapping[str, Sequence[str]] | None,
     device_key: str | None = None,
-) -> Reference:
+) -> StepReference:
     """The float64 truth and the float32 eager run of the same step, rounded as the device rounds.
 
     The CPU model is copied (its gradients and buffers stay untouched)."""
@@ -212,4 +216,4 @@ def compute_reference(
         kind = "cpu_float64"
     except Exception:  # noqa: BLE001 - a model that cannot run in float64: the float32 run is the truth
         truth, kind = eager, "cpu_float32"
-    return Reference(truth=truth, eager=eager, kind=kind, rounding=rounding)
+    return StepReference(truth=truth, eager=eager, kind=kind, rounding=rounding)

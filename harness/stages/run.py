@@ -2,6 +2,10 @@
 
 `harness.stages.check` drives the stages; the longer ones live in modules of their own
 (`harness.stages.compile`, `harness.stages.numerics`) and all take the one `StageRun`.
+
+Device work (moving to and from the device, running on it) happens inside the adapter's
+`device_scope()` (`tracked`, `on_device`); the CPU model, its copies and the references never do,
+so a backend implemented with global modes sees only its own part (contracts.backends).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ class StageRun:
     train_output: Any = None  # the eager device training step's output (train mode: the backward stage)
     loss: Any = None  # the eager device training step's loss (detached)
     fallback_events: list = field(default_factory=list)
-    reference: Any = None  # harness.stages.reference.Reference, computed once when first needed
+    reference: Any = None  # harness.stages.reference.StepReference, computed once when first needed
     reference_forward: str | None = None  # why the forward fails on the cpu reference too ("" passes there)
 
 
@@ -115,9 +119,14 @@ def fresh(kwargs: dict) -> dict:
     return {k: copy.deepcopy(v) if _stateful(v) else v for k, v in kwargs.items()}
 
 
+def on_device(run: StageRun):
+    """The device's scope: what runs in it is the device's part of a stage."""
+    return run.adapter.device_scope()
+
+
 def tracked(run: StageRun, fn: Callable[[], Any]) -> Any:
-    """Run `fn` with the backend's CPU-fallback events collected into the run."""
-    with run.adapter.track_fallbacks() as events:
+    """Run `fn` in the device scope with the backend's CPU-fallback events collected into the run."""
+    with run.adapter.device_scope(), run.adapter.track_fallbacks() as events:
         value = fn()
         run.adapter.synchronize()
     run.fallback_events.extend(events)

@@ -1,5 +1,6 @@
-"""What the model tiers share: a case's ModelSpec checked stage by stage and blamed in the worker,
-and the worker's start-up that imports the model stack once."""
+"""What the model tiers share: a case's ModelSpec checked stage by stage, blamed and (where the
+backend is to blame) localized to the call that broke it in the worker, and the worker's start-up
+that imports the model stack once."""
 
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ from harness.tiers.quick_subset import traits_of
 
 
 def run_model_check(case: Case, backend: str, stages: tuple[str, ...]) -> CaseOutcome:
-    """Check the case's ModelSpec with harness.stages.check.check_model; a not-runnable case reports why."""
+    """Check the case's ModelSpec with harness.stages.check.check_model, blamed and localized
+    (harness.rootcause.localize); a not-runnable case reports why."""
     if case.payload.get("not_attempted"):
         reason = str(case.payload["not_attempted"])
         rows = [StageResult(s, Status.NOT_ATTEMPTED, reason=reason) for s in stages]
         out = from_result(case, rows, stages)
     else:
-        from harness.blame.probe import check_with_blame
+        from harness.rootcause.localize import check_with_root_cause
 
         spec = case.spec()
-        out = from_result(case, check_with_blame(spec, backend, stages), stages)
+        out = from_result(case, check_with_root_cause(spec, backend, list(stages)), stages)
         out.info.setdefault("traits", traits_of(spec))  # harness.tiers.quick_subset.traits_of
     out.info.update(case.payload.get("info") or {})
     return out

@@ -29,14 +29,15 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map_only
 
 from contracts.backends import fallback_count, fallback_ops
 from contracts.records import StageResult
 from contracts.status import UPSTREAM_STAGES, Status, UpstreamSkip
+from contracts.tolerance import Tolerance
 from registry.encoding import DTYPE_ABBREVS
 from registry.replay import _close
-from registry.tolerances import Tolerance, tolerance_for
+from registry.tolerances import tolerance_for
 from registry.upstream import opinfos
 
 STAGES = UPSTREAM_STAGES
@@ -49,9 +50,7 @@ class Context:
 
     adapter: Any
     mode: str = "exact"
-    samples: OrderedDict[tuple[str, str, str], list[Any] | BaseException] = field(
-        default_factory=OrderedDict
-    )
+    samples: OrderedDict[tuple[str, str, str], list[Any] | BaseException] = field(default_factory=OrderedDict)
     pinned: dict[tuple[str, str, str], list[frozenset[int]]] = field(default_factory=dict)
 
     @property
@@ -113,7 +112,7 @@ class _Skip(Exception):
         self.reason, self.message = reason, message
 
 
-# ------------------------------------------------------------------------------------- helpers
+# -------------------------------------------------------------------- samples, calls, comparison
 
 
 def _short(exc: BaseException) -> str:
@@ -248,14 +247,32 @@ def _tolerance(
         if t.atol_rms > tol.atol_rms or t.rtol > tol.rtol:
             tol = t
     if override and not tol.exact and (dtype.is_floating_point or dtype.is_complex):
-        tol = Tolerance(max(tol.rtol, override.rtol), max(tol.atol, override.atol), tol.atol_rms)
+        tol = tol.loosened(override.rtol, override.atol)
     return tol
 
 
+def from_device(ctx: Context, actual: Any, expected: Any) -> tuple[Any, str | None]:
+    """The device's outputs moved to the CPU inside the device scope (the comparison after it is
+    CPU work, outside the scope), or why they cannot be compared: an output left on the CPU."""
+    fa, fe = _leaves(actual), _leaves(expected)
+    for i, (a, e) in enumerate(zip(fa, fe)):
+        if (
+            ctx.device_type != "cpu"
+            and isinstance(a, torch.Tensor)
+            and isinstance(e, torch.Tensor)
+            and a.device.type == "cpu"
+            and e.device.type == "cpu"
+        ):
+            return None, f"output {i}: left on cpu, expected on {ctx.device_type}"
+    with ctx.adapter.device_scope():
+        return tree_map_only(torch.Tensor, lambda t: t.detach().to("cpu"), actual), None
+
+
 def compare(
-    actual: Any, expected: Any, mode: str, ops_run: list[str], override: Any, device_type: str
+    actual: Any, expected: Any, mode: str, ops_run: list[str], override: Any
 ) -> tuple[str | None, float | None]:
-    """None when actual (from the device) matches expected (CPU); else what differs."""
+    """None when actual (from the device, on the CPU now: from_device) matches expected (CPU);
+    else what differs."""
     fa, fe = _leaves(actual), _leaves(expected)
     if len(fa) != len(fe):
         return f"{len(fa)} outputs, expected {len(fe)}", None
@@ -267,9 +284,7 @@ def compare(
             continue
         if not isinstance(a, torch.Tensor):
             return f"output {i}: {type(a).__name__}, expected a tensor", worst
-        if device_type != "cpu" and a.device.type == "cpu" and e.device.type == "cpu":
-            return f"output {i}: left on cpu, expected on {device_type}", worst
-        a, e = _plain(a).cpu(), _plain(e)
+        a, e = _plain(a), _plain(e)
         if tuple(a.shape) != tuple(e.shape) or a.dtype != e.dtype:
             return f"output {i}: {list(a.shape)} {a.dtype}, expected {list(e.shape)} {e.dtype}", worst
         if e.numel() == 0:
@@ -333,10 +348,13 @@ def forward(
 ) -> StageResult:
     t0 = time.perf_counter()
     wants_grad = opinfos.wants_backward(op, dtype)
+    # the determinism check repeats the reference exactly as it ran: with or without inputs that
+    # require grad (matmul folds its batch dimensions only without, which changes the last bits)
+    clone, mode = _clone, torch.enable_grad
     try:
         try:
-            run.cpu_sample = _map_sample(sample, _clone, None)
-            with torch.enable_grad():
+            run.cpu_sample = _map_sample(sample, clone, None)
+            with mode():
                 run.cpu_out = _call(op, run.cpu_sample, seed)
         except Exception as exc:
             if not wants_grad:
@@ -345,13 +363,16 @@ def forward(
                 False,
                 f"cpu reference raised with inputs that require grad: {type(exc).__name__}: {_short(exc)}",
             )
-            run.cpu_sample = _map_sample(sample, _no_grad_clone, None)
-            with torch.no_grad():
+            clone, mode = _no_grad_clone, torch.no_grad
+            run.cpu_sample = _map_sample(sample, clone, None)
+            with mode():
                 run.cpu_out = _call(op, run.cpu_sample, seed)
-        with torch.no_grad():
-            again = _call(op, _map_sample(sample, _no_grad_clone, None), seed)
-    except Exception as exc:  # noqa: BLE001 - the reference itself cannot run this sample
-        raise _Skip(UpstreamSkip.REFERENCE_ERROR, f"cpu reference raised {type(exc).__name__}: {_short(exc)}")
+        with mode():
+            again = _call(op, _map_sample(sample, clone, None), seed)
+    except Exception as exc:  # the reference itself cannot run this sample
+        raise _Skip(
+            UpstreamSkip.REFERENCE_ERROR, f"cpu reference raised {type(exc).__name__}: {_short(exc)}"
+        ) from exc
     if not _same(run.cpu_out, again):
         raise _Skip(
             UpstreamSkip.REFERENCE_ERROR,
@@ -360,17 +381,18 @@ def forward(
     del again
     grad_mode = torch.enable_grad() if (wants_grad and run.grad_ok) else torch.no_grad()
     use_grad = wants_grad and run.grad_ok
-    try:
-        run.dev_sample = _map_sample(
-            sample,
-            lambda t: t.detach().to(ctx.device, copy=True).requires_grad_(t.requires_grad and use_grad),
-            ctx.device,
-            keep,
-        )
-    except Exception as exc:  # noqa: BLE001
+    try:  # the device's part runs in its scope; the CPU reference above ran outside it
+        with ctx.adapter.device_scope():
+            run.dev_sample = _map_sample(
+                sample,
+                lambda t: t.detach().to(ctx.device, copy=True).requires_grad_(t.requires_grad and use_grad),
+                ctx.device,
+                keep,
+            )
+    except Exception as exc:
         feature = declared_unsupported(exc)
         if feature:
-            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
+            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}") from exc
         return _stage(
             "forward",
             Status.ERROR,
@@ -387,12 +409,13 @@ def forward(
             "device=): nothing of it runs on the device",
         )
     try:
-        with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch, grad_mode:
-            run.dev_out = _call(op, run.dev_sample, seed, ctx.device_type)
-    except Exception as exc:  # noqa: BLE001 - the backend failing the op is the finding
+        with ctx.adapter.device_scope(), ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch:
+            with grad_mode:
+                run.dev_out = _call(op, run.dev_sample, seed, ctx.device_type)
+    except Exception as exc:  # the backend failing the op is the finding
         feature = declared_unsupported(exc)
         if feature:
-            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}")
+            raise _Skip(UpstreamSkip.BACKEND_UNSUPPORTED, f"{feature}: {_short(exc)}") from exc
         return _stage(
             "forward",
             Status.ERROR,
@@ -403,7 +426,8 @@ def forward(
             failing_op=opinfos.full_name(op),
         )
     events.extend(fell)
-    problem, err = compare(run.dev_out, run.cpu_out, ctx.mode, _seen(watch), override, ctx.device_type)
+    moved, left = from_device(ctx, run.dev_out, run.cpu_out)
+    problem, err = (left, None) if left else compare(moved, run.cpu_out, ctx.mode, _seen(watch), override)
     return _judged("forward", t0, op, problem, err, fell, ctx)
 
 
@@ -519,9 +543,10 @@ def backward(
             failing_op=opinfos.full_name(op),
         )
     try:
-        dev_grads_out = [g.to(ctx.device) for g in grads_out]
-        with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch:
-            actual = torch.autograd.grad(dev_outputs, dev_inputs, dev_grads_out, allow_unused=True)
+        with ctx.adapter.device_scope():
+            dev_grads_out = [g.to(ctx.device) for g in grads_out]
+            with ctx.adapter.track_fallbacks() as fell, ctx.watch_ops() as watch:
+                actual = torch.autograd.grad(dev_outputs, dev_inputs, dev_grads_out, allow_unused=True)
     except Exception as exc:  # noqa: BLE001
         feature = declared_unsupported(exc)
         if feature:
@@ -553,8 +578,9 @@ def backward(
                 f"device, {'present' if e is not None else 'missing'} on cpu",
             )
     pairs = [(a, e) for a, e in zip(actual, expected) if e is not None]
-    problem, err = compare(
-        [a for a, _ in pairs], [e for _, e in pairs], ctx.mode, _seen(watch), override, ctx.device_type
+    moved, left = from_device(ctx, [a for a, _ in pairs], [e for _, e in pairs])
+    problem, err = (
+        (left, None) if left else compare(moved, [e for _, e in pairs], ctx.mode, _seen(watch), override)
     )
     return _judged("backward", t0, op, problem, err, fell, ctx)
 

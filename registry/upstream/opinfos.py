@@ -21,11 +21,12 @@ import re
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import torch
-import yaml
+from pydantic import Field
+
+from contracts.rulefiles import Rules, cached_rules, resource
 
 #: The test PyTorch runs to compare a device with the CPU; its decorators are PyTorch's verdict
 #: on whether an op's outputs can be compared across devices at all.
@@ -209,19 +210,28 @@ def tolerance_override(op: Any, dtype: torch.dtype, device_type: str) -> Toleran
 # ---------------------------------------------------------------------------------------- families
 
 
-@functools.cache
-def _family_rules() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("registry").joinpath("data/upstream_families.yaml").read_text())
+class FamilyPrefix(Rules):
+    family: str
+    match: tuple[str, ...]  # globs over the OpInfo's name
+
+
+class Families(Rules):
+    """registry/data/upstream_families.yaml."""
+
+    version: int
+    prefixes: tuple[FamilyPrefix, ...] = ()
+    classes: dict[str, str] = Field(default_factory=dict)  # OpInfo class name -> family
+    default: str
 
 
 def family(op: Any) -> str:
     """The op family of the heat map (registry/data/upstream_families.yaml: name prefixes, then
     the OpInfo class)."""
-    rules = _family_rules()
-    for rule in rules["prefixes"]:
-        if any(fnmatch.fnmatchcase(op.name, p) for p in rule["match"]):
-            return rule["family"]
-    return rules["classes"].get(type(op).__name__, rules["default"])
+    rules = cached_rules(Families, str(resource("registry", "data/upstream_families.yaml")))
+    for rule in rules.prefixes:
+        if any(fnmatch.fnmatchcase(op.name, p) for p in rule.match):
+            return rule.family
+    return rules.classes.get(type(op).__name__, rules.default)
 
 
 # ------------------------------------------------------------------------------------------ samples
@@ -279,7 +289,7 @@ def cpu_pinned(op: Any, dtype: torch.dtype, samples: list[Any]) -> list[frozense
         if fingerprint(real) != fingerprint(probe):
             continue
         on_cpu: set[int] = set()
-        map_sample(probe, lambda k, t: on_cpu.add(k) if t.device.type == "cpu" else None)
+        map_sample(probe, lambda k, t, on_cpu=on_cpu: on_cpu.add(k) if t.device.type == "cpu" else None)
         pinned[i] = frozenset(on_cpu)
     return pinned
 

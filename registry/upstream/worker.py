@@ -44,12 +44,14 @@ def _outcome(
     rows: list[StageResult],
     events: list[dict[str, Any]],
     seconds: float,
+    reported: bool = True,
 ) -> CaseOutcome:
+    """One case's outcome; `reported`: the backend reports fallbacks (else the count is null)."""
     return CaseOutcome(
         case_id=case_id,
         tier="upstream",
         stages=[r.to_dict() for r in rows],
-        fallback_count=fallback_count(events),
+        fallback_count=fallback_count(events) if reported else None,
         fallback_ops=fallback_ops(events),
         fallback_events=events,
         seconds=seconds,
@@ -115,7 +117,16 @@ def execute_many(items: Iterable[tuple[str, dict[str, Any]]], backend: str) -> l
         for r in rows:  # each stage counts its own fallbacks (0 when it did not run on the device)
             r.metrics.setdefault("fallback_count", 0 if ctx.adapter.reports_fallbacks else None)
             r.metrics.setdefault("fallback_ops", [])
-        out.append(_outcome(cid, payload, rows, [_event(e) for e in events], time.perf_counter() - t0))
+        out.append(
+            _outcome(
+                cid,
+                payload,
+                rows,
+                [_event(e) for e in events],
+                time.perf_counter() - t0,
+                ctx.adapter.reports_fallbacks,
+            )
+        )
     return out
 
 

@@ -97,7 +97,7 @@ def test_weird_inputs_never_raise():
 
 
 def test_rules_file_and_checks_agree():
-    codes = [r["code"] for r in t.rules()["config_rules"]]
+    codes = [r.code for r in t.rules().config_rules]
     assert set(codes) == set(t._CHECKS)
     assert len(reason_codes()) == len(set(reason_codes()))
     assert all(t.describe(c) for c in reason_codes())

@@ -10,6 +10,7 @@ import torch
 
 import backend  # noqa: F401  (registers the device; applies the default in this thread)
 from backend import autograd_thread
+from backend.errors import SettingsError
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def _backward_thread() -> int:
 
 
 def test_default_on_a_cpu_only_build_is_the_calling_thread(monkeypatch, restore_threading):
-    monkeypatch.delenv(autograd_thread.ENV_VAR, raising=False)
+    monkeypatch.delenv("NEURON_AUTOGRAD_THREAD", raising=False)
     monkeypatch.setattr(autograd_thread, "_other_accelerator_built", lambda: "")
     assert autograd_thread.apply() == "caller"
     assert _backward_thread() == threading.get_ident()
@@ -44,13 +45,15 @@ def test_device_mode_uses_the_engines_device_thread(restore_threading):
 
 def test_environment_chooses_and_a_build_with_another_accelerator_keeps_its_threads(monkeypatch):
     monkeypatch.setattr(autograd_thread, "_other_accelerator_built", lambda: "cuda")
-    monkeypatch.delenv(autograd_thread.ENV_VAR, raising=False)
+    monkeypatch.delenv("NEURON_AUTOGRAD_THREAD", raising=False)
     assert autograd_thread.configured_mode() == "device"
-    monkeypatch.setenv(autograd_thread.ENV_VAR, "caller")
+    monkeypatch.setenv("NEURON_AUTOGRAD_THREAD", "caller")
     assert autograd_thread.configured_mode() == "caller"
-    monkeypatch.setenv(autograd_thread.ENV_VAR, "sideways")
-    with pytest.warns(UserWarning, match="NEURON_AUTOGRAD_THREAD='sideways'"):
-        assert autograd_thread.configured_mode() == "device"
+    monkeypatch.setenv("NEURON_AUTOGRAD_THREAD", "sideways")
+    with pytest.raises(
+        SettingsError, match="NEURON_AUTOGRAD_THREAD='sideways' is not valid: use caller or device"
+    ):
+        autograd_thread.configured_mode()
     with pytest.raises(ValueError, match="sideways"):
         autograd_thread.apply("sideways")
 

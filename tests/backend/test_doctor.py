@@ -51,7 +51,7 @@ def test_cpu_backend_is_real_and_has_no_neuron_settings(capsys):
     code, report = _doctor_json(capsys, "--backend", "cpu")
     assert code == 0
     b = report["backend"]
-    assert b["backend"] == "cpu" and b["kind"] == "real" and b["simulated"] is None
+    assert b["backend"] == "cpu" and b["kind"] == "real" and b["simulated"] is False
     assert b["lowering_table"] is None and b["precision"] is None
 
 

@@ -16,7 +16,8 @@ import yaml
 
 import backend
 from backend import lowering
-from backend.fallback import FallbackEvent, NeuronFallbackWarning, record_fallback
+from backend.errors import NeuronFallbackWarning
+from backend.fallback import FallbackEvent, record_fallback
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = str(Path(__file__).resolve())

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import backend
-from backend import memory
+from backend import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,17 +83,17 @@ def test_op_results_past_capacity_raise_oom(capacity):
     [("4096", 4096), ("96GiB", 96 << 30), ("512 MiB", 512 << 20), ("1.5GB", 1_500_000_000), ("2k", 2000)],
 )
 def test_parse_bytes(text, expected):
-    assert memory.parse_bytes(text) == expected
+    assert settings.parse_bytes(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "lots", "-5", "0", "12 parsecs"])
 def test_parse_bytes_rejects_garbage(text):
     with pytest.raises(ValueError):
-        memory.parse_bytes(text)
+        settings.parse_bytes(text)
 
 
 def test_default_capacity_is_96_gib_and_env_var_sets_it():
-    assert memory.DEFAULT_CAPACITY == 96 << 30
+    assert settings.DEFAULT_MEMORY_CAPACITY == 96 << 30
     code = textwrap.dedent(
         """
         import json, torch, backend
@@ -129,7 +129,8 @@ def test_fallback_arguments_are_freed_with_the_op_not_by_a_gc_pass():
         with backend.collect_fallbacks() as events:
             y = torch.nn.functional.hardswish(x.double())  # float64: a dtype fallback
         del x, y
-        print(json.dumps({"frames": [e.frame for e in events], "leaked": torch.neuron.memory_allocated() - base}))
+        leaked = torch.neuron.memory_allocated() - base
+        print(json.dumps({"frames": [e.frame for e in events], "leaked": leaked}))
         """
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

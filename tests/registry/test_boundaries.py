@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from contracts.backends import get_backend
+from contracts.backends import BackendDefaults, get_backend
 from registry import boundaries
 from registry.constraints import infer_constraints
 from registry.encoding import encode_args, signature
@@ -101,7 +101,7 @@ class _LastRowBug(TorchDispatchMode):
         return out
 
 
-class _BuggyCPU:
+class _BuggyCPU(BackendDefaults):
     """A backend on the CPU whose embedding has the last-row bug while an op runs."""
 
     name = device_type = "cpu"

@@ -86,7 +86,12 @@ def test_regenerate_rejects_a_bad_models_file(tmp_path, capsys):
     bad = tmp_path / "m.json"
     bad.write_text('[{"model_id": "x"}]')
     assert main(["registry", "regenerate", "--models", str(bad), "--out", str(tmp_path / "o.parquet")]) == 2
-    assert "model_type" in capsys.readouterr().err
+    assert "entry 0: missing key 'model_type'" in capsys.readouterr().err
+    typo = tmp_path / "m.yaml"  # a misspelt field is an error, not a model built from the type's default
+    typo.write_text("- {model_type: bert, architecure: BertForMaskedLM}\n")
+    assert main(["registry", "regenerate", "--models", str(typo), "--out", str(tmp_path / "o.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert f"{typo}: entry 0: unknown key 'architecure'" in err and "Traceback" not in err
 
 
 def test_export_tests_writes_standalone_files_that_pass(bert_registry, tmp_path, capsys):

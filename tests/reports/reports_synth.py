@@ -152,3 +152,119 @@ def set_status(
     assert hit, (case_id, stage)
     for r in hit:
         r.update(status=status, reason=reason, **extra)
+
+
+# ------------------------------------------------------------------------------------- root causes
+
+
+def mismatch_cause(op: str, phase: str, max_abs: float, repro: str, verified: bool | None, **kw: Any) -> dict:
+    """A found root cause (contracts.rootcause.RootCause.to_dict()) of kind mismatch."""
+    from contracts.rootcause import Mismatch, Repro, RootCause
+
+    return RootCause(
+        found=True,
+        op=op,
+        phase=phase,
+        kind="mismatch",
+        route=kw.pop("route", "compiled_shadow" if phase == "compiled" else "eager_shadow"),
+        call_index=kw.pop("call_index", 12),
+        input_shapes=[[2, 8]],
+        input_dtypes=["float32"],
+        input_strides=[[8, 1]],
+        mismatch=Mismatch("0", max_abs, max_abs * 10, 1e-5, 1.3e-6, "float32", [2, 8], "float32"),
+        module_path=kw.pop("module_path", "encoder.layer.3.attention.self"),
+        source_line=kw.pop("source_line", "modeling_bert.py:255 in forward"),
+        repro=Repro(path=repro, registry_key=f"{op}/sig", verified=verified, why=kw.pop("why", "")),
+        **kw,
+    ).to_dict()
+
+
+def event_cause(op: str, kind: str, route: str, **kw: Any) -> dict:
+    """A found root cause of kind error, crash or hang."""
+    from contracts.rootcause import Repro, RootCause
+
+    return RootCause(
+        found=True,
+        op=op,
+        phase=kw.pop("phase", "forward"),
+        kind=kind,
+        route=route,
+        call_index=3,
+        repro=Repro(path=f"repros/test_{op.split('.')[1]}.py", verified=True),
+        **kw,
+    ).to_dict()
+
+
+def not_found_cause(why: str, gave_up: str = "") -> dict:
+    from contracts.rootcause import RootCause
+
+    return RootCause.not_found(why, seconds=60.0 if gave_up else 1.0, gave_up=gave_up).to_dict()
+
+
+#: (case, stage) -> (status, reason, error_class, root cause); every one blamed on the backend
+ROOT_CAUSES: dict[tuple[str, str], tuple[str, str, str, dict]] = {
+    # two cases localized to one op in the forward phase: one group; rep/gpt2 has the larger error
+    ("rep/bert", "numerics"): (
+        "fail",
+        "logits off by 2e-3",
+        "",
+        mismatch_cause("aten.gelu.default", "forward", 2e-3, "repros/test_gelu.py", True),
+    ),
+    ("rep/gpt2", "numerics"): (
+        "fail",
+        "logits off by 4e-2",
+        "",
+        mismatch_cause(
+            "aten.gelu.default", "forward", 4e-2, "repros/test_gelu_2.py", False, why="passes on the device"
+        ),
+    ),
+    # the same op in another phase is another root cause
+    ("full/a", "backward"): (
+        "fail",
+        "grad of encoder.layer.0.weight off",
+        "",
+        mismatch_cause("aten.gelu_backward.default", "backward", 5e-3, "repros/test_gelu_backward.py", True),
+    ),
+    ("full/d", "compile"): (
+        "fail",
+        "compiled logits off",
+        "",
+        mismatch_cause("aten.addmm.default", "compiled", 1e-2, "repros/test_addmm.py", True),
+    ),
+    ("rep/vit", "forward"): (
+        "error",
+        "",
+        "RuntimeError",
+        event_cause(
+            "aten.mm.default", "error", "eager_shadow", error_class="RuntimeError", message="bad kernel"
+        ),
+    ),
+    ("rep/t5", "forward"): (
+        "crash",
+        "worker died",
+        "SIGSEGV",
+        event_cause("aten.bmm.default", "crash", "call_journal"),
+    ),
+    # a localization that gave up at its time limit: listed without a root cause, with why
+    ("full/g", "load"): (
+        "timeout",
+        "timeout after 60 s",
+        "",
+        not_found_cause("the localization time limit (60 s) was reached", gave_up="time limit"),
+    ),
+}
+
+
+def with_root_causes(rows: list[dict[str, Any]]) -> None:
+    """Backend failures with root causes: found (eager and compiled phases, several cases sharing
+    one op), not found (gave up); and some without any (an op-level case, CPU fallbacks). rep/t5
+    loads, then crashes in forward."""
+    for (case_id, stage), (status, reason, error_class, record) in ROOT_CAUSES.items():
+        if case_id == "rep/t5":
+            set_status(rows, case_id, "load", "pass")
+        set_status(
+            rows, case_id, stage, status, reason, error_class=error_class, blame="backend", root_cause=record
+        )
+    for r in rows:  # the unit tier's failure and the fallbacks are the device's too (neither localized)
+        if r["case_id"] == "unit/op3" or (r["stage"] == "on_device" and r["status"] == "fail"):
+            r["blame"] = "backend"

@@ -72,8 +72,11 @@ def test_junit_carries_the_blame_and_lists_the_backends_first(blamed_run, tmp_pa
 
 def test_html_leads_with_backend_failures_and_splits_by_blame(blamed_run):
     html = write_report(blamed_run).read_text()
-    assert html.index('id="backend-failures"') < html.index('id="runs"') < html.index('id="levels"')
-    assert 'id="backend-failures-table"' in html and "rep/vit" in html and 'id="blame-table"' in html
+    first = html[html.index('id="summary"') : html.index("</section>")]
+    assert html.index("</section>") < html.index('id="runs"') < html.index('id="levels"')
+    assert 'id="unexplained-table"' in first and "rep/vit" in first  # the backend's failure leads
+    assert "rep/t5" not in first  # transformers' own failure is counted, not listed, on the first screen
+    assert 'id="backend-failures-table"' in html and 'id="blame-table"' in html
     assert "not upstream/environment" in html
 
 

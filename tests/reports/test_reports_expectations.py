@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from contracts.rulefiles import RuleFileError
 from contracts.status import Verdict
 from harness.cli import main
 from reports import expectations
@@ -141,11 +142,33 @@ def test_cli_update_and_check(tmp_path, capsys):
 def test_malformed_expectations_are_refused(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("version: 1\nexpectations:\n  - case_id: x\n    status: [fail]\n")
-    with pytest.raises(ValueError, match="needs a 'reason'"):
+    with pytest.raises(RuleFileError, match="entry expectations.0: missing key 'reason'"):
+        expectations.load_expectations(path)
+    path.write_text("expectations:\n  - case_id: x\n    reason: ''\n")
+    with pytest.raises(RuleFileError, match="entry expectations.0: key 'reason'"):
         expectations.load_expectations(path)
     path.write_text("expectations:\n  - case_id: x\n    status: [broken]\n    reason: r\n")
-    with pytest.raises(ValueError, match="unknown status"):
+    with pytest.raises(RuleFileError, match="unknown status"):
         expectations.load_expectations(path)
+
+
+def test_an_unknown_key_in_a_users_file_is_a_clear_cli_error(tmp_path, monkeypatch, capsys):
+    """A typo (`stgae`) must not make a rule that silently matches every stage."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("version: 1\nexpectations:\n  - case_id: x\n    stgae: op\n    reason: r\n")
+    with pytest.raises(RuleFileError) as info:
+        expectations.load_expectations(path)
+    assert str(path) in str(info.value) and "entry expectations.0: unknown key 'stgae'" in str(info.value)
+    rundir = _run(tmp_path, ROWS)
+    assert main(["registry", "expectations", "check", str(rundir), "--file", str(path)]) == 2
+    monkeypatch.setenv("HARNESS_EXPECTATIONS", str(path))
+    assert main(["compare", str(rundir), str(rundir)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'stgae'" in err and "Traceback" not in err
+    flaky = tmp_path / "flaky.yaml"
+    flaky.write_text("flaky:\n  - case_id: x\n    reasn: typo\n")
+    with pytest.raises(RuleFileError, match="entry flaky.0: unknown key 'reasn'"):
+        expectations.load_flaky(flaky)
 
 
 def test_bundled_expectations_load_and_env_overrides(tmp_path, monkeypatch):

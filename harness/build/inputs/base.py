@@ -10,9 +10,9 @@ synthesizer produced it.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -85,8 +85,13 @@ def forward_parameters(model) -> dict[str, inspect.Parameter]:
 
 
 def required_inputs(params: dict[str, inspect.Parameter]) -> set[str]:
-    return {n for n, p in params.items() if p.default is inspect.Parameter.empty
-            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "self"}
+    return {
+        n
+        for n, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and n != "self"
+    }
 
 
 def _nested_configs(levels: list[Any], depth: int = 2) -> list[Any]:
@@ -158,7 +163,9 @@ class Maker:
         self.seq = seq
         text = text_config(config)
         if get(text, "vocab_size") is None:  # a wrapper of a text model (FastSpeech2 + HiFi-GAN:
-            text = next((c for c in wrapped_configs(config) if get(c, "vocab_size") is not None), text)  # model_config)
+            text = next(
+                (c for c in wrapped_configs(config) if get(c, "vocab_size") is not None), text
+            )  # model_config)
         self.text = text
         self.vocab = int(get(text, "vocab_size", default=get(config, "vocab_size", default=100)) or 100)
         self.special = special

@@ -15,8 +15,9 @@ import re
 
 import torch
 
+from harness.build.formula import evaluate
 from harness.build.inputs.base import ConfigScope, Maker
-from harness.build.inputs.expr import RecipeError, evaluate
+from harness.build.rules import DocstringShapes
 
 _ARG = re.compile(r"^\s*(?P<name>\w+) \(`(?:torch\.)?(?P<type>\w+)`\s+of shape\s+`(?P<shape>[^`]+)`", re.M)
 
@@ -32,7 +33,9 @@ def documented_shapes(fn) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
-_PARAGRAPH = re.compile(r"^(?P<indent>[ \t]*)(?P<name>\w+) \((?P<body>.*?)(?=^(?P=indent)\w+ \(|\Z)", re.M | re.S)
+_PARAGRAPH = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<name>\w+) \((?P<body>.*?)(?=^(?P=indent)\w+ \(|\Z)", re.M | re.S
+)
 _UNUSED = re.compile(r"\bit is not used\b|\bis not used\b|preserved for compatibility", re.I)
 
 
@@ -63,24 +66,28 @@ def _dimension(expr: str, scope: ConfigScope, aliases: dict[str, str]) -> int | 
     expr = re.sub(r"\b\w+\b", lambda m: f"({aliases[m[0]]})" if m[0] in aliases else m[0], expr)
     try:
         value = evaluate(expr, scope)
-    except (NameError, TypeError, KeyError, IndexError, ValueError, ZeroDivisionError, RecipeError, SyntaxError):
+    except (NameError, TypeError, KeyError, IndexError, ValueError, ZeroDivisionError):
         return None
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+    return (
+        int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+    )
 
 
-def docstring_input(fn, name: str, maker: Maker, scope: ConfigScope, rules: dict) -> torch.Tensor | None:
+def docstring_input(
+    fn, name: str, maker: Maker, scope: ConfigScope, rules: DocstringShapes
+) -> torch.Tensor | None:
     """A seeded tensor for `name` in the documented shape, or None."""
     documented = documented_shapes(fn).get(name)
     if documented is None:
         return None
     kind, dims = documented
-    shape = [_dimension(d, scope, rules["dimensions"]) for d in dims]
+    shape = [_dimension(d, scope, rules.dimensions) for d in dims]
     if not shape or any(d is None for d in shape):
         return None
-    if re.search(rules["mask_names"], name):  # every position valid
+    if re.search(rules.mask_names, name):  # every position valid
         return torch.ones(*shape, dtype=torch.long)
-    if kind in rules["integer_types"]:  # token ids only: other integers (positions) carry meaning
-        return maker.ids(*shape) if re.search(rules["token_id_names"], name) else None
-    if kind in rules["bool_types"]:
+    if kind in rules.integer_types:  # token ids only: other integers (positions) carry meaning
+        return maker.ids(*shape) if re.search(rules.token_id_names, name) else None
+    if kind in rules.bool_types:
         return torch.ones(*shape, dtype=torch.bool)
     return maker.randn(*shape)

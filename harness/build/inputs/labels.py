@@ -15,16 +15,15 @@ import textwrap
 
 import torch
 
+from harness.build.formula import evaluate
 from harness.build.inputs.base import BATCH, CHOICES, ConfigScope, Maker
-from harness.build.inputs.expr import evaluate
-from harness.build.inputs.recipes import recipes
+from harness.build.rules import input_recipes
 
 
 def label_kind(architecture: str) -> str | None:
-    for entry in recipes()["labels"]:
-        suffixes = entry["suffix"] if isinstance(entry["suffix"], list) else [entry["suffix"]]
-        if architecture.endswith(tuple(suffixes)):
-            return entry["kind"]
+    for entry in input_recipes().labels:
+        if architecture.endswith(tuple(entry.suffix)):
+            return entry.kind
     return None
 
 
@@ -46,7 +45,8 @@ def _num_classes(config) -> int:
 
 
 _REFUSES_LABELS = re.compile(
-    r"if ((?:\w*labels is not None(?: or )?)+):\s*\n\s*raise (?:NotImplementedError|ValueError)\(")
+    r"if ((?:\w*labels is not None(?: or )?)+):\s*\n\s*raise (?:NotImplementedError|ValueError)\("
+)
 
 
 def refused_labels(model) -> set[str]:
@@ -59,7 +59,11 @@ def refused_labels(model) -> set[str]:
         source = inspect.getsource(type(model).forward)
     except (OSError, TypeError):
         return set()
-    return {name for m in _REFUSES_LABELS.finditer(source) for name in re.findall(r"(\w*labels) is not None", m.group(1))}
+    return {
+        name
+        for m in _REFUSES_LABELS.finditer(source)
+        for name in re.findall(r"(\w*labels) is not None", m.group(1))
+    }
 
 
 def returns_no_loss(model) -> bool:
@@ -74,8 +78,13 @@ def returns_no_loss(model) -> bool:
     names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)]
     names += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
     names += [n.arg for n in ast.walk(tree) if isinstance(n, ast.keyword) and n.arg]
-    builds = any(isinstance(n, ast.Return) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
-                 and n.value.func.id[:1].isupper() for n in ast.walk(tree))  # not `super().forward(...)`
+    builds = any(
+        isinstance(n, ast.Return)
+        and isinstance(n.value, ast.Call)
+        and isinstance(n.value.func, ast.Name)
+        and n.value.func.id[:1].isupper()
+        for n in ast.walk(tree)
+    )  # not `super().forward(...)`
     return builds and not any("loss" in name for name in names)
 
 
@@ -109,7 +118,11 @@ def loss_missing_arguments(model) -> list[str]:
     parts = [a.strip() for a in re.split(r",(?![^(\[{]*[)\]}])", args) if a.strip()]
     positional = sum(1 for a in parts if not re.match(r"\w+\s*=", a))
     passed = {re.match(r"(\w+)\s*=", a)[1] for a in parts if re.match(r"\w+\s*=", a)}
-    required = [n for n, p in params.items() if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    required = [
+        n
+        for n, p in params.items()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
     return [n for n in required[positional:] if n not in passed]
 
 
@@ -117,8 +130,8 @@ def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str
     """Adds label kwargs for the head; returns their names (empty: no labels, surrogate loss)."""
     b, num_labels = BATCH, _num_classes(config)
     kind = label_kind(arch)
-    per_image = int(recipes()["objects_per_image"])
-    if "start_positions" in sig and (kind == "qa" or "end_positions" in sig and "labels" not in sig):
+    per_image = input_recipes().objects_per_image
+    if "start_positions" in sig and (kind == "qa" or ("end_positions" in sig and "labels" not in sig)):
         # span positions, also for a head trained on spans that is no QA head (Splinter's
         # question-aware pretraining)
         kw["start_positions"] = m.labels_of(m.seq, b)
@@ -150,10 +163,10 @@ def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str
             targets.append(t)
         kw["labels"] = targets
     elif kind == "spectrogram":
-        spec = recipes()["spectrogram_labels"]
+        spec = input_recipes().spectrogram_labels
         try:
             scope = ConfigScope(config)
-            frames, bins = int(evaluate(spec["frames"], scope)), int(evaluate(spec["bins"], scope))
+            frames, bins = int(evaluate(spec.frames, scope)), int(evaluate(spec.bins, scope))
         except (NameError, TypeError, KeyError, ValueError):
             return []
         kw["labels"] = m.randn(b, frames, bins)
@@ -180,4 +193,3 @@ def add_labels(m: Maker, arch: str, config, kw: dict, sig: set[str]) -> list[str
     else:
         return []
     return ["labels"]
-

@@ -11,12 +11,20 @@ import re
 
 import torch
 
+from harness.build.formula import defined, evaluate
 from harness.build.inputs.base import BATCH, ConfigScope, Maker, ModelInputs, get, subconfig, wrapped_configs
-from harness.build.inputs.expr import defined, evaluate
 from harness.build.inputs.processors import image_input_name, processor_inputs, video_only
-from harness.build.inputs.recipes import image_processor_name, recipes
+from harness.build.inputs.recipes import image_processor_name
+from harness.build.rules import input_recipes
 
-VISION_LEVELS = ("vision_config", "image_config", "backbone_config", "encoder_config", "encoder", "vision_encoder_config")
+VISION_LEVELS = (
+    "vision_config",
+    "image_config",
+    "backbone_config",
+    "encoder_config",
+    "encoder",
+    "vision_encoder_config",
+)
 OWN_VISION_LEVELS = ("vision_config", "image_config", "encoder_config", "encoder", "vision_encoder_config")
 
 
@@ -43,7 +51,7 @@ def image_shape(config) -> tuple[int, int, int]:
     feature level of a stride-64 pyramid keeps some pixels."""
     vision = vision_level(config) or config
     size = get(vision, "image_size", "img_size", default=get(config, "image_size", default=32))
-    formula = (recipes().get("image_size_by_type") or {}).get(str(getattr(config, "model_type", "")))
+    formula = input_recipes().image_size_by_type.get(str(getattr(config, "model_type", "")))
     if formula:  # the image the processor makes is part of what the config sizes (SegGPT's pair)
         size = evaluate(formula, ConfigScope(config))
     if isinstance(size, (list, tuple)):
@@ -53,9 +61,11 @@ def image_shape(config) -> tuple[int, int, int]:
     else:
         h = w = int(size)
     if not _has_fixed_size(config) and subconfig(config, "backbone_config") is not None:
-        low = int(recipes()["min_backbone_image_size"])
+        low = input_recipes().min_backbone_image_size
         h, w = max(h, low), max(w, low)
-    channels = int(get(vision, "num_channels", "in_channels", "in_chans", default=get(config, "num_channels", default=3)))
+    channels = int(
+        get(vision, "num_channels", "in_channels", "in_chans", default=get(config, "num_channels", default=3))
+    )
     return channels, h, w
 
 
@@ -68,22 +78,27 @@ def _has_fixed_size(config) -> bool:
 def modality_absent(config, kind: str) -> bool:
     """The config has a slot for the modality's sub-config and it is empty (Gemma-4's default has
     `vision_config: None`, `audio_config: None`): the model built no tower, it takes no such input."""
-    fields = [f for f in recipes()["modality_configs"][kind] if f in vars(config)]
+    fields = [f for f in input_recipes().modality_configs[kind] if f in vars(config)]
     return bool(fields) and all(getattr(config, f) is None for f in fields)
 
 
 def frame_count(config) -> int | None:
-    v = recipes()["video"]
+    v = input_recipes().video
     vision = vision_level(config)
     for level in ([vision] if vision is not None else []) + [config]:
-        n = get(level, *v["frame_fields"])
+        n = get(level, *v.frame_fields)
         if isinstance(n, int) and n > 0:
             return n
     return None
 
 
-def _take(out: ModelInputs, tensors: dict[str, torch.Tensor], sig: set[str], source: str,
-          rename: dict[str, str] | None = None) -> list[str]:
+def _take(
+    out: ModelInputs,
+    tensors: dict[str, torch.Tensor],
+    sig: set[str],
+    source: str,
+    rename: dict[str, str] | None = None,
+) -> list[str]:
     taken = []
     for key, value in tensors.items():
         name = (rename or {}).get(key, key)
@@ -96,8 +111,8 @@ def _take(out: ModelInputs, tensors: dict[str, torch.Tensor], sig: set[str], sou
 
 def _grid_patches(m: Maker, config, frames: int, model_type: str = "") -> tuple[torch.Tensor, torch.Tensor]:
     """qwen-vl layout: flattened patches plus a (t, h, w) grid per sample. Types listed (or fed by
-    an image processor listed) under `grid_patch_layouts: merged_channels_last` (inkling2) take one (p*merge, p*merge, channels)
-    image block per merged token instead."""
+    an image processor listed) under `grid_patch_layouts: merged_channels_last` (inkling2) take
+    one (p*merge, p*merge, channels) image block per merged token instead."""
     c, _, _ = image_shape(config)
     vision = subconfig(config, "vision_config") or config
     p = int(get(vision, "patch_size", default=14))
@@ -109,7 +124,7 @@ def _grid_patches(m: Maker, config, frames: int, model_type: str = "") -> tuple[
     # them); with t = 1 both layouts agree
     t = 1
     grid = torch.tensor([[t, gh, gw]] * BATCH)
-    layouts = recipes().get("grid_patch_layouts") or {}
+    layouts = input_recipes().grid_patch_layouts
     layout = layouts.get(model_type) or layouts.get(image_processor_name(model_type))
     if layout == "patches_channels_first":
         return m.randn(BATCH * t * gh * gw, c, p, p), grid
@@ -147,35 +162,52 @@ def _per_clip(tensors: dict[str, torch.Tensor], frames: int) -> dict[str, torch.
     return {**tensors, "pixel_values": pv.reshape(BATCH, frames, *pv.shape[1:])}
 
 
-def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str,
-               clips: bool = False) -> None:
+def add_images(
+    out: ModelInputs,
+    m: Maker,
+    config,
+    scope: ConfigScope,
+    sig: set[str],
+    model_type: str,
+    clips: bool = False,
+) -> None:
     """`clips`: the model's forward takes (batch, frames, ...) pixels (`takes_clips`)."""
     if "pixel_values" not in sig:
         # a forward that takes its processor's own layout instead (Pix2Struct's flattened patches)
-        name = image_input_name(model_type, recipes()["processors"].get("classes", {}).get("image", {}))
+        name = image_input_name(model_type, input_recipes().processors.classes.image)
         if name in sig and name not in out.kwargs and not modality_absent(config, "image"):
             _processor_layout(out, m, config, scope, sig, model_type)
         return
     if "pixel_values" in out.kwargs or modality_absent(config, "image"):
         return
     c, h, w = image_shape(config)
-    rules = recipes()
-    frames = frame_count(config) if defined(rules["video"]["pixel_values_is_video_when"], scope) else None
+    rules = input_recipes()
+    frames = frame_count(config) if defined(rules.video.pixel_values_is_video_when, scope) else None
     if not frames and video_only(model_type) and not {"image_grid_thw", "grid_thw"} & sig:
-        frames = frame_count(config) or rules["video"]["default_frames"]
+        frames = frame_count(config) or rules.video.default_frames
     kind = "video" if frames else "image"
-    proc = processor_inputs(kind, model_type, scope, m, rules["processors"], c, h, w, frames)
+    proc = processor_inputs(kind, model_type, scope, m, rules.processors, c, h, w, frames)
     if proc is not None and proc.tensors and frames and clips:
         proc.tensors = _per_clip(proc.tensors, frames)
     if proc is not None and proc.tensors:
         pv = proc.tensors.get("pixel_values")
         # a processor that also says each image's grid/size packs or tiles the pixels itself
-        dynamic = any(n in proc.tensors for n in rules["processors"]["image"]["layout_outputs"])
-        if pv is not None and pv.dim() in (4, 5) and _has_fixed_size(config) and not dynamic and tuple(pv.shape[-2:]) != (h, w):
-            out.notes.append(f"{proc.name} gave {tuple(pv.shape[-2:])}, the model takes {(h, w)}: synthetic pixels")
-        elif pv is not None and ("image_grid_thw" not in proc.tensors or "image_grid_thw" in sig or "grid_thw" in sig):
+        dynamic = any(n in proc.tensors for n in rules.processors.image.layout_outputs)
+        if (
+            pv is not None
+            and pv.dim() in (4, 5)
+            and _has_fixed_size(config)
+            and not dynamic
+            and tuple(pv.shape[-2:]) != (h, w)
+        ):
+            out.notes.append(
+                f"{proc.name} gave {tuple(pv.shape[-2:])}, the model takes {(h, w)}: synthetic pixels"
+            )
+        elif pv is not None and (
+            "image_grid_thw" not in proc.tensors or "image_grid_thw" in sig or "grid_thw" in sig
+        ):
             _take(out, proc.tensors, sig, f"processor:{proc.name}")
-            layout = rules["processors"].get("layouts", {}).get(model_type)
+            layout = rules.processors.layouts.get(model_type)
             if layout == "per_image_padded_patches":
                 _pad_patches_per_image(out)
             elif layout == "target_grid_per_sample" and "images_per_sample" in sig:
@@ -197,10 +229,12 @@ def add_images(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
         out.sources["pixel_mask"] = "synthetic"
 
 
-def _processor_layout(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
+def _processor_layout(
+    out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str
+) -> None:
     """Inputs only the image processor makes (no synthetic fallback knows their layout)."""
     c, h, w = image_shape(config)
-    proc = processor_inputs("image", model_type, scope, m, recipes()["processors"], c, h, w)
+    proc = processor_inputs("image", model_type, scope, m, input_recipes().processors, c, h, w)
     if proc is not None and proc.tensors:
         _take(out, proc.tensors, sig, f"processor:{proc.name}")
     elif proc is not None and proc.error:
@@ -233,13 +267,15 @@ def _pad_patches_per_image(out: ModelInputs) -> None:
     out.kwargs["pixel_values"] = padded
 
 
-def add_videos(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str) -> None:
+def add_videos(
+    out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[str], model_type: str
+) -> None:
     """`pixel_values_videos` (video LLMs, video towers): video processors need torchvision, so the
     type's image processor makes the frames when it takes videos, else seeded floats."""
-    name = next((n for n in recipes()["video"]["inputs"] if n in sig), None)
+    name = next((n for n in input_recipes().video.inputs if n in sig), None)
     if name is None or name in out.kwargs or modality_absent(config, "video"):
         return
-    frames = frame_count(config) or recipes()["video"]["default_frames"]
+    frames = frame_count(config) or input_recipes().video.default_frames
     if "video_grid_thw" in sig:
         patches, grid = _grid_patches(m, config, frames, model_type)
         images = out.kwargs.get("pixel_values")
@@ -250,7 +286,7 @@ def add_videos(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[
         out.sources[name] = out.sources["video_grid_thw"] = "synthetic"
         return
     c, h, w = image_shape(config)
-    proc = processor_inputs("video", model_type, scope, m, recipes()["processors"], c, h, w, frames)
+    proc = processor_inputs("video", model_type, scope, m, input_recipes().processors, c, h, w, frames)
     if proc is not None and "pixel_values" in proc.tensors and proc.tensors["pixel_values"].dim() == 5:
         pv = proc.tensors["pixel_values"]
         if not _has_fixed_size(config) or tuple(pv.shape[-2:]) == (h, w):
@@ -290,7 +326,9 @@ def add_audio(out: ModelInputs, m: Maker, config, scope: ConfigScope, sig: set[s
     wants = [n for n in ("input_features", "input_values") if n in sig and n not in out.kwargs]
     if not wants or modality_absent(config, "audio"):
         return
-    proc = processor_inputs("audio", model_type, scope, m, recipes()["processors"], equal_lengths="input_ids" in sig)
+    proc = processor_inputs(
+        "audio", model_type, scope, m, input_recipes().processors, equal_lengths="input_ids" in sig
+    )
     if proc is not None and proc.tensors and any(k in proc.tensors for k in wants):
         rename = {}
         if "attention_mask" in proc.tensors and ("input_ids" in out.kwargs or "attention_mask" not in sig):
@@ -309,12 +347,14 @@ def _synthetic_audio(out: ModelInputs, m: Maker, scope: ConfigScope, sig: set[st
     """Audio when no feature extractor works here. A codec that takes a waveform and semantic
     features of it (XCodec2, NeuCodec) gets them aligned: one feature frame per hop of its
     acoustic encoder, the waveform (batch, 1, samples) as its extractor pads it."""
-    synthetic = recipes()["synthetic_audio"]
-    frames = int(synthetic["frames"])
-    width = _audio_get(scope, *synthetic["width_fields"])
-    hop = _audio_get(scope, *synthetic["hop_fields"]) if {"input_values", "input_features"} <= set(wants) else None
+    synthetic = input_recipes().synthetic_audio
+    frames = synthetic.frames
+    width = _audio_get(scope, *synthetic.width_fields)
+    hop = (
+        _audio_get(scope, *synthetic.hop_fields) if {"input_values", "input_features"} <= set(wants) else None
+    )
     if "input_values" in wants:
-        channels = _audio_get(scope, *synthetic["channel_fields"], default=1 if hop else None)
+        channels = _audio_get(scope, *synthetic.channel_fields, default=1 if hop else None)
         samples = frames * int(hop) if hop else _audio_samples(scope)
         shape = (BATCH, int(channels), samples) if channels else (BATCH, samples)
         out.kwargs["input_values"] = m.randn(*shape)
@@ -323,16 +363,18 @@ def _synthetic_audio(out: ModelInputs, m: Maker, scope: ConfigScope, sig: set[st
             out.kwargs["attention_mask"] = torch.ones_like(out.kwargs["input_values"], dtype=torch.long)
             out.sources["attention_mask"] = "synthetic"
     if "input_features" in wants:
-        mel = _audio_get(scope, *synthetic["mel_fields"], default=80)
+        mel = _audio_get(scope, *synthetic.mel_fields, default=80)
         src = None if width else _audio_get(scope, "max_source_positions")
         if src:  # whisper layout: (batch, mel, 2 * source positions)
             out.kwargs["input_features"] = m.randn(BATCH, int(mel), 2 * int(src))
         else:  # (batch, frames, features): the model's input width, else mel bins x stacked frames
-            chans = int(_audio_get(scope, *synthetic["feature_multipliers"], default=1))
+            chans = int(_audio_get(scope, *synthetic.feature_multipliers, default=1))
             out.kwargs["input_features"] = m.randn(BATCH, frames, int(width) if width else int(mel) * chans)
         out.sources["input_features"] = "synthetic"
         frames = out.kwargs["input_features"].shape[-1 if src else 1]
-        mask = next((n for n in AUDIO_MASK_NAMES if n in sig and n not in out.kwargs and n != "padding_mask"), None)
+        mask = next(
+            (n for n in AUDIO_MASK_NAMES if n in sig and n not in out.kwargs and n != "padding_mask"), None
+        )
         if mask:  # a feature extractor returns one: every frame is valid
             out.kwargs[mask] = torch.ones(BATCH, frames, dtype=torch.long)
             out.sources[mask] = "synthetic"

@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from harness.build.formula import evaluate
 from harness.build.inputs.base import BATCH, ConfigScope, Maker
-from harness.build.inputs.expr import evaluate
+from harness.build.rules import Processors
 
 
 def _real_tensors():
@@ -97,13 +98,19 @@ def _default_sub_types(model_type: str) -> set[str]:
         config = CONFIG_MAPPING[model_type]()
     except Exception:  # noqa: BLE001 - a default that does not build: no answer
         return set()
-    return {str(v.model_type) for v in vars(config).values() if hasattr(v, "to_dict") and getattr(v, "model_type", None)}
+    return {
+        str(v.model_type)
+        for v in vars(config).values()
+        if hasattr(v, "to_dict") and getattr(v, "model_type", None)
+    }
 
 
 def _mapped(mapping: dict, model_type: str, overrides: dict, wrapper: bool = True) -> list[str]:
     names = _class_names(overrides.get(model_type)) or _class_names(mapping.get(model_type))
     parent = None if names else composite_type(model_type)
-    names = names or (_class_names(overrides.get(parent)) or _class_names(mapping.get(parent)) if parent else [])
+    names = names or (
+        _class_names(overrides.get(parent)) or _class_names(mapping.get(parent)) if parent else []
+    )
     names = names + [n for n in _processor_siblings(mapping, model_type) if n not in names]
     if not names and wrapper:
         # a wrapper type that maps nothing itself is fed by the processor of the model it wraps
@@ -122,8 +129,12 @@ def _processor_siblings(mapping: dict, model_type: str) -> list[str]:
     proc = PROCESSOR_MAPPING_NAMES.get(model_type)
     if not proc:
         return []
-    return [n for other, p in sorted(PROCESSOR_MAPPING_NAMES.items()) if p == proc and other != model_type
-            for n in _class_names(mapping.get(other))]
+    return [
+        n
+        for other, p in sorted(PROCESSOR_MAPPING_NAMES.items())
+        if p == proc and other != model_type
+        for n in _class_names(mapping.get(other))
+    ]
 
 
 def image_processor_class(model_type: str, overrides: dict):
@@ -150,7 +161,9 @@ def video_only(model_type: str) -> bool:
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
     from transformers.models.auto.video_processing_auto import VIDEO_PROCESSOR_MAPPING_NAMES
 
-    return model_type in VIDEO_PROCESSOR_MAPPING_NAMES and not _mapped(IMAGE_PROCESSOR_MAPPING_NAMES, model_type, {})
+    return model_type in VIDEO_PROCESSOR_MAPPING_NAMES and not _mapped(
+        IMAGE_PROCESSOR_MAPPING_NAMES, model_type, {}
+    )
 
 
 def feature_extractor_class(model_type: str, overrides: dict):
@@ -159,11 +172,11 @@ def feature_extractor_class(model_type: str, overrides: dict):
     return _resolve(_mapped(FEATURE_EXTRACTOR_MAPPING_NAMES, model_type, overrides))
 
 
-def _formula_values(formulas: dict[str, Any], scope: ConfigScope) -> dict[str, Any]:
-    """attr -> value of its formula; a list of formulas: the first whose fields the config has."""
+def _formula_values(formulas: dict[Any, list[str]], scope: ConfigScope) -> dict[Any, Any]:
+    """attr -> value of the first of its formulas whose fields the config has."""
     out = {}
-    for attr, formula in (formulas or {}).items():
-        for one in formula if isinstance(formula, list) else [formula]:
+    for attr, formula in formulas.items():
+        for one in formula:
             try:
                 out[attr] = evaluate(one, scope)
                 break
@@ -185,42 +198,61 @@ def _size_dict(size: Any, height: int, width: int, keys: list[str]) -> Any:
     """The processor's size dict with every edge length set to the model's image size."""
     if size is None:
         return None
-    if hasattr(size, "__dataclass_fields__") or hasattr(size, "__dict__") and not isinstance(size, dict):
+    if hasattr(size, "__dataclass_fields__") or (hasattr(size, "__dict__") and not isinstance(size, dict)):
         for key in keys:
             if getattr(size, key, None) is not None:
-                setattr(size, key, height if key in ("height", "shortest_edge") else width if key == "width" else max(height, width))
+                setattr(
+                    size,
+                    key,
+                    height
+                    if key in ("height", "shortest_edge")
+                    else width
+                    if key == "width"
+                    else max(height, width),
+                )
         return size
     if isinstance(size, dict):
-        return {k: (height if k in ("height", "shortest_edge") else width if k == "width" else max(height, width))
-                if k in keys and v is not None else v for k, v in size.items()}
+        return {
+            k: (height if k in ("height", "shortest_edge") else width if k == "width" else max(height, width))
+            if k in keys and v is not None
+            else v
+            for k, v in size.items()
+        }
     if isinstance(size, int):
         return height
     return size
 
 
-def build_image_processor(cls, scope: ConfigScope, height: int, width: int, rules: dict):
+def build_image_processor(cls, scope: ConfigScope, height: int, width: int, rules: Processors):
     """The processor from its defaults, then sized: edges -> the model's image size (unless the
     processor sizes images by area: dynamic resolution), patch/merge sizes from the config."""
-    r = rules["image"]
-    values = _formula_values(r["attributes"], scope)
-    values.update(_formula_values(r.get("by_class", {}).get(cls.__name__, {}), scope))
+    r = rules.image
+    values = _formula_values(r.attributes, scope)
+    values.update(_formula_values(r.by_class.get(cls.__name__, {}), scope))
     proc = cls(**_init_kwargs(cls, values))
     for attr, v in values.items():
         if hasattr(proc, attr):
             setattr(proc, attr, v)
-    dynamic = any(getattr(proc, a, None) is not None for a in r["dynamic_resolution_attributes"])
+    dynamic = any(getattr(proc, a, None) is not None for a in r.dynamic_resolution_attributes)
     if not dynamic:
-        for attr in r["size_attributes"]:
+        for attr in r.size_attributes:
             if getattr(proc, attr, None) is not None:
-                setattr(proc, attr, _size_dict(getattr(proc, attr), height, width, r["size_keys"]))
-    for attr in r["disable"]:
+                setattr(proc, attr, _size_dict(getattr(proc, attr), height, width, r.size_keys))
+    for attr in r.disable:
         if getattr(proc, attr, None):
             setattr(proc, attr, False)
     return proc
 
 
-def run_image_processor(proc, maker: Maker, channels: int, height: int, width: int,
-                        frames: int | None = None, extra: dict | None = None) -> dict[str, torch.Tensor]:
+def run_image_processor(
+    proc,
+    maker: Maker,
+    channels: int,
+    height: int,
+    width: int,
+    frames: int | None = None,
+    extra: dict | None = None,
+) -> dict[str, torch.Tensor]:
     """Seeded uint8 images (or videos of `frames` frames), channels last, as a camera gives them."""
     if frames:
         data = [[maker.numpy_uint8(height, width, channels) for _ in range(frames)] for _ in range(BATCH)]
@@ -233,44 +265,52 @@ def run_image_processor(proc, maker: Maker, channels: int, height: int, width: i
     return {k: v for k, v in dict(out).items() if isinstance(v, torch.Tensor)}
 
 
-def build_feature_extractor(cls, scope: ConfigScope, rules: dict):
-    r = rules["audio"]
-    values = _formula_values(r["init"], scope)
-    values.update(_formula_values(r.get("by_class", {}).get(cls.__name__, {}).get("init", {}), scope))
+def build_feature_extractor(cls, scope: ConfigScope, rules: Processors):
+    r = rules.audio
+    own = r.by_class.get(cls.__name__)
+    values = _formula_values(r.init, scope)
+    values.update(_formula_values(own.init if own else {}, scope))
     fe = cls(**_init_kwargs(cls, values))
     # `set` formulas may name the built extractor (`fe.hop_length`)
     local = ConfigScope(scope.config, **{k: v for k, v in scope.named.items() if k != "config"}, fe=fe)
-    for attr, v in _formula_values(r.get("by_class", {}).get(cls.__name__, {}).get("set", {}), local).items():
+    for attr, v in _formula_values(own.set if own else {}, local).items():
         setattr(fe, attr, v)
     return fe
 
 
-def run_feature_extractor(fe, maker: Maker, scope: ConfigScope, rules: dict, equal_lengths: bool = False) -> dict[str, torch.Tensor]:
+def run_feature_extractor(
+    fe, maker: Maker, scope: ConfigScope, rules: Processors, equal_lengths: bool = False
+) -> dict[str, torch.Tensor]:
     """A seeded waveform per sample (the second one shorter, so padding is exercised, unless
     `equal_lengths`: a prompt then holds the same number of audio placeholders per sample)."""
-    r = rules["audio"]
+    r = rules.audio
+    own = r.by_class.get(type(fe).__name__)
     named = {k: v for k, v in scope.named.items() if k != "config"}
     local = ConfigScope(scope.config, **named, fe=fe, sampling_rate=getattr(fe, "sampling_rate", 16000))
-    formulas = r.get("by_class", {}).get(type(fe).__name__, {}).get("samples", r["samples"])
+    formulas = own.samples if own and own.samples is not None else r.samples
     # the first formula whose fields the model has (GLM-ASR's Whisper extractor: no source positions)
-    values = _formula_values(dict(enumerate(formulas if isinstance(formulas, list) else [formulas])), local)
+    values = _formula_values({"samples": formulas}, local)
     if not values:
         raise NameError(f"no waveform length formula applies: {formulas}")
-    samples = int(values[min(values)])
-    channels = int(getattr(fe, "feature_size", 1) or 1) if type(fe).__name__ in r["multichannel_waveform"] else 1
+    samples = int(values["samples"])
+    channels = int(getattr(fe, "feature_size", 1) or 1) if type(fe).__name__ in r.multichannel_waveform else 1
     waves = []
     for i in range(BATCH):
-        n = samples if i == 0 or equal_lengths else max(1, int(samples * r["second_sample_fraction"]))
+        n = samples if i == 0 or equal_lengths else max(1, int(samples * r.second_sample_fraction))
         w = maker.numpy_float(n) if channels == 1 else maker.numpy_float(channels, n)
         waves.append(w)
-    kwargs = dict(r.get("call", {}))
+    kwargs = dict(r.call)
     call_params = inspect.signature(fe.__call__).parameters
-    kwargs = {k: v for k, v in kwargs.items() if k in call_params or any(p.kind == p.VAR_KEYWORD for p in call_params.values())}
+    kwargs = {
+        k: v
+        for k, v in kwargs.items()
+        if k in call_params or any(p.kind == p.VAR_KEYWORD for p in call_params.values())
+    }
     if "sampling_rate" in call_params:
         kwargs["sampling_rate"] = getattr(fe, "sampling_rate", 16000)
     out = fe(waves, return_tensors="pt", **kwargs)
     tensors = {k: v for k, v in dict(out).items() if isinstance(v, torch.Tensor)}
-    multiple = r.get("by_class", {}).get(type(fe).__name__, {}).get("frame_multiple")
+    multiple = own.frame_multiple if own else None
     if multiple:
         tensors = pad_frames(tensors, int(evaluate(multiple, local)))
     return tensors
@@ -299,14 +339,27 @@ def pad_frames(tensors: dict[str, torch.Tensor], multiple: int) -> dict[str, tor
     return out
 
 
-def processor_inputs(kind: str, model_type: str, scope: ConfigScope, maker: Maker, rules: dict,
-                     channels: int = 3, height: int = 32, width: int = 32, frames: int | None = None,
-                     equal_lengths: bool = False) -> ProcessorOutput | None:
+def processor_inputs(
+    kind: str,
+    model_type: str,
+    scope: ConfigScope,
+    maker: Maker,
+    rules: Processors,
+    channels: int = 3,
+    height: int = 32,
+    width: int = 32,
+    frames: int | None = None,
+    equal_lengths: bool = False,
+) -> ProcessorOutput | None:
     """Run the model type's own processor of `kind` (image | video | audio); None when it has none."""
-    overrides = rules.get("classes", {}).get(kind if kind != "video" else "image", {})
+    overrides = rules.classes.audio if kind == "audio" else rules.classes.image
     if overrides.get(model_type, "") is None:  # the recipes say: this type's processor does not fit
         return None
-    cls = feature_extractor_class(model_type, overrides) if kind == "audio" else image_processor_class(model_type, overrides)
+    cls = (
+        feature_extractor_class(model_type, overrides)
+        if kind == "audio"
+        else image_processor_class(model_type, overrides)
+    )
     if cls is None:
         return None
     try:
@@ -316,7 +369,7 @@ def processor_inputs(kind: str, model_type: str, scope: ConfigScope, maker: Make
                 tensors = run_feature_extractor(proc, maker, scope, rules, equal_lengths)
             else:
                 proc = build_image_processor(cls, scope, height, width, rules)
-                extra = _formula_values(rules["image"].get("call_by_class", {}).get(cls.__name__, {}), scope)
+                extra = _formula_values(rules.image.call_by_class.get(cls.__name__, {}), scope)
                 tensors = run_image_processor(proc, maker, channels, height, width, frames, extra)
     except Exception as exc:  # noqa: BLE001 - a processor that does not work here: fall back
         return ProcessorOutput(cls.__name__, error=f"{type(exc).__name__}: {str(exc)[:160]}")

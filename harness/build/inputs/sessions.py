@@ -19,45 +19,49 @@ import torch
 
 from harness.build.inputs.base import Maker, ModelInputs
 from harness.build.inputs.media import image_shape
-from harness.build.inputs.recipes import recipes
+from harness.build.rules import Sessions, input_recipes
 
 
 def session_classes(model) -> dict[str, type]:
     """{forward parameter: session class} for the parameters annotated with a session class."""
-    suffix = recipes()["sessions"]["annotation_suffix"]
+    suffix = input_recipes().sessions.annotation_suffix
     forward = type(model).forward
     try:
         hints = typing.get_type_hints(forward)
     except Exception:  # noqa: BLE001 - unresolvable annotations: read them as written
         hints = {n: p.annotation for n, p in inspect.signature(forward).parameters.items()}
-    return {name: cls for name, cls in hints.items()
-            if isinstance(cls, type) and cls.__name__.endswith(suffix)}
+    return {
+        name: cls for name, cls in hints.items() if isinstance(cls, type) and cls.__name__.endswith(suffix)
+    }
 
 
-def _build(cls: type, config, m: Maker, rules: dict) -> Any:
+def _build(cls: type, config, m: Maker, rules: Sessions) -> Any:
     channels, height, width = image_shape(config)
-    video = m.randn(int(rules["frames"]), channels, height, width)
-    session = cls(video=video, video_height=height, video_width=width, dtype=video.dtype)  # (its default is a string)
-    frame = int(rules["frame_index"])
-    points = rules["point_prompt"]
-    if hasattr(session, points["method"]):
-        obj = int(rules["object_id"])
+    video = m.randn(rules.frames, channels, height, width)
+    session = cls(
+        video=video, video_height=height, video_width=width, dtype=video.dtype
+    )  # (its default is a string)
+    frame = rules.frame_index
+    points = rules.point_prompt
+    if hasattr(session, points.method):
+        obj = rules.object_id
         coords = (m.rand(1, 1, 1, 2) * torch.tensor([width, height])).float()
         labels = torch.ones(1, 1, 1, dtype=torch.int32)
-        getattr(session, points["method"])(session.obj_id_to_idx(obj), frame,
-                                           {"point_coords": coords, "point_labels": labels})
-        setattr(session, points["new_inputs"], [obj])
-    text = rules["text_prompt"]
-    if hasattr(session, text["method"]):
-        prompt = getattr(session, text["method"])("object")
-        length = int(text["length"])
-        getattr(session, text["ids"])[prompt] = m.ids(1, length)
-        getattr(session, text["mask"])[prompt] = torch.ones(1, length, dtype=torch.long)
+        getattr(session, points.method)(
+            session.obj_id_to_idx(obj), frame, {"point_coords": coords, "point_labels": labels}
+        )
+        setattr(session, points.new_inputs, [obj])
+    text = rules.text_prompt
+    if hasattr(session, text.method):
+        prompt = getattr(session, text.method)("object")
+        length = text.length
+        getattr(session, text.ids)[prompt] = m.ids(1, length)
+        getattr(session, text.mask)[prompt] = torch.ones(1, length, dtype=torch.long)
     return session
 
 
 def add_sessions(out: ModelInputs, model, config, m: Maker) -> None:
-    rules = recipes()["sessions"]
+    rules = input_recipes().sessions
     for name, cls in session_classes(model).items():
         if name in out.kwargs:
             continue
@@ -68,7 +72,7 @@ def add_sessions(out: ModelInputs, model, config, m: Maker) -> None:
             continue
         out.sources[name] = f"session:{cls.__name__}"
         params = inspect.signature(type(model).forward).parameters
-        for param, value in rules["call"].items():
+        for param, value in rules.call.items():
             if param in params and param not in out.kwargs:
                 out.kwargs[param] = value
                 out.sources[param] = f"session:{cls.__name__}"

@@ -19,22 +19,33 @@ from __future__ import annotations
 
 import copy
 import math
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
 from agents import partial_config
+from harness.build.rules import ShrinkRules, shrink_rules
 from harness.build.shrink.budget import fit_budget
-from harness.build.shrink.tokens import apply_token_map, is_subconfig, refit_token_ids, token_map
+from harness.build.shrink.class_fields import (
+    class_derived_fields,
+    nest_flat_text_fields,
+    recompute_class_derived,
+    without_class_derived_attributes,
+)
+from harness.build.shrink.class_fields import (
+    get_path as _get_path,
+)
+from harness.build.shrink.derived import keep_derived_widths
+from harness.build.shrink.families import (
+    shrink_experts,
+    shrink_mla,
+    shrink_modalities,
+    shrink_patch_count_keys,
+    shrink_ssm,
+    shrink_windows,
+    tie_image_sizes,
+)
 from harness.build.shrink.layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.build.shrink.layers import is_int, rescale_parts_keeping_ties, select_layers
-from harness.build.shrink.class_fields import (class_derived_fields, get_path as _get_path, nest_flat_text_fields,
-                                         recompute_class_derived, without_class_derived_attributes)
-from harness.build.shrink.derived import keep_derived_widths
-from harness.build.shrink.families import (shrink_experts, shrink_mla, shrink_modalities, shrink_patch_count_keys, shrink_ssm,
-                                     shrink_windows, tie_image_sizes)
+from harness.build.shrink.tokens import apply_token_map, is_subconfig, refit_token_ids, token_map
 
 #: Shrink strengths, strongest first.
 LEVELS = ("full", "core", "layers")
@@ -50,15 +61,9 @@ class ShrinkError(ValueError):
         super().__init__(f"{model_type}: cannot shrink: {last}")
 
 
-@lru_cache(maxsize=1)
-def rules() -> dict[str, Any]:
-    text = resources.files("harness").joinpath("data/shrink_rules.yaml").read_text()
-    return yaml.safe_load(text)
-
-
 # --------------------------------------------------------------------------- layers
-def _layer_count_field(d: dict, r: dict) -> str | None:
-    for f in r["layer_count_fields"]:
+def _layer_count_field(d: dict, r: ShrinkRules) -> str | None:
+    for f in r.layer_count_fields:
         if is_int(d.get(f)) and d[f] > 0:
             return f
     # a per-layer list whose length is the layer count (nemotron_h: layers_block_type)
@@ -68,8 +73,8 @@ def _layer_count_field(d: dict, r: dict) -> str | None:
     return None
 
 
-def _shrink_layers(d: dict, r: dict) -> None:
-    t = r["targets"]
+def _shrink_layers(d: dict, r: ShrinkRules) -> None:
+    t = r.targets
     field = _layer_count_field(d, r)
     n = d[field] if field else None
     if n is None:
@@ -79,7 +84,7 @@ def _shrink_layers(d: dict, r: dict) -> None:
                 break
     if n:
         taps = _feature_taps(d, r, n) if field else {}
-        plan = select_layers(d, n, r, max([t["min_layers"]] + [len(v) for v in taps.values()]))
+        plan = select_layers(d, n, r, max([t.min_layers] + [len(v) for v in taps.values()]))
         for k, v in plan.updates.items():
             if v is None:
                 d.pop(k, None)
@@ -90,19 +95,19 @@ def _shrink_layers(d: dict, r: dict) -> None:
         tie_layer_counts(d, r, n, len(plan.keep))
         for f, v in taps.items() if len(plan.keep) < n else ():
             # the same number of tapped layers, spread over the new stack (the last one kept)
-            base, k, new_n = r["feature_taps"][f], len(v), len(plan.keep)
+            base, k, new_n = r.feature_taps[f], len(v), len(plan.keep)
             d[f] = [base + round((j + 1) * new_n / k) - 1 for j in range(k)]
-    for f in r["extra_layer_count_fields"]:
-        if is_int(d.get(f)) and d[f] > t["min_layers"]:
-            d[f] = t["min_layers"]
+    for f in r.extra_layer_count_fields:
+        if is_int(d.get(f)) and d[f] > t.min_layers:
+            d[f] = t.min_layers
 
 
-def _feature_taps(d: dict, r: dict, n: int) -> dict[str, list[int]]:
+def _feature_taps(d: dict, r: ShrinkRules, n: int) -> dict[str, list[int]]:
     """Lists of layers whose outputs a neck or head consumes one by one (DPT's
     `backbone_out_indices`, a ViT backbone's `out_indices`): the neck is built for that many
     features, so the shrunk stack keeps at least that many layers."""
     taps = {}
-    for f, base in (r.get("feature_taps") or {}).items():
+    for f, base in r.feature_taps.items():
         v = d.get(f)
         if isinstance(v, list) and len(v) > 1 and all(is_int(x) and base <= x < n + base for x in v):
             taps[f] = v
@@ -110,13 +115,13 @@ def _feature_taps(d: dict, r: dict, n: int) -> dict[str, list[int]]:
 
 
 # --------------------------------------------------------------------------- widths
-def _heads(d: dict, r: dict) -> tuple[int | None, dict[str, int]]:
+def _heads(d: dict, r: ShrinkRules) -> tuple[int | None, dict[str, int]]:
     """New head counts of this level, keeping each q:kv ratio. Returns (query heads, updates)."""
-    t = r["targets"]
+    t = r.targets
     updates: dict[str, int] = {}
     q_heads = None
-    for q, kv in r["head_pairs"]:
-        if q in updates or not is_int(d.get(q)) or d[q] <= 0 or kv and kv not in d:
+    for q, kv in r.head_pairs:
+        if q in updates or not is_int(d.get(q)) or d[q] <= 0 or (kv and kv not in d):
             continue  # (a pair whose kv field the level lacks leaves q to the next pair: `[q, null]`)
         hq = d[q]
         hk = d.get(kv) if kv else None
@@ -125,12 +130,12 @@ def _heads(d: dict, r: dict) -> tuple[int | None, dict[str, int]]:
             new_kv = 1
             updates[q], updates[kv] = ratio * new_kv, new_kv
         elif is_int(hk) and hk == hq:
-            updates[q] = updates[kv] = min(hq, t["base_heads"])
+            updates[q] = updates[kv] = min(hq, t.base_heads)
         elif is_int(hk) and hk > 0:  # odd ratio (e.g. 3:2): keep both, just fewer
             g = math.gcd(hq, hk)
             updates[q], updates[kv] = hq // g, hk // g
         else:
-            updates[q] = min(hq, t["base_heads"])
+            updates[q] = min(hq, t.base_heads)
         q_heads = q_heads or updates[q]
     return q_heads, updates
 
@@ -168,22 +173,22 @@ def _shrink_rope(d: dict, head_dim: int, old_head_dim: int | None) -> None:
         d["rotary_dim"] = max(2, 2 * round(d["rotary_dim"] * head_dim / old_head_dim / 2))
 
 
-def _shrink_widths(d: dict, r: dict, level: str, known: dict[int, int]) -> dict[int, int]:
+def _shrink_widths(d: dict, r: ShrinkRules, level: str, known: dict[int, int]) -> dict[int, int]:
     """Heads, hidden, head_dim, intermediate, experts, MLA, SSM. Returns {old hidden: new hidden}.
 
     `known` holds hidden sizes already shrunk in another sub-config: the same old width gets the
     same new width (a vision tower's output feeds the text model).
     """
-    t = r["targets"]
+    t = r.targets
     original = dict(d)
     q_heads, updates = _heads(d, r)
     hidden_map: dict[int, int] = {}
-    hidden_field = next((f for f in r["hidden_fields"] if is_int(d.get(f)) and d[f] > 0), None)
+    hidden_field = next((f for f in r.hidden_fields if is_int(d.get(f)) and d[f] > 0), None)
     if q_heads is None and hidden_field is None:
         return hidden_map
-    q_heads = q_heads or t["base_heads"]
-    head_dim = max(t["head_dim"] if q_heads <= 4 else t["head_dim_many_heads"], _min_rope_head_dim(d))
-    new_hidden = max(t["min_hidden"], q_heads * head_dim)
+    q_heads = q_heads or t.base_heads
+    head_dim = max(t.head_dim if q_heads <= 4 else t.head_dim_many_heads, _min_rope_head_dim(d))
+    new_hidden = max(t.min_hidden, q_heads * head_dim)
     if new_hidden % q_heads:
         new_hidden = q_heads * math.ceil(new_hidden / q_heads)
     old_hidden = d.get(hidden_field) if hidden_field else None
@@ -192,26 +197,26 @@ def _shrink_widths(d: dict, r: dict, level: str, known: dict[int, int]) -> dict[
     if old_hidden is not None and old_hidden <= new_hidden:
         return hidden_map  # already tiny: leave widths alone
     d.update(updates)
-    for q, kv in r["head_pairs"]:  # a default that leaves kv heads unset means "same as heads"
+    for q, kv in r.head_pairs:  # a default that leaves kv heads unset means "same as heads"
         if kv and kv in d and d[kv] is None and is_int(d.get(q)):
             d[kv] = d[q]
     old_head_dim = None
-    for f in r["hidden_fields"]:
+    for f in r.hidden_fields:
         if is_int(d.get(f)) and d[f] > new_hidden:
             hidden_map[d[f]] = new_hidden
             d[f] = new_hidden
-    for f in r["head_dim_fields"]:
-        if f in r["fill_none_head_dim"] and f in d and d[f] is None:
+    for f in r.head_dim_fields:
+        if f in r.fill_none_head_dim and f in d and d[f] is None:
             d[f] = new_hidden // q_heads
         if is_int(d.get(f)) and d[f] > head_dim:
             old_head_dim = old_head_dim or d[f]
             d[f] = head_dim
     if old_head_dim is None and old_hidden:  # no explicit head size: hidden / heads (codegen, gptj)
-        old_q = next((original[q] for q, _ in r["head_pairs"] if q in updates and is_int(original.get(q))), None)
+        old_q = next((original[q] for q, _ in r.head_pairs if q in updates and is_int(original.get(q))), None)
         old_head_dim = old_hidden // old_q if old_q else None
     _shrink_rope(d, d.get("head_dim") if is_int(d.get("head_dim")) else new_hidden // q_heads, old_head_dim)
-    inter = t["intermediate_multiplier"] * new_hidden
-    for f in r["intermediate_fields"]:
+    inter = t.intermediate_multiplier * new_hidden
+    for f in r.intermediate_fields:
         v = d.get(f)
         if is_int(v) and v > inter:
             d[f] = inter
@@ -224,14 +229,22 @@ def _shrink_widths(d: dict, r: dict, level: str, known: dict[int, int]) -> dict[
     return hidden_map
 
 
-def _shrink_per_layer_overrides(d: dict, before: dict, r: dict, level: str, known: dict[int, int]) -> None:
+def _shrink_per_layer_overrides(
+    d: dict, before: dict, r: ShrinkRules, level: str, known: dict[int, int]
+) -> None:
     """Per-layer overrides (``per_layer_config``: {layer index: fields}) are the level's config for
     those layers: each is shrunk as the unshrunk level with its fields applied, by the same rules,
     and keeps the fields it names (Dots3's sliding layers: 64 heads, a 192-wide nope part, whose
     sum with the level's rope part is the level's head size)."""
     for k, v in d.items():
-        if not (isinstance(k, str) and "layer" in k and isinstance(v, dict) and v
-                and all(isinstance(e, dict) for e in v.values()) and "model_type" not in v):
+        if not (
+            isinstance(k, str)
+            and "layer" in k
+            and isinstance(v, dict)
+            and v
+            and all(isinstance(e, dict) for e in v.values())
+            and "model_type" not in v
+        ):
             continue
         for entry in v.values():
             merged = {**before, **entry}
@@ -240,40 +253,42 @@ def _shrink_per_layer_overrides(d: dict, before: dict, r: dict, level: str, know
                 entry[f] = merged.get(f, entry[f])
 
 
-def _make_implicit_explicit(d: dict, r: dict) -> None:
+def _make_implicit_explicit(d: dict, r: ShrinkRules) -> None:
     """A default the modeling code hard-codes (mrope sections) becomes a config field to shrink."""
     mt = str(d.get("model_type") or "")
     rp = d.get("rope_parameters")
     if "vocab_size" not in d or not isinstance(rp, dict) or "mrope_section" in rp:
         return
-    match = max((k for k in r.get("implicit_mrope_sections", {}) if mt.startswith(k)), key=len, default=None)
+    match = max((k for k in r.implicit_mrope_sections if mt.startswith(k)), key=len, default=None)
     if match:
-        d["rope_parameters"] = {**rp, "mrope_section": list(r["implicit_mrope_sections"][match])}
+        d["rope_parameters"] = {**rp, "mrope_section": list(r.implicit_mrope_sections[match])}
 
 
 # --------------------------------------------------------------------------- driver
 def shrink_dict(config: dict, level: str = "full") -> dict:
     """Pure dict -> dict shrink at one level (no validation)."""
-    r = rules()
+    r = shrink_rules()
     d = copy.deepcopy(config)
-    for f in r["drop_fields"]:
+    for f in r.drop_fields:
         d.pop(f, None)
-    vocab = r["targets"]["vocab"]
+    vocab = r.targets.vocab
     mapping = token_map(d, vocab, r)
     hidden_map: dict[int, int] = {}
-    stage_map: dict[int, int] = {}  # per-stage widths (CNN backbones), which other levels' channel lists follow
+    stage_map: dict[
+        int, int
+    ] = {}  # per-stage widths (CNN backbones), which other levels' channel lists follow
 
     def visit(level_dict: dict) -> None:
         _make_implicit_explicit(level_dict, r)
         before = dict(level_dict)
-        for f in r["drop_fields"]:
+        for f in r.drop_fields:
             level_dict.pop(f, None)
-        for k, v in r["force_fields"].items():
+        for k, v in r.force_fields.items():
             if k in level_dict:
                 level_dict[k] = v
         _shrink_layers(level_dict, r)
-        for f in r["vocab_fields"]:
-            if f in level_dict and level_dict[f] is None and f in r["fill_none_vocab"]:
+        for f in r.vocab_fields:
+            if f in level_dict and level_dict[f] is None and f in r.fill_none_vocab:
                 level_dict[f] = vocab
             if is_int(level_dict.get(f)) and level_dict[f] > vocab:
                 level_dict[f] = vocab
@@ -285,19 +300,27 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
             widths = shrink_modalities(level_dict, r)
             for old_w, new_w in widths.items():
                 stage_map.setdefault(old_w, new_w)
-            firsts = {v[0] for k, v in before.items() if k in r["stage_width_list_fields"] and isinstance(v, list) and v}
-            for f in r["hidden_fields"]:  # the hidden size of a staged net is its first stage's width
+            firsts = {
+                v[0]
+                for k, v in before.items()
+                if k in r.stage_width_list_fields and isinstance(v, list) and v
+            }
+            for f in r.hidden_fields:  # the hidden size of a staged net is its first stage's width
                 if is_int(before.get(f)) and before[f] in widths and before[f] in firsts:
                     level_dict[f] = hidden_map[before[f]] = widths[before[f]]
             for f, v in before.items():  # a stem's or neck's width that names a stage width
-                if (is_int(v) and v in widths and level_dict.get(f) == v
-                        and any(f.endswith(sfx) for sfx in r["stage_width_tie_suffixes"])):
+                if (
+                    is_int(v)
+                    and v in widths
+                    and level_dict.get(f) == v
+                    and any(f.endswith(sfx) for sfx in r.stage_width_tie_suffixes)
+                ):
                     level_dict[f] = widths[v]
         shrink_windows(level_dict, r)
         level_dict["__touched__"] = {k for k in level_dict if before.get(k) != level_dict.get(k)}
         mt = level_dict.get("model_type")
-        for k, v in r["overrides"].get(mt, {}).items() if level == "full" else ():
-            level_dict[k] = v
+        for k, v in r.overrides.get(mt, {}).items() if level == "full" else ():
+            level_dict[k] = copy.deepcopy(v)
         for k, v in level_dict.items():
             if is_subconfig(k, v):
                 visit(v)
@@ -312,15 +335,31 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
             v = level_dict[k]
             if is_subconfig(k, v):
                 finish(v)
-            elif (level == "full" and is_int(v) and k not in touched and v in hidden_map
-                  and any(k.endswith(sfx) for sfx in r["hidden_tie_suffixes"])
-                  and not any(w in k for w in ("vocab", "token", "position", "image", "patch"))):
+            elif (
+                level == "full"
+                and is_int(v)
+                and k not in touched
+                and v in hidden_map
+                and any(k.endswith(sfx) for sfx in r.hidden_tie_suffixes)
+                and not any(w in k for w in ("vocab", "token", "position", "image", "patch"))
+            ):
                 level_dict[k] = hidden_map[v]
-            elif (level == "full" and is_int(v) and k not in touched and v in stage_map
-                  and any(k.endswith(sfx) for sfx in r["stage_width_scalar_tie_suffixes"])):
+            elif (
+                level == "full"
+                and is_int(v)
+                and k not in touched
+                and v in stage_map
+                and any(k.endswith(sfx) for sfx in r.stage_width_scalar_tie_suffixes)
+            ):
                 level_dict[k] = stage_map[v]  # a head reading one backbone stage's features
-            elif (level == "full" and k not in touched and isinstance(v, list) and v
-                  and all(is_int(x) for x in v) and any(k.endswith(sfx) for sfx in r["width_list_tie_suffixes"])):
+            elif (
+                level == "full"
+                and k not in touched
+                and isinstance(v, list)
+                and v
+                and all(is_int(x) for x in v)
+                and any(k.endswith(sfx) for sfx in r.width_list_tie_suffixes)
+            ):
                 # channel lists that name widths shrunk elsewhere (a detector's encoder inputs are
                 # the backbone's stage outputs, its decoder inputs the encoder's width)
                 for widths in (hidden_map, stage_map):
@@ -339,10 +378,10 @@ def shrink_dict(config: dict, level: str = "full") -> dict:
     return d
 
 
-def _apply_references(d: dict, r: dict, depth: int = 0) -> None:
+def _apply_references(d: dict, r: ShrinkRules, depth: int = 0) -> None:
     """Overrides whose value is "=path.to.field" copy that (shrunk) field: cross-config ties. A
     wrapped whole-model config (ColQwen2's `vlm_config`, a qwen2_vl) keeps its own type's ties."""
-    for path, ref in (r.get("references", {}).get(d.get("model_type"), {}) or {}).items():
+    for path, ref in r.references.get(d.get("model_type"), {}).items():
         value = _get_path(d, ref)
         parent_path, _, key = path.rpartition(".")
         parent = _get_path(d, parent_path) if parent_path else d
@@ -350,7 +389,7 @@ def _apply_references(d: dict, r: dict, depth: int = 0) -> None:
             parent[key] = value
     if depth < 2:
         for v in d.values():
-            if isinstance(v, dict) and v.get("model_type") in r.get("references", {}):
+            if isinstance(v, dict) and v.get("model_type") in r.references:
                 _apply_references(v, r, depth + 1)
 
 
@@ -365,29 +404,30 @@ def full_config_dict(config: Any, model_type: str | None = None) -> tuple[str, d
     if not mt:
         raise ValueError("config has no model_type and none was given")
     cfg.pop("model_type", None)
-    for f in rules()["drop_fields"]:
+    r = shrink_rules()
+    for f in r.drop_fields:
         cfg.pop(f, None)
-    for k, v in (rules().get("required_fields", {}).get(mt) or {}).items():
+    for k, v in r.required_fields.get(mt, {}).items():
         if cfg.get(k) is None:
-            cfg[k] = v
-    _replace_subconfigs(cfg, rules())
+            cfg[k] = copy.deepcopy(v)
+    _replace_subconfigs(cfg, r)
     nest_flat_text_fields(cfg, config_class(mt))
     base = config_class(mt)(**cfg).to_dict()
-    _replace_subconfigs(base, rules())  # the type's defaults may name a timm backbone too (DETR)
+    _replace_subconfigs(base, r)  # the type's defaults may name a timm backbone too (DETR)
     return mt, base
 
 
-def _replace_subconfigs(d: dict, r: dict) -> None:
+def _replace_subconfigs(d: dict, r: ShrinkRules) -> None:
     """Sub-configs that need a package we never install (timm) -> the transformers equivalent."""
     for k, v in list(d.items()):
-        if isinstance(v, dict) and v.get("model_type") not in r.get("replace_subconfigs", {}):
+        if isinstance(v, dict) and v.get("model_type") not in r.replace_subconfigs:
             _replace_subconfigs(v, r)  # nested levels too
-        if not (isinstance(v, dict) and v.get("model_type") in r.get("replace_subconfigs", {})):
+        if not (isinstance(v, dict) and v.get("model_type") in r.replace_subconfigs):
             continue
         name = str(v.get("backbone") or v.get("architecture") or "")
-        for prefix, replacement in r["replace_subconfigs"][v["model_type"]].items():
+        for prefix, replacement in r.replace_subconfigs[v["model_type"]].items():
             if name.startswith(prefix):
-                d[k] = dict(replacement)
+                d[k] = copy.deepcopy(replacement)
                 break
 
 
@@ -417,7 +457,7 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
     be built from it; the strongest level that passes wins. Without it a level wins when the
     config class accepts it.
     """
-    from harness.build.quiet import quiet_transformers
+    from agents.quiet import quiet_transformers
 
     with quiet_transformers():
         mt, full = full_config_dict(config, model_type)
@@ -429,19 +469,21 @@ def shrink_config(config: Any, model_type: str | None = None, *, validate=None):
             try:
                 cfg = build_config(mt, shrunk)
                 params = validate(cfg) if validate is not None else None
-            except Exception as exc:  # a level the model rejects: try a gentler one
+            except Exception as exc:  # noqa: BLE001 - a level the model rejects: try a gentler one
                 errors[level] = f"{type(exc).__name__}: {_first_line(exc)}"
                 continue
             changes: list[str] = []
-            budget = rules()["targets"]["max_parameters"]
+            r = shrink_rules()
+            budget = r.targets.max_parameters
             if isinstance(params, int) and params >= budget:
                 without_class_derived_attributes(config_class(mt), shrunk)  # the class recomputes them
-                shrunk, params, changes = fit_budget(shrunk, lambda d: validate(build_config(mt, d)), budget,
-                                                     vocab_floor=rules()["targets"]["vocab"])
+                shrunk, params, changes = fit_budget(
+                    shrunk, lambda d: validate(build_config(mt, d)), budget, vocab_floor=r.targets.vocab
+                )
                 if changes and level == "full":  # halved widths: the cross-config ties hold again
-                    _apply_references(shrunk, rules())
+                    _apply_references(shrunk, r)
                     params = validate(build_config(mt, shrunk))
-                if refit_token_ids(shrunk, changes, rules()):
+                if refit_token_ids(shrunk, changes, r):
                     params = validate(build_config(mt, shrunk))
                 cfg = build_config(mt, shrunk)
             cfg._shrink_level = level

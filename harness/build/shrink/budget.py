@@ -13,12 +13,45 @@ channels at the last of six stages) is only brought under the budget by its base
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-_PROTECTED = ("token", "_id", "index", "idx", "rate", "length", "position", "seed", "step", "period",
-              "epsilon", "eps", "layer", "num_labels", "sample", "max_", "min_", "window", "patch",
-              "image_size", "stride", "kernel", "freq", "bins", "hop", "fft", "n_mels", "mel",
-              "chunk", "cache", "num_channels", "in_channels", "resolution", "_size_per_head")
+_PROTECTED = (
+    "token",
+    "_id",
+    "index",
+    "idx",
+    "rate",
+    "length",
+    "position",
+    "seed",
+    "step",
+    "period",
+    "epsilon",
+    "eps",
+    "layer",
+    "num_labels",
+    "sample",
+    "max_",
+    "min_",
+    "window",
+    "patch",
+    "image_size",
+    "stride",
+    "kernel",
+    "freq",
+    "bins",
+    "hop",
+    "fft",
+    "n_mels",
+    "mel",
+    "chunk",
+    "cache",
+    "num_channels",
+    "in_channels",
+    "resolution",
+    "_size_per_head",
+)
 
 
 #: the smallest size the pass quarters (to at least _FLOOR)
@@ -45,7 +78,12 @@ def _candidates(d: dict, path: tuple = (), vocab_floor: int = 0) -> list[tuple[t
             continue
         if isinstance(v, int) and not isinstance(v, bool) and v >= _MIN_KNOB:
             out.append((path + (k,), v))
-        elif isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and max(v) >= _MIN_KNOB:
+        elif (
+            isinstance(v, list)
+            and v
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+            and max(v) >= _MIN_KNOB
+        ):
             out.append((path + (k,), max(v)))
     return sorted(out, key=lambda c: -c[1])
 
@@ -84,9 +122,13 @@ def _shrink_widths_everywhere(d: dict, path: tuple, fn) -> None:
                 continue
             elif _is_width_list(k, x) and any(y in mapping for y in x):
                 level[k] = [mapping.get(y, y) for y in x]
-            elif (isinstance(x, int) and not isinstance(x, bool) and x in mapping
-                  and any(w in k for w in _SCALAR_WIDTH_WORDS + (_LEVEL_WIDTH_WORDS if level is target else ()))
-                  and not _protected(k)):
+            elif (
+                isinstance(x, int)
+                and not isinstance(x, bool)
+                and x in mapping
+                and any(w in k for w in _SCALAR_WIDTH_WORDS + (_LEVEL_WIDTH_WORDS if level is target else ()))
+                and not _protected(k)
+            ):
                 # ZoeDepth's `bottleneck_features` is its `fusion_hidden_size`; at the knob's own
                 # level, Llama-4's `projector_input_dim` feeds `projector_output_dim`
                 level[k] = mapping[x]
@@ -95,8 +137,12 @@ def _shrink_widths_everywhere(d: dict, path: tuple, fn) -> None:
 
 
 def _is_width_list(key: str, v: Any) -> bool:
-    return (isinstance(v, list) and len(v) > 1 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
-            and _is_width_key(key))
+    return (
+        isinstance(v, list)
+        and len(v) > 1
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        and _is_width_key(key)
+    )
 
 
 def _is_width_key(key: str) -> bool:
@@ -110,8 +156,9 @@ _SCALAR_WIDTH_WORDS = ("channels", "hidden_size", "_features")
 _LEVEL_WIDTH_WORDS = ("_dim",)
 
 
-def fit_budget(config: dict, count: Callable[[dict], int], budget: int, max_tries: int = 40,
-               vocab_floor: int = 0) -> tuple[dict, int, list[str]]:
+def fit_budget(
+    config: dict, count: Callable[[dict], int], budget: int, max_tries: int = 40, vocab_floor: int = 0
+) -> tuple[dict, int, list[str]]:
     """Greedy halving of large sizes until `count(config) < budget`. Returns (config, params, changed).
 
     `vocab_floor`: the shrunk main vocabulary, below which no protected-word vocabulary goes."""

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 from agents.partial_config import config_fields, text_config_fields
@@ -50,7 +51,9 @@ def class_derived_fields(cls, d: dict, path: tuple[str, ...] = ()) -> set[tuple[
         return out
     args = {k: v for k, v in d.items() if k != "model_type"}
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    candidates = [n for n, f in fields.items() if f.default is None and (is_int(d.get(n)) or _int_list(d.get(n)))]
+    candidates = [
+        n for n, f in fields.items() if f.default is None and (is_int(d.get(n)) or _int_list(d.get(n)))
+    ]
     candidates += [k for k, v in d.items() if k not in fields and not k.startswith("_") and is_int(v)]
     out.update(path + (name,) for name in candidates if _class_computes(cls, args, name))
     for key in getattr(cls, "sub_configs", None) or {}:
@@ -71,7 +74,7 @@ def _stale(new: Any, old: Any) -> bool:
     pass may still halve it). A strictly increasing list is a list of
     layer indices, which the shrinker remaps itself (Mllama's cross-attention layers)."""
     if _int_list(new) and _int_list(old):
-        indices = all(a < b for a, b in zip(old, old[1:]))
+        indices = all(a < b for a, b in itertools.pairwise(old))
         return not indices and new != old and set(new) <= set(old)
     return new == old
 
@@ -101,7 +104,11 @@ def recompute_class_derived(original: dict, d: dict, derived: set[tuple[str, ...
         parent = ".".join(path[:-1])
         level = get_path(d, parent) if parent else d
         old = get_path(original, parent) if parent else original
-        if isinstance(level, dict) and isinstance(old, dict) and _stale(level.get(path[-1]), old.get(path[-1])):
+        if (
+            isinstance(level, dict)
+            and isinstance(old, dict)
+            and _stale(level.get(path[-1]), old.get(path[-1]))
+        ):
             if _is_field(cls, path, original):
                 level[path[-1]] = None
             else:
@@ -128,7 +135,8 @@ def _is_field(cls, path: tuple[str, ...], d: dict) -> bool:
     """Whether `path` names a dataclass field of `cls` (its sub-config classes followed in `d`)."""
     cls = _class_at(cls, path[:-1], d)
     return not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or path[-1] in {
-        f.name for f in dataclasses.fields(cls)}
+        f.name for f in dataclasses.fields(cls)
+    }
 
 
 def without_class_derived_attributes(cls, d: dict) -> list[str]:
@@ -140,8 +148,13 @@ def without_class_derived_attributes(cls, d: dict) -> list[str]:
         return []
     fields = {f.name for f in dataclasses.fields(cls)}
     args = {k: v for k, v in d.items() if k != "model_type"}
-    names = [k for k, v in args.items() if k not in fields and not k.startswith("_")
-             and (is_int(v) or (isinstance(v, list) and v and all(is_int(x) or _int_list(x) for x in v)))]
+    names = [
+        k
+        for k, v in args.items()
+        if k not in fields
+        and not k.startswith("_")
+        and (is_int(v) or (isinstance(v, list) and v and all(is_int(x) or _int_list(x) for x in v)))
+    ]
     dropped = [name for name in names if _class_computes(cls, args, name)]
     for name in dropped:
         d.pop(name, None)

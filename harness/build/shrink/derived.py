@@ -13,10 +13,10 @@ defaults do not hold the relation the modeling code needs.
 
 from __future__ import annotations
 
-import ast
-import operator
 from typing import Any
 
+from harness.build.formula import evaluate
+from harness.build.rules import ShrinkRules
 from harness.build.shrink.layers import is_int
 
 _Level = tuple[tuple[str, ...], dict, dict]  # (path, unshrunk level, shrunk level)
@@ -48,12 +48,12 @@ def _factors(levels: list[_Level], dw: dict) -> list[tuple[tuple[str, ...], floa
     """(level path, old multiplier, new multiplier) of every factor field and counted list."""
     out = []
     for path, o, s in levels:
-        for f in dw["factor_fields"]:
+        for f in dw.factor_fields:
             old, new = o.get(f), s.get(f)
             if _number(old) and _number(new) and old != 1:
                 for p in (1, 2):
-                    out += [(path, old ** p, new ** p), (path, old ** -p, new ** -p)]
-        for f in dw["count_lists"]:
+                    out += [(path, old**p, new**p), (path, old**-p, new**-p)]
+        for f in dw.count_lists:
             old, new = o.get(f), s.get(f)
             if isinstance(old, list) and isinstance(new, list) and old:
                 out += [(path, len(old), len(new)), (path, len(old) + 1, len(new) + 1)]
@@ -61,16 +61,19 @@ def _factors(levels: list[_Level], dw: dict) -> list[tuple[tuple[str, ...], floa
 
 
 def _is_target(key: str, dw: dict) -> bool:
-    return (any(key.endswith(sfx) for sfx in dw["suffixes"])
-            and not any(w in key for w in dw["exclude_words"]))
+    return any(key.endswith(sfx) for sfx in dw.suffixes) and not any(w in key for w in dw.exclude_words)
 
 
-def keep_derived_widths(original: dict, shrunk: dict, r: dict) -> list[str]:
+def keep_derived_widths(original: dict, shrunk: dict, r: ShrinkRules) -> list[str]:
     """Apply the relations (in place); returns the dotted paths of the fields it set."""
-    dw = r["derived_widths"]
+    dw = r.derived_widths
     levels = _levels(original, shrunk)
-    sources = [(path, o[f], s[f]) for path, o, s in levels for f in r["hidden_fields"]
-               if is_int(o.get(f)) and is_int(s.get(f)) and 0 < s[f] < o[f]]
+    sources = [
+        (path, o[f], s[f])
+        for path, o, s in levels
+        for f in r.hidden_fields
+        if is_int(o.get(f)) and is_int(s.get(f)) and 0 < s[f] < o[f]
+    ]
     factors = _factors(levels, dw)
     changed: list[str] = []
     for path, o, s in levels:
@@ -93,52 +96,35 @@ def keep_derived_widths(original: dict, shrunk: dict, r: dict) -> list[str]:
             if best and (len(best) == 1 or found[best[0]] < found[best[1]]) and s[k] != best[0]:
                 s[k] = best[0]
                 changed.append(".".join(path + (k,)))
-    changed += _apply_formulas(shrunk, dw.get("formulas") or {})
+    changed += _apply_formulas(shrunk, dw.formulas)
     return changed
 
 
 # --------------------------------------------------------------------------- per-type formulas
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+def _numeric(d: dict) -> dict[str, Any]:
+    """A level as a formula sees it: its positive numbers, its lists (for `len`) and its
+    sub-configs alike (`semantic_model_config.hidden_size`); any other field is missing."""
+    return {
+        k: _numeric(v) if isinstance(v, dict) else v
+        for k, v in d.items()
+        if _number(v) or isinstance(v, (dict, list))
+    }
 
 
-def _eval(expr: str, names: dict) -> float:
-    """Arithmetic over the level's numeric fields, `sub.field` naming a field of a sub-config
-    (no calls: data, not code)."""
-    def field(n: ast.AST) -> Any:
-        if isinstance(n, ast.Name):
-            return names.get(n.id)
-        owner = field(n.value) if isinstance(n, ast.Attribute) else None
-        return owner.get(n.attr) if isinstance(owner, dict) else None
-
-    def ev(n: ast.AST) -> float:
-        if isinstance(n, ast.Expression):
-            return ev(n.body)
-        if isinstance(n, ast.Constant) and _number(n.value):
-            return n.value
-        if isinstance(n, (ast.Name, ast.Attribute)) and _number(v := field(n)):
-            return v
-        if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
-            return _OPS[type(n.op)](ev(n.left), ev(n.right))
-        raise ValueError(f"cannot evaluate {ast.dump(n)} in {expr!r}")
-
-    return ev(ast.parse(expr, mode="eval"))
-
-
-def _apply_formulas(shrunk: dict, formulas: dict) -> list[str]:
+def _apply_formulas(shrunk: dict, formulas: dict[str, dict[str, str]]) -> list[str]:
     """{model_type: {field: formula}}: at every level of that type, the field becomes the
-    formula over the same level's (shrunk) fields and its sub-configs' (`sub.field`), `len_X` being
-    the length of list X (skipped when a name is missing)."""
+    formula over the same level's (shrunk) fields and its sub-configs' (skipped when a name is
+    missing)."""
     changed: list[str] = []
 
     def walk(path: tuple[str, ...], d: dict) -> None:
-        names = {**d, **{f"len_{k}": len(v) for k, v in d.items() if isinstance(v, list)}}
-        for f, expr in (formulas.get(d.get("model_type")) or {}).items():
+        names = _numeric(d)
+        for f, expr in formulas.get(d.get("model_type"), {}).items():
             try:
-                v = _eval(str(expr), names)
-            except (ValueError, ZeroDivisionError):
+                v = evaluate(expr, names)
+            except (NameError, ValueError):
                 continue
-            if abs(v - round(v)) < 1e-6 and round(v) >= 1 and d.get(f) != round(v):
+            if _number(v) and abs(v - round(v)) < 1e-6 and round(v) >= 1 and d.get(f) != round(v):
                 d[f] = round(v)
                 changed.append(".".join(path + (f,)))
         for k, v in d.items():

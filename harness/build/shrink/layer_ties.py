@@ -16,49 +16,60 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.build.rules import ShrinkRules
 from harness.build.shrink.layers import is_int, rescale_parts, smallest_period
 
 
-def tie_layer_counts(d: dict, r: dict, old_n: int, new_n: int) -> None:
+def tie_layer_counts(d: dict, r: ShrinkRules, old_n: int, new_n: int) -> None:
     """Partitions and suffix counts of one config level after its layers went old_n -> new_n."""
-    ties = r.get("layer_ties", {})
-    for group in ties.get("partitions", []):
+    ties = r.layer_ties
+    for group in ties.partitions:
         values = [d.get(f) for f in group]
         if all(is_int(v) and v > 0 for v in values) and sum(values) == old_n and new_n >= len(group):
             for f, v in zip(group, rescale_parts(values, new_n)):
                 d[f] = v
-    kinds = next((d[f] for f in ("layer_types", "layers_block_type") if isinstance(d.get(f), list) and len(d[f]) == new_n), None)
+    kinds = next(
+        (
+            d[f]
+            for f in ("layer_types", "layers_block_type")
+            if isinstance(d.get(f), list) and len(d[f]) == new_n
+        ),
+        None,
+    )
     period = smallest_period(kinds) if kinds else 1
-    for f in ties.get("suffix_counts", []):
+    for f in ties.suffix_counts:
         k = d.get(f)
         if is_int(k) and k == old_n:  # every layer is one (an assistant reads the target's KV)
             d[f] = new_n
         elif is_int(k) and 0 < k < old_n and k >= new_n - period + 1:
             d[f] = max(0, min(new_n - period, round(k * new_n / old_n)))
-    for f in ties.get("multiples", []):
+    for f in ties.multiples:
         k = d.get(f)
         if is_int(k) and k > old_n and k % old_n == 0:
             d[f] = k // old_n * new_n
-    for f in ties.get("tail_counts", []):
+    for f in ties.tail_counts:
         k = d.get(f)
         if is_int(k) and 0 < k < old_n and k >= new_n:
             d[f] = max(1, min(k, new_n - 1))
 
 
-def _layer_count(d: Any, r: dict) -> int | None:
+def _layer_count(d: Any, r: ShrinkRules) -> int | None:
     if not isinstance(d, dict):
         return None
-    for f in r["layer_count_fields"]:
+    for f in r.layer_count_fields:
         if is_int(d.get(f)) and d[f] > 0:
             return d[f]
     return None
 
 
-def remap_foreign_indices(original: dict, shrunk: dict, r: dict) -> None:
+def remap_foreign_indices(original: dict, shrunk: dict, r: ShrinkRules) -> None:
     """Index lists that point into a sub-config's layer stack (`layer_ties.foreign_indices`:
     {field: sub-config key}), at any level, follow that stack's new length."""
-    foreign = r.get("layer_ties", {}).get("foreign_indices", {})
-    stacks = {key: (_layer_count(original.get(key), r), _layer_count(shrunk.get(key), r)) for key in set(foreign.values())}
+    foreign = r.layer_ties.foreign_indices
+    stacks = {
+        key: (_layer_count(original.get(key), r), _layer_count(shrunk.get(key), r))
+        for key in set(foreign.values())
+    }
 
     def visit(o: dict, s: dict) -> None:
         for k, v in list(s.items()):

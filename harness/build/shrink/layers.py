@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.build.rules import ShrinkRules
 
 
 @dataclass
@@ -26,12 +29,12 @@ def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _per_layer_fields(d: dict, n: int, r: dict) -> dict[str, Any]:
+def _per_layer_fields(d: dict, n: int, r: ShrinkRules) -> dict[str, Any]:
     out = {}
     for k, v in d.items():
         if k.endswith("_config") or isinstance(v, dict) or n < 2:
             continue
-        if any(k.endswith(s) for s in r["token_id_suffixes"]) or _names_every_layer(k, v, n, r):
+        if any(k.endswith(s) for s in r.token_id_suffixes) or _names_every_layer(k, v, n, r):
             continue
         if isinstance(v, list) and len(v) == n:
             out[k] = v
@@ -40,20 +43,24 @@ def _per_layer_fields(d: dict, n: int, r: dict) -> dict[str, Any]:
     return out
 
 
-def _names_every_layer(k: str, v: Any, n: int, r: dict) -> bool:
+def _names_every_layer(k: str, v: Any, n: int, r: ShrinkRules) -> bool:
     """An index list that happens to name all n layers (LFM2's default `full_attn_idxs` is
     0..31): its entries are layer indices, not per-layer values, so each layer would otherwise
     get a signature of its own and none could be dropped."""
-    return (isinstance(v, list) and len(v) == n and any(k.endswith(s) for s in r["index_list_suffixes"])
-            and v == list(range(n)))
+    return (
+        isinstance(v, list)
+        and len(v) == n
+        and any(k.endswith(s) for s in r.index_list_suffixes)
+        and v == list(range(n))
+    )
 
 
-def _index_lists(d: dict, n: int, r: dict, per_layer: dict) -> dict[str, list[int]]:
+def _index_lists(d: dict, n: int, r: ShrinkRules, per_layer: dict) -> dict[str, list[int]]:
     out = {}
     for k, v in d.items():
-        if k in per_layer or k in r["index_list_exclude"] or not isinstance(v, list) or not v:
+        if k in per_layer or k in r.index_list_exclude or not isinstance(v, list) or not v:
             continue
-        if not any(k.endswith(s) for s in r["index_list_suffixes"]):
+        if not any(k.endswith(s) for s in r.index_list_suffixes):
             continue
         if all(is_int(x) and 0 <= x < n for x in v):
             out[k] = v
@@ -75,21 +82,25 @@ def _index_dicts(d: dict, n: int) -> dict[str, dict]:
     return out
 
 
-def _source_lists(per_layer: dict, n: int, r: dict) -> dict[str, list[int]]:
+def _source_lists(per_layer: dict, n: int, r: ShrinkRules) -> dict[str, list[int]]:
     """Per-layer lists whose entry is the index of the layer a layer reads from, an earlier one
     producing its own (Kolibri's `kv_source_layers`: layer 9 reads layer 4's K/V): a layer's kind
     is whether it reads its own, is read by others or reads another; the entries are remapped."""
     out = {}
     for k, v in per_layer.items():
-        if (any(k.endswith(s) for s in r["index_list_suffixes"]) and all(is_int(x) for x in v)
-                and max(v) > 1 and any(x < i for i, x in enumerate(v))  # not 0/1 flags, a reader
-                and all(0 <= x <= i and v[x] == x for i, x in enumerate(v))):
+        if (
+            any(k.endswith(s) for s in r.index_list_suffixes)
+            and all(is_int(x) for x in v)
+            and max(v) > 1
+            and any(x < i for i, x in enumerate(v))  # not 0/1 flags, a reader
+            and all(0 <= x <= i and v[x] == x for i, x in enumerate(v))
+        ):
             out[k] = v
     return out
 
 
 def _source_kind(v: list[int], i: int) -> str:
-    return "reads" if v[i] != i else "read" if i in v[i + 1:] else "own"
+    return "reads" if v[i] != i else "read" if i in v[i + 1 :] else "own"
 
 
 def smallest_period(seq: list) -> int:
@@ -139,12 +150,12 @@ def rescale_parts_keeping_ties(parts: list[int], total: int) -> list[int]:
     return [value[p] for p in parts]
 
 
-def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
+def select_layers(d: dict, n: int, r: ShrinkRules, min_layers: int) -> LayerPlan:
     per_layer = _per_layer_fields(d, n, r)
     sources = _source_lists(per_layer, n, r)
     index_lists = _index_lists(d, n, r, per_layer)
-    prefixes = {f: d[f] for f in r["prefix_fields"] if is_int(d.get(f)) and 0 < d[f] < n}
-    periods = [d[f] for f in r["period_fields"] if is_int(d.get(f)) and d[f] > 1]
+    prefixes = {f: d[f] for f in r.prefix_fields if is_int(d.get(f)) and 0 < d[f] < n}
+    periods = [d[f] for f in r.period_fields if is_int(d.get(f)) and d[f] > 1]
     big_p = math.lcm(*periods) if periods else 1
     members = {k: set(v) for k, v in index_lists.items()}
     index_dicts = _index_dicts(d, n)
@@ -152,9 +163,14 @@ def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
 
     def sig(i: int) -> tuple:
         return (
-            tuple(_source_kind(per_layer[k], i) if k in sources
-                  else per_layer[k][i] if not isinstance(per_layer[k][i], (list, dict)) else str(per_layer[k][i])
-                  for k in per_layer)
+            tuple(
+                _source_kind(per_layer[k], i)
+                if k in sources
+                else per_layer[k][i]
+                if not isinstance(per_layer[k][i], (list, dict))
+                else str(per_layer[k][i])
+                for k in per_layer
+            )
             + tuple(i in members[k] for k in members)
             + tuple(dict_sigs[k].get(i) for k in dict_sigs)
             + tuple(i < p for p in prefixes.values())
@@ -195,13 +211,16 @@ def select_layers(d: dict, n: int, r: dict, min_layers: int) -> LayerPlan:
     for k, v in index_lists.items():
         updates[k] = [keep.index(x) for x in v if x in keep]
     for k, dct in index_dicts.items():
-        updates[k] = {type(key)(keep.index(int(key))) if isinstance(key, int) else str(keep.index(int(key))): v
-                      for key, v in dct.items() if int(key) in keep}
+        updates[k] = {
+            type(key)(keep.index(int(key))) if isinstance(key, int) else str(keep.index(int(key))): v
+            for key, v in dct.items()
+            if int(key) in keep
+        }
     if len(keep) != n:
-        for f in r["drop_when_layers_change"]:
+        for f in r.drop_when_layers_change:
             if f in d:
                 updates[f] = None
-    for f in r["prefix_fields"]:
+    for f in r.prefix_fields:
         if is_int(d.get(f)) and d[f] > 0:
             updates[f] = sum(1 for i in keep if i < d[f]) if d[f] < n else len(keep)
     return LayerPlan(keep=keep, updates=updates)

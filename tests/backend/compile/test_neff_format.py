@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from backend.errors import CorruptArtifactError
 from backend.neff import (
     Artifact,
     CompilerFlags,
-    CorruptArtifactError,
     TensorSpec,
     compile_partition,
     load_executable,

@@ -197,7 +197,7 @@ def test_the_device_graph_probe_runs_only_where_it_can_tell_something():
     )
     assert device_graph_evidence(own, _never) is None
     undeclared = _failed_run()
-    del undeclared.adapter.reference_compile_backend  # a backend that declares no such pipeline
+    undeclared.adapter.reference_compile_backend = None  # a backend that declares no such pipeline
     assert device_graph_evidence(undeclared, _never) is None
     no_model = _failed_run()
     no_model.model = None

@@ -325,14 +325,14 @@ def test_layers_of_the_unshrunk_default_that_disagree_in_width_are_upstream():
     assert layer["layer_class"] == "Conv2d" and layer["weights_take"] == 12 and layer["input_has"] == 384
     # the inputs now feed it the stacked width (a type recipe): without that recipe, the width at
     # its input is the harness' again
-    from harness.build.inputs.recipes import recipes
+    from harness.build.rules import input_recipes
 
     speech = ModelSpec("catalog/granite_speech5_encoder", "granite_speech5_encoder", "GraniteSpeech5Encoder")
-    recipe = recipes()["by_model_type"].pop("granite_speech5_encoder")
+    recipe = input_recipes().by_model_type.pop("granite_speech5_encoder")
     try:
         fwd = check_with_blame(speech, "cpu", STAGES).stages["forward"]
     finally:
-        recipes()["by_model_type"]["granite_speech5_encoder"] = recipe
+        input_recipes().by_model_type["granite_speech5_encoder"] = recipe
     assert fwd.status is Status.ERROR and fwd.blame == "harness"
     assert fwd.blame_evidence["fake_run"]["status"] == "not_run"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from contracts.records import CaseOutcome, StageResult
+from contracts.rulefiles import RuleFileError, load_rules, resource
+from contracts.status import Blame
 from harness.blame import rules as blame
 
 
@@ -46,7 +48,8 @@ def test_the_rules_file_names_the_reference_and_valid_blames():
 )
 def test_unit_tier_blames_by_its_builtin_cpu_reference(row, on_neuron, on_cpu):
     """A unit case replays on the CPU first: a device failure after that is the backend's, a case the
-    CPU itself rejects is the harness' (it recorded or rebuilt the case wrong); on cpu, backend is impossible."""
+    CPU itself rejects is the harness' (it recorded or rebuilt the case wrong); on cpu, backend is
+    impossible."""
     assert _blames(blame.complete_outcome(_outcome("unit", row), "neuron"))["op"] == on_neuron
     assert _blames(blame.complete_outcome(_outcome("unit", row), "cpu"))["op"] == on_cpu
 
@@ -223,3 +226,39 @@ def test_a_device_timeout_is_the_backends_only_when_the_reference_had_room(refer
     assert ev["reference"]["status"] == "pass"
     if expected == "harness":
         assert ev["limit_seconds"] == 120.0 and ev["reference_seconds"] == 56.0 and "too tight" in ev["why"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (("timeout_margin: 0.4", "timeout_margn: 0.4"), "entry (top level): unknown key 'timeout_margn'"),
+        (("blame: environment,", "blam: environment,"), "entry builtin_reference.unit.3: unknown key 'blam'"),
+        (("{status: [skipped], reason:", "{status: [skiped], reason:"), "unknown status ['skiped']"),
+        (("  - {blame: harness, why:", "  - {blame: harnes, why:"), "entry worker_death.1: key 'blame'"),
+        (
+            ('  - "^pytorch-applicability"', '  - "^pytorch-(applicability"'),
+            "entry neutral_reasons: key '3': Value error, not a regular expression",
+        ),
+        (
+            ("    compare_chars: 200", "    compare_charz: 200"),
+            "entry probe.same_way: unknown key 'compare_charz'",
+        ),
+    ],
+)
+def test_a_typo_in_the_blame_rules_names_file_entry_and_key(tmp_path, edit, says):
+    text = resource("harness", "data/blame_rules.yaml").read_text()
+    assert edit[0] in text
+    path = tmp_path / "blame_rules.yaml"
+    path.write_text(text.replace(edit[0], edit[1], 1))
+    with pytest.raises(RuleFileError) as info:
+        load_rules(blame.BlameRules, path)
+    assert str(path) in str(info.value) and says in str(info.value)
+
+
+def test_the_bundled_rules_load_typed():
+    r = blame.rules()
+    assert r.reference_backend == "cpu" and r.probe.timeout > 0
+    assert all(
+        e.blame is None or isinstance(e.blame, Blame) for es in r.builtin_reference.values() for e in es
+    )
+    assert any(u.in_ for u in r.unset_config_patterns)  # the `in` key of a rule

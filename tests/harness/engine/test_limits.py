@@ -17,7 +17,7 @@ from harness.engine.limits import (
     op_keys,
 )
 
-SETTINGS = LimitSettings(factor=3.0, floor=10.0, marked=5.0, stall=10.0, journal=True)
+SETTINGS = LimitSettings(factor=3.0, floor=10.0, marked=5.0, stall=10.0, journal=True, localize=0.0)
 
 
 def _unit(case_id: str, op: str) -> Case:
@@ -38,6 +38,18 @@ def test_a_case_gets_a_multiple_of_what_it_cost_between_a_floor_and_the_tier_lim
     assert s.limit(_unit("fast", "aten.add.Tensor")) == 10.0  # the floor: cold starts
     assert s.limit(_unit("mid", "aten.add.Tensor")) == 21.0
     assert s.limit(_unit("slow", "aten.add.Tensor")) == 120.0  # never above the tier's
+
+
+def test_a_model_case_has_time_to_localize_its_failure():
+    """A model case's baseline seconds were measured while it passed; a failing row is localized
+    inside the case (harness.rootcause), so its limit leaves that time. An op case has nothing to
+    localize and keeps the short limit."""
+    costs = BaselineCosts(seconds={"m": 4.0, "u": 0.01})
+    s = Schedule(900.0, costs, LimitSettings(factor=3.0, floor=30.0, localize=180.0))
+    assert s.limit(_model("m")) == 30.0 + 180.0
+    assert s.chunk_limit([_model("m")]) == 210.0
+    assert s.limit(_unit("u", "aten.add.Tensor")) == 30.0
+    assert Schedule(120.0, costs, LimitSettings(floor=30.0, localize=180.0)).limit(_model("m")) == 120.0
 
 
 def test_a_case_the_baseline_does_not_know_keeps_the_tier_limit():
@@ -174,13 +186,15 @@ def test_labels():
 def test_the_limits_are_settings(monkeypatch):
     for var in ("FACTOR", "FLOOR"):
         monkeypatch.delenv(f"HARNESS_CASE_LIMIT_{var}", raising=False)
-    for var in ("HARNESS_MARKED_OP_LIMIT", "HARNESS_STALL_SECONDS", "HARNESS_CALL_JOURNAL"):
+    for var in ("HARNESS_MARKED_OP_LIMIT", "HARNESS_STALL_SECONDS", "HARNESS_CALL_JOURNAL", "HARNESS_ROOT_CAUSE"):
         monkeypatch.delenv(var, raising=False)
     assert LimitSettings.current() == LimitSettings()  # the documented defaults
     monkeypatch.setenv("HARNESS_CASE_LIMIT_FACTOR", "4")
     monkeypatch.setenv("HARNESS_MARKED_OP_LIMIT", "2.5")
     monkeypatch.setenv("HARNESS_CALL_JOURNAL", "off")
     assert LimitSettings.current() == LimitSettings(factor=4.0, marked=2.5, journal=False)
+    monkeypatch.setenv("HARNESS_ROOT_CAUSE", "off")
+    assert LimitSettings.current().localize == 0.0  # nothing is localized inside a case
     monkeypatch.setenv("HARNESS_STALL_SECONDS", "-1")
     with pytest.raises(ValueError, match="HARNESS_STALL_SECONDS"):
         LimitSettings.current()

@@ -6,6 +6,10 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from contracts.rulefiles import RuleFileError
+from harness.cli import main
 from harness.engine.nightly import NightlyOptions, load_config, run_nightly
 from tests.harness.engine.conftest import harness_cmd
 
@@ -13,7 +17,8 @@ from tests.harness.engine.conftest import harness_cmd
 def _config(tmp_path: Path, cases: str) -> str:
     path = tmp_path / "nightly.toml"
     path.write_text(
-        f'[quick]\ntiers = ["tests.harness.engine.trivial_tier:TIER", "tests.harness.engine.trivial_tier:CHUNKED", "no.such:TIER"]\n'
+        '[quick]\ntiers = ["tests.harness.engine.trivial_tier:TIER", '
+        '"tests.harness.engine.trivial_tier:CHUNKED", "no.such:TIER"]\n'
         f'["quick"."tests.harness.engine.trivial_tier:TIER"]\nmodels = "{cases}"\ntimeout = 20\n'
     )
     return str(path)
@@ -62,12 +67,30 @@ def test_nightly_runs_tiers_reports_and_flags_new_failures(tmp_path, case_file):
 
 def test_bundled_config_has_both_modes():
     quick, full = load_config(True), load_config(False)
-    assert quick["tiers"] == full["tiers"] == ["unit", "representative", "full", "upstream"]
+    assert quick.tiers == full.tiers == ("unit", "representative", "full", "upstream")
     # --quick bounds every tier: a case limit, or (upstream) a fixed subset of op_db and dtypes
-    assert all(
-        quick[t].get("limit") or (quick[t].get("ops") and quick[t].get("dtypes")) for t in quick["tiers"]
-    )
-    assert not full["upstream"].get("ops")  # the full night runs the whole op_db
+    assert all(quick.tier(t).limit or (quick.tier(t).ops and quick.tier(t).dtypes) for t in quick.tiers)
+    assert not full.tier("upstream").ops  # the full night runs the whole op_db
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('[quick]\ntiers = ["unit"]\n[quick.unit]\nlimt = 3\n', "entry quick.unit: unknown key 'limt'"),
+        ('[quick]\ntiers = ["unit"]\n[quick.unti]\nlimit = 3\n', "which `tiers` does not list"),
+        ('[qiuck]\ntiers = ["unit"]\n', "entry (top level): unknown key 'qiuck'"),
+        ('[full]\ntiers = ["unit"]\n', "no [quick] section"),
+    ],
+)
+def test_a_config_with_an_unknown_key_is_a_clear_error(tmp_path, capsys, text, says):
+    path = tmp_path / "nightly.toml"
+    path.write_text(text)
+    with pytest.raises(RuleFileError) as info:
+        load_config(True, path)
+    assert str(path) in str(info.value) and says in str(info.value)
+    assert main(["nightly", "--quick", "--config", str(path), "--out", str(tmp_path / "n")]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
 
 
 def test_run_json_prints_one_object(tmp_path, case_file, subprocess_env):

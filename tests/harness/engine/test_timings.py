@@ -192,7 +192,9 @@ def test_sample_config_shards_every_tier_of_the_full_night(tmp_path):
     from harness.engine.nightly import load_config
 
     full = load_config(False)
-    sampled = tomllib.loads(nt.sample_config(tmp_path / "s.toml", 10).read_text())["full"]
-    assert sampled["tiers"] == full["tiers"]
-    for name in full["tiers"]:
-        assert sampled[name] == {**full.get(name, {}), "shard": "1/10"}
+    sampled_path = nt.sample_config(tmp_path / "s.toml", 10)
+    sampled = tomllib.loads(sampled_path.read_text())["full"]
+    assert tuple(sampled["tiers"]) == full.tiers
+    for name in full.tiers:
+        assert sampled[name] == {**full.tier(name).model_dump(exclude_none=True), "shard": "1/10"}
+    assert load_config(False, sampled_path).tier("unit").shard == "1/10"  # the nightly reads it back

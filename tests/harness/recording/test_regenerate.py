@@ -52,10 +52,10 @@ def test_work_dir_sits_beside_the_output():
 
 
 def test_default_shape_is_the_model_tiers_sequence_length():
-    from harness.build.shrink import rules
+    from harness.build.rules import shrink_rules
     from harness.recording.workloads import SEQ_LENGTHS
 
-    assert (rules()["targets"]["test_sequence_length"],) == SEQ_LENGTHS
+    assert (shrink_rules().targets.test_sequence_length,) == SEQ_LENGTHS
 
 
 def test_a_multimodal_model_records_on_the_device_with_its_image_placeholders():

@@ -44,9 +44,7 @@ def test_an_op_removed_from_the_lowering_table_is_recorded_as_fallback(tmp_path,
     neuron()
     from backend import lowering
 
-    table = yaml.safe_load(
-        lowering.resources.files("backend").joinpath(lowering.DEFAULT_RESOURCE).read_text()
-    )
+    table = lowering.load_table().to_dict()  # the bundled table, in its file format
     assert "aten.gelu" in table["ops"]
     del table["ops"]["aten.gelu"]
     path = tmp_path / "reduced.yaml"
@@ -107,7 +105,10 @@ def test_error_classification():
     assert e.failing_op == "aten.addmm"
     assert normalize("a\n b") == "a"
     # Dynamo's wrapper announces the error on the next line: the reason must name it
-    wrapped = "backend='neuron' raised:\nRuntimeError: Cannot set version_counter for inference tensor\n\nWhile executing"
+    wrapped = (
+        "backend='neuron' raised:\nRuntimeError: Cannot set version_counter for inference tensor\n\n"
+        "While executing"
+    )
     assert (
         normalize(wrapped)
         == "backend='neuron' raised: RuntimeError: Cannot set version_counter for inference tensor"

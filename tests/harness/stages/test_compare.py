@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from contracts.rulefiles import RuleFileError, load_rules, resource
 from harness.stages import compare as numerics
 from harness.stages.compare import (
     compare,
@@ -48,8 +49,9 @@ def test_a_one_percent_error_fails_even_where_cosine_would_pass():
 def test_cosine_only_where_a_documented_rule_asks(monkeypatch):
     r = ref()
     device = (r * 1.01).float()
-    rules = [{"architecture": "NoisyModel*", "tensor": "logits", "min": 0.99, "reason": "known noisy"}]
-    monkeypatch.setitem(numerics.settings(), "cosine_rules", rules)
+    rule = numerics.CosineRule(architecture="NoisyModel*", tensor="logits", min=0.99, reason="known noisy")
+    ruled = numerics.settings().model_copy(update={"cosine_rules": [rule]})
+    monkeypatch.setattr(numerics, "settings", lambda: ruled)
     ok = compare(device, r, r.float(), name="logits", architecture="NoisyModelForX")
     assert ok.passed and ok.method == "cosine" and ok.cosine > 0.99 and "known noisy" in ok.reason
     assert not compare(device, r, r.float(), name="logits", architecture="BertForMaskedLM").passed
@@ -57,11 +59,25 @@ def test_cosine_only_where_a_documented_rule_asks(monkeypatch):
 
 
 def test_every_threshold_is_data_with_a_reason():
-    text = numerics.resources.files("harness").joinpath("data/numerics.yaml").read_text()
+    text = resource("harness", "data/numerics.yaml").read_text()
     for key in ("float32:", "bfloat16:", "undeclared_rounding:", "rmse_multiplier:", "cosine_rules:"):
         line = next(i for i, ln in enumerate(text.splitlines()) if ln.strip().startswith(key))
         before = text.splitlines()[max(0, line - 3) : line + 3]
         assert any("#" in ln for ln in before), f"{key} has no comment saying why"
+
+
+def test_a_typo_in_the_numerics_rules_names_file_entry_and_key(tmp_path):
+    text = resource("harness", "data/numerics.yaml").read_text()
+    bad = tmp_path / "numerics.yaml"
+    bad.write_text(text.replace("    rtol: 1.0e-3\n", "    rtoll: 1.0e-3\n"))
+    with pytest.raises(RuleFileError) as info:
+        load_rules(numerics.NumericsRules, bad)
+    assert str(bad) in str(info.value)
+    assert "entry classes.float16: unknown key 'rtoll'" in str(info.value)
+    missing = tmp_path / "missing_class.yaml"
+    missing.write_text(text.replace("  float64:\n", "  float65:\n"))
+    with pytest.raises(RuleFileError, match="float64"):
+        load_rules(numerics.NumericsRules, missing)
 
 
 def test_shape_and_nonfinite_mismatch_fail():
