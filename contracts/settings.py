@@ -25,10 +25,19 @@ the environment.
 | HARNESS_SHARED_DATA | shared_data | ../shared/data beside the checkout |
 | HARNESS_REPLAY_MAX_NUMEL | replay_max_numel | 262,144 elements per replayed case (registry.scaling) |
 | HARNESS_RECORD_FAKE_MIN_PARAMS | record_fake_min_params | 20,000,000 parameters |
+| HARNESS_CASE_LIMIT_FACTOR | case_limit_factor | 3 (a case's limit: this x its baseline seconds) |
+| HARNESS_CASE_LIMIT_FLOOR | case_limit_floor | 30 s (the least limit from baseline seconds: cold starts) |
+| HARNESS_MARKED_OP_LIMIT | marked_op_limit | 5 s (the limit of a case labeled with an op known to hang) |
+| HARNESS_STALL_SECONDS | stall_seconds | 10 s (journaled: a call this long with none after it is a hang) |
+| HARNESS_CALL_JOURNAL | call_journal | on (`0`/`off`/`false`: a dead case is not re-run journaled) |
 | HARNESS_ROOT_CAUSE | root_cause | on (`0`/`off`: backend-blamed rows are not localized; harness.rootcause) |
 | HARNESS_ROOT_CAUSE_SECONDS | root_cause_seconds | 180 s per row: localize a failure, verify its repro |
 | HARNESS_REPRO_SECONDS | repro_seconds | 120 s per run of a repro file (the first starts the verifier) |
 | OPENAI_BASE_URL, OPENAI_API_KEY, HARNESS_LLM_* | LLMSettings.from_env() | off |
+
+The five limits of a run (harness.engine.limits, docs/runner.md "Hangs and crashes"): a chunk's
+limit is the factor times what its cases took in the baseline, at least the floor, at most the
+tier's; a case killed at such a limit is re-run under the tier's.
 """
 
 from __future__ import annotations
@@ -166,6 +175,24 @@ class Settings:
         return _number(self.env, "HARNESS_RECORD_FAKE_MIN_PARAMS", 20_000_000, int)
 
     @property
+    def case_limit_factor(self) -> float:
+        return _positive(self.env, "HARNESS_CASE_LIMIT_FACTOR", 3.0)
+
+    @property
+    def case_limit_floor(self) -> float:
+        return _positive(self.env, "HARNESS_CASE_LIMIT_FLOOR", 30.0)
+
+    @property
+    def marked_op_limit(self) -> float:
+        return _positive(self.env, "HARNESS_MARKED_OP_LIMIT", 5.0)
+
+    @property
+    def stall_seconds(self) -> float:
+        return _positive(self.env, "HARNESS_STALL_SECONDS", 10.0)
+
+    @property
+    def call_journal(self) -> bool:
+        return _switch(self.env, "HARNESS_CALL_JOURNAL")
     def root_cause(self) -> bool:
         return _switch(self.env, "HARNESS_ROOT_CAUSE")
 

@@ -47,6 +47,7 @@ class TierSettings(Rules):
     registry: str | None = None
     ops: str | None = None  # the upstream tier's op_db subset (comma-separated OpInfo names)
     dtypes: str | None = None
+    case_limit_floor: float | None = Field(default=None, gt=0)  # least per-case limit (cold starts)
 
     def options(self) -> dict[str, str]:
         """What the tier itself is given (`tier_options`)."""
@@ -134,6 +135,7 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
     config = load_config(opts.quick, opts.config_path)
     run_id = _run_id(out)
     tiers: dict[str, Any] = {}
+    marked: dict[str, str] = {}  # ops a worker died in, passed to the tiers after (harness.engine.limits)
     try:
         selection = crawl_representatives(opts)
     except Exception as exc:  # noqa: BLE001 - the representative tier is recorded as unable to run
@@ -175,8 +177,12 @@ def run_nightly(opts: NightlyOptions) -> dict[str, Any]:
                 use_baseline=opts.use_baseline,
                 tier_options=tcfg.options(),
                 meta={"nightly": "quick" if opts.quick else "full"},
+                marked_ops=dict(marked),
+                case_limit_floor=tcfg.case_limit_floor,
             )
             tiers[tier.name] = run_tier(run_opts)
+            for op, kind in (tiers[tier.name].get("marked_ops") or {}).items():
+                marked.setdefault(op, kind)
         except Exception as exc:  # noqa: BLE001 - one tier that cannot run must not lose the others
             tiers[name] = {"tier": name, "error": f"{type(exc).__name__}: {exc}"}
     result: dict[str, Any] = {

@@ -341,10 +341,11 @@ def execution_order(
     opts: Any,
     run_dir: Path,
     fingerprints: dict[str, Any] | Callable[[], dict[str, Any] | None] | None,
+    why: dict[str, dict[str, Any]] | None = None,
 ) -> list[Case]:
-    """The runner's hook: `todo` in the order `opts.order` asks for; why, in order-<tier>.json.
-    `fingerprints` (this run's, or a callable that waits for them) is consulted only when the
-    baseline has fingerprints to compare with."""
+    """The runner's hook: `todo` in the order `opts.order` asks for; why, in order-<tier>.json (and
+    in `why`, case id -> class, when given). `fingerprints` (this run's, or a callable that waits
+    for them) is consulted only when the baseline has fingerprints to compare with."""
     if opts.order == "listed" or len(todo) < 2:
         return todo
     if opts.order not in ORDERS:
@@ -365,6 +366,8 @@ def execution_order(
         index = OpIndex.from_registry(opts.registry if tier == "unit" else None, types)
     ordered = order_cases(todo, baseline, changed, index)
     _write_order(run_dir / f"order-{tier}.json", ordered)
+    if why is not None:
+        why.update(ordered.why)
     early = ordered.summary["classes"]
     if getattr(opts, "progress", False) and (early["baseline_failure"] or early["changed_op"]):
         print(

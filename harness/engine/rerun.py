@@ -6,6 +6,9 @@ memory limit: nothing is left to re-run in), and a failing row of a tier plug-in
 judge of its own. The runner re-runs those cases on the reference backend in fresh workers after
 the tier, journals the reference outcomes in RUNDIR/reference/journal.jsonl (so a restart does
 not re-run them) and blames each row by the same case's reference outcome (harness.blame.rules).
+The reference run only blames: a case that dies there too is not re-run under the call journal,
+and the op a device death was localized to (route call_journal) stays on a row only when the row
+is blamed on the backend (a case that hangs on the CPU too is not the device's hang).
 
     refs = reference_pass(tier, opts, journal, cases, run_dir)   # {case_id: CaseOutcome}
 """
@@ -20,10 +23,12 @@ from typing import Any
 
 from contracts.records import Case, CaseOutcome
 from contracts.settings import resolve_limits
+from contracts.status import Blame
 from harness.blame import rules as blame
 from harness.engine.journal import Journal
 
 REFERENCE_DIR = "reference"
+JOURNAL_ROUTE = "call_journal"  # contracts.rootcause.ROUTES: the worker-death records made here
 
 
 def reference_journal(run_dir: str | Path) -> Journal:
@@ -59,7 +64,8 @@ def reference_pass(
         if todo:
             reference = blame.reference_backend()
             timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
-            limits = replace(opts.limits, timeout=timeout, max_cases=max_cases)
+            # the reference run only blames: a death there is not localized
+            limits = replace(opts.limits, timeout=timeout, max_cases=max_cases, diagnose=False)
             executor = make_executor(
                 opts.executor,
                 opts.tier,
@@ -95,4 +101,9 @@ def blamed(
     out = CaseOutcome.from_dict(copy.deepcopy(record["outcome"]))
     ref = references.get((out.tier, out.case_id))
     note = "" if ref is not None else "the case was not re-run on the reference"
-    return blame.complete_outcome(out, backend, reference=ref, reference_note=note)
+    blame.complete_outcome(out, backend, reference=ref, reference_note=note)
+    for st in out.stages:  # a death's call is a root cause only of a backend failure
+        rc = st.get("root_cause") or {}
+        if rc.get("route") == JOURNAL_ROUTE and st.get("blame") != Blame.BACKEND.value:
+            st.pop("root_cause")
+    return out

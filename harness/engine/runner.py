@@ -31,8 +31,8 @@ from contracts.rows import case_rows
 from contracts.settings import resolve_limits
 from contracts.tiers import TierInputs, load_tier, tier_chunk_size
 from harness.engine import ordering
-from harness.engine.chunks import chunk_cases
 from harness.engine.journal import Journal
+from harness.engine.limits import BaselineCosts, LimitSettings, Schedule, baseline_costs, marks_of
 from harness.engine.ordering import DEFAULT_ORDER
 from harness.engine.rerun import blamed, reference_outcomes, reference_pass
 from harness.engine.workers import WorkerLimits
@@ -73,6 +73,10 @@ class RunOptions:
     maxfail: int | None = (
         None  # stop after N cases that regress against the baseline (harness.engine.failfast)
     )
+    # ops a worker died in before this run (a nightly's earlier tiers): op -> hang | crash
+    marked_ops: dict[str, str] = field(default_factory=dict)
+    # the least per-case limit of this tier (None: HARNESS_CASE_LIMIT_FLOOR; harness.engine.limits)
+    case_limit_floor: float | None = None
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -354,12 +358,14 @@ def _run_listed(
 
     try:
         done = journal.done(tier.name)
+        why: dict[str, dict[str, Any]] = {}
         todo = ordering.execution_order(
-            tier.name, [c for c in cases if c.case_id not in done], opts, run_dir, fingerprints
+            tier.name, [c for c in cases if c.case_id not in done], opts, run_dir, fingerprints, why
         )
         wanted = {c.case_id for c in cases}
-        size = tier_chunk_size(tier)
-        chunks = [(chunk, size > 1) for chunk in chunk_cases(todo, size)]
+        by_id = {c.case_id: c for c in cases}
+        schedule = _schedule(tier, opts, cases, journal, why)
+        chunks = schedule.plan(todo, tier_chunk_size(tier))
         counts: Counter[str] = Counter(
             CaseOutcome.from_dict(r["outcome"]).status
             for r in journal.records(tier.name)
@@ -373,6 +379,7 @@ def _run_listed(
                 {"tier": o.tier, "case_id": o.case_id, "outcome": o.to_dict()} for o in outcomes
             )
             counts.update(o.status for o in outcomes)
+            schedule.observe(outcomes, by_id)
             bar.set_postfix(dict(sorted(counts.items())), refresh=False)
             bar.update(len(outcomes))
             if stop is not None and not stop.reached and stop.add(outcomes):
@@ -381,7 +388,7 @@ def _run_listed(
         if not hasattr(executor, "run"):  # made only when there is something to run
             executor = executor() if chunks else None
         if chunks:
-            executor.run(chunks, on_results)
+            executor.run(chunks, on_results, plan=schedule)
         bar.close()
         not_run = len(todo) - sum(
             1 for r in journal.records(tier.name) if r["case_id"] in wanted and r["case_id"] not in done
@@ -401,6 +408,7 @@ def _run_listed(
                 "executor": opts.executor,
                 "workers": opts.workers,
                 "inputs": {"registry": opts.registry, "models": opts.models, "limit": opts.limit},
+                "limits": schedule.summary(),
             }
         )
         _write_json(run_dir / RUN_FILE, meta)
@@ -444,6 +452,7 @@ def _run_listed(
             "seconds": round(seconds, 3),
             **timings,
             "results": str(paths["results"]),
+            "marked_ops": dict(sorted(schedule.marks.items())),
         }
     )
     if stop is not None:
@@ -451,17 +460,55 @@ def _run_listed(
     return summary
 
 
+def _baseline_path(opts: RunOptions) -> Any:
+    """The baseline a run learns from: --baseline, else the configured directory (unless off)."""
+    from contracts.settings import current
+
+    return opts.baseline or (current().baseline_dir if opts.use_baseline else None)
+
+
+def _schedule(
+    tier: Any, opts: RunOptions, cases: list[Case], journal: Journal, why: dict[str, dict[str, Any]]
+) -> Schedule:
+    """The run's limits (what each case cost in the baseline) and marks (ops workers died in: the
+    baseline's, the nightly's earlier tiers', this run's before a restart); harness.engine.limits."""
+    timeout, _ = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
+    path = _baseline_path(opts)
+    costs = baseline_costs(path, tier.name) if path else BaselineCosts()
+    marks = {**costs.marks, **opts.marked_ops}
+    for rec in journal.records(tier.name):
+        marks.update(marks_of(CaseOutcome.from_dict(rec["outcome"])))
+    suspects = [cid for cid, w in why.items() if w.get("class") == "changed_op"]
+    settings = LimitSettings.current()
+    if opts.case_limit_floor:
+        settings = replace(settings, floor=float(opts.case_limit_floor))
+    return Schedule(timeout, costs, settings, marks, suspects, _RecordedOps(opts, cases))
+
+
+class _RecordedOps:
+    """The ops a model case runs, as the shape registry recorded them (harness.engine.ordering.OpIndex),
+    read once, when the run first asks (only once an op is marked)."""
+
+    def __init__(self, opts: RunOptions, cases: list[Case]) -> None:
+        self.registry, self.cases = opts.registry, cases
+        self.index: ordering.OpIndex | None = None
+
+    def __call__(self, case: Case) -> frozenset[str]:
+        if self.index is None:
+            self.index = ordering.OpIndex.from_registry(self.registry, ordering.model_types_of(self.cases))
+        return self.index.ops_of(case)
+
+
 def _stop_at_regressions(tier: str, opts: RunOptions) -> Any:
     """The fail-fast tracker of `--maxfail N` (None without it): the baseline is --baseline, else
     the configured baseline directory, which must hold results of this tier."""
     if not opts.maxfail:
         return None
-    from contracts.settings import current
     from harness.engine.failfast import StopAtRegressions, baseline_results
 
     if opts.maxfail < 1:
         raise ValueError("--maxfail must be at least 1")
-    path = opts.baseline or (current().baseline_dir if opts.use_baseline else None)
+    path = _baseline_path(opts)
     if not path:
         raise ValueError("--maxfail/--exitfirst stop at regressions against a baseline: give --baseline DIR")
     return StopAtRegressions(

@@ -17,10 +17,20 @@ enforces, from the parent side:
 Workers are reused across cases (torch and transformers load once) and recycled after a crash,
 a timeout, an OOM, or `max_cases` cases. A chunk of several cases (the unit tier) that dies is
 re-run one case at a time so only the guilty case gets the bad row. Linux only (/proc, socketpair).
+
+A case whose worker crashed or hung is run again alone under the call journal (a *diagnosed*
+run: harness.engine.callmode in the child, harness.engine.calljournal read here): its death then
+names the last op call entered, as the row's root cause (route ``call_journal``). While a
+diagnosed case runs, a call that has not returned for `stall_seconds` with no other call entered
+is a hang and the worker is killed at once; a spare worker starts beside it, so the next case
+does not wait for a start-up. A case killed at a limit shorter than the tier's (a per-case limit,
+harness.engine.limits) is re-run under the tier's: it is judged by its full limit, the shorter one
+only makes a hang cheap.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import resource
@@ -36,15 +46,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contracts import timing
 from contracts.backends import identity, resolved_backend
 from contracts.errors import status_of
 from contracts.records import Case, CaseOutcome
-from contracts.settings import DEFAULT_STARTUP_TIMEOUT, DEFAULT_WORKER_MEMORY, resolve_limits
+from contracts.rootcause import RootCause
+from contracts.settings import DEFAULT_STARTUP_TIMEOUT, DEFAULT_WORKER_MEMORY, current, resolve_limits
 from contracts.status import Status
 from contracts.tiers import failure_outcome, from_result, load_tier
+from harness.engine import calljournal
+
+if TYPE_CHECKING:
+    from harness.engine.executors.base import Plan
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -61,6 +76,9 @@ class WorkerLimits:
     )
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT  # spawn + tier.setup (imports torch, transformers)
     poll_interval: float = 0.05
+    # a diagnosed case: a call running this long with no other entered is a hang (None: the settings')
+    stall_seconds: float | None = None
+    diagnose: bool | None = None  # re-run a dead case under the call journal (None: the settings')
 
 
 def rss_bytes(pid: int) -> int:
@@ -78,9 +96,12 @@ def _short(text: str, limit: int = 500) -> str:
 
 
 class WorkerDied(Exception):
-    def __init__(self, status: Status, reason: str, error_class: str, message: str) -> None:
+    def __init__(
+        self, status: Status, reason: str, error_class: str, message: str, seconds: float = 0.0
+    ) -> None:
         super().__init__(message)
         self.status, self.reason, self.error_class, self.message = status, reason, error_class, message
+        self.seconds = seconds  # how long the case ran (a timeout: its limit)
 
 
 class IsolatedWorker:
@@ -105,7 +126,14 @@ class IsolatedWorker:
         self.threads = threads  # intra-op threads of the child (OMP/MKL/torch); None: library default
         limits = limits or WorkerLimits()
         timeout, max_cases = resolve_limits(None, limits.timeout, limits.max_cases)
-        self.limits = replace(limits, timeout=timeout, max_cases=max_cases)
+        settings = current()
+        self.limits = replace(
+            limits,
+            timeout=timeout,
+            max_cases=max_cases,
+            stall_seconds=settings.stall_seconds if limits.stall_seconds is None else limits.stall_seconds,
+            diagnose=settings.call_journal if limits.diagnose is None else limits.diagnose,
+        )
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "harness-workers"
         self.sys_path = list(sys_path if sys_path is not None else sys.path)
         self.name = name
@@ -115,11 +143,46 @@ class IsolatedWorker:
         self.cases_in_process = 0
         self.starts = 0
         self._stages: tuple[str, ...] | None = None
+        self._spare: IsolatedWorker | None = None  # started beside a case that may kill this one
+        self.spares = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def _start(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.proc is not None and spare.proc.poll() is None:
+            self._adopt(spare)
+            try:
+                self._await_ready()
+                return
+            except (RuntimeError, WorkerDied):  # the spare did not make it: a fresh start
+                self._kill()
+        elif spare is not None:
+            spare.close()
         self._spawn()
         self._await_ready()
+
+    def _adopt(self, spare: IsolatedWorker) -> None:
+        """Take over a spare's process (started earlier, beside a case that could kill ours)."""
+        self.proc, self.conn, self.log_path = spare.proc, spare.conn, spare.log_path
+        self._spawned_at, self._ready, self._prestarted = spare._spawned_at, False, True
+        self.cases_in_process = 0
+        self.starts += 1
+        spare.proc = spare.conn = None
+
+    def _spare_up(self) -> None:
+        """Start a spare process now, so that if this case kills ours the next one need not wait."""
+        if self._spare is None:
+            self.spares += 1
+            self._spare = IsolatedWorker(
+                self.tier_ref,
+                self.backend,
+                self.limits,
+                log_dir=self.log_dir,
+                sys_path=self.sys_path,
+                name=f"{self.name}-spare{self.spares}",
+                threads=self.threads,
+            )
+            self._spare.prestart()
 
     def prestart(self) -> None:
         """Spawn the child now and let it import and set up while the caller does other work
@@ -199,8 +262,18 @@ class IsolatedWorker:
             self.conn.close()
         self.proc = self.conn = None
 
+    def kill(self) -> None:
+        """Kill the child and any spare at once (Ctrl-C)."""
+        self._kill()
+        if self._spare is not None:
+            self._spare._kill()
+            self._spare = None
+
     def close(self) -> None:
-        """Stop the child politely, then firmly."""
+        """Stop the child (and any spare) politely, then firmly."""
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
         if self.proc is not None and self.proc.poll() is None and self.conn is not None:
             try:
                 self.conn.send(("stop",))
@@ -217,9 +290,11 @@ class IsolatedWorker:
             return ""
         return " | ".join(text.strip().splitlines()[-lines:])
 
-    def _died(self, killed_for: str | None = None) -> WorkerDied:
-        """Make sure the child is gone and explain why it went (`killed_for`: what we killed it for)."""
+    def _died(self, killed_for: str | None = None, stuck: dict[str, Any] | None = None) -> WorkerDied:
+        """Make sure the child is gone and explain why it went (`killed_for`: what we killed it for;
+        `stuck`: the journal entry of the call a stalled case was stuck in)."""
         assert self.proc is not None
+        ran = round(time.monotonic() - self._began, 3) if self._began else 0.0
         if killed_for is None and self.proc.poll() is None:
             try:  # the pipe closes a moment before the exit status is there
                 self.proc.wait(timeout=5)
@@ -239,6 +314,17 @@ class IsolatedWorker:
                 "worker_timeout",
                 "Timeout",
                 f"no result within {self._deadline_s:.0f}s; worker killed",
+                seconds=self._deadline_s,
+            )
+        if killed_for == "stall":
+            op = (stuck or {}).get("op", "an op call")
+            return WorkerDied(
+                Status.TIMEOUT,
+                "worker_stalled",
+                "Timeout",
+                f"{op} did not return within {self.limits.stall_seconds:.0f}s and no other call was "
+                "entered; worker killed",
+                seconds=ran,
             )
         if killed_for == "oom":
             return WorkerDied(
@@ -246,10 +332,15 @@ class IsolatedWorker:
                 "worker_memory_limit",
                 "MemoryLimit",
                 f"worker RSS exceeded the limit of {self.limits.memory_bytes} bytes; worker killed",
+                seconds=ran,
             )
         if killed_for == "lost":
             return WorkerDied(
-                Status.CRASH, "worker_lost", "WorkerLost", _short(f"the worker stopped answering. {tail}")
+                Status.CRASH,
+                "worker_lost",
+                "WorkerLost",
+                _short(f"the worker stopped answering. {tail}"),
+                seconds=ran,
             )
         if rc is not None and rc < 0:
             try:
@@ -262,48 +353,121 @@ class IsolatedWorker:
                     "worker_killed:SIGKILL",
                     "SIGKILL",
                     _short(f"worker killed by SIGKILL (likely the kernel OOM killer). {tail}"),
+                    seconds=ran,
                 )
             return WorkerDied(
-                Status.CRASH, f"worker_crash:{sig}", sig, _short(f"worker died of {sig}. {tail}")
+                Status.CRASH,
+                f"worker_crash:{sig}",
+                sig,
+                _short(f"worker died of {sig}. {tail}"),
+                seconds=ran,
             )
         return WorkerDied(
             Status.CRASH,
             f"worker_exit:{rc}",
             "WorkerExit",
             _short(f"worker exited with code {rc} during the case. {tail}"),
+            seconds=ran,
         )
 
-    def _wait(self, deadline: float, starting: bool = False) -> tuple:
-        """Next message from the child, enforcing deadline, liveness and the memory watchdog."""
+    def _wait(self, deadline: float, starting: bool = False, journal: Path | None = None) -> tuple:
+        """Next message from the child, enforcing deadline, liveness, the memory watchdog and, for a
+        diagnosed case (`journal`), the stall watch."""
         assert self.proc is not None and self.conn is not None
         limit = self.limits.memory_bytes
+        watched = time.monotonic()
         while True:
             try:
                 if self.conn.poll(self.limits.poll_interval):
                     return self.conn.recv()
             except (EOFError, OSError):
-                raise self._died()
+                raise self._died() from None
             if self.proc.poll() is not None:
                 raise self._died()
             # memory first: a worker over its limit when the deadline passes (the watchdog itself
             # was starved of CPU, as on a loaded machine) is out of memory, not merely slow
             if limit and rss_bytes(self.proc.pid) > limit:
                 raise self._died("oom")
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if journal is not None and self._began and now - watched >= _STALL_POLL:
+                watched = now
+                stuck = calljournal.stalled(journal, float(self.limits.stall_seconds or 0) or float("inf"))
+                if stuck is not None:
+                    raise self._died("stall", stuck)
+            if now > deadline:
                 self._deadline_s = self.limits.startup_timeout if starting else self._deadline_s
                 raise self._died("timeout")
 
+    def _ensure_started(self) -> None:
+        if self.proc is None or self.proc.poll() is not None or not self._ready:
+            if self.proc is not None and self.proc.poll() is None:  # pre-started, not ready yet
+                self._await_ready()
+            else:
+                if self.proc is not None:
+                    self._kill()
+                self._start()
+
+    def _exchange(
+        self, cases: list[Case], many: bool, limit: float, journal: Path | None, land: Callable
+    ) -> None:
+        """Send cases to the child and land what it answers until it is idle. A death raises
+        WorkerDied, with the ids then in flight in `self.inflight`. `journal`: run them under the
+        call journal at that path, with the stall watch."""
+        options = {"journal": str(journal)} if journal is not None else {}
+        self.conn.send(("run", [asdict(c) for c in cases], many, options))
+        self.inflight = []
+        self._began = 0.0
+        while True:
+            if self.inflight:
+                msg = self._wait(self._deadline, journal=journal)
+            else:
+                msg = self._wait(time.monotonic() + 60.0 + limit)
+            if msg[0] == "begin":
+                self.inflight = list(msg[1])
+                self._deadline_s = limit  # a chunk gets one limit (the tier's, or what it costs)
+                self._began = time.monotonic()
+                self._deadline = self._began + limit
+            elif msg[0] == "results":
+                outs = []
+                for d in msg[1]:
+                    out = CaseOutcome.from_dict(d)
+                    out.worker.update({"pid": self.proc.pid, "worker": self.name})
+                    if self._startup_seconds is not None:
+                        out.worker["startup_seconds"] = self._startup_seconds
+                        if self._startup_overlapped:
+                            out.worker["startup_overlapped_seconds"] = self._startup_overlapped
+                        self._startup_seconds = None
+                    outs.append(out)
+                land(outs)
+                self.cases_in_process += len(msg[1])
+                self.inflight = []
+                self._began = 0.0
+            elif msg[0] == "idle":
+                return
+
     # -- running ---------------------------------------------------------------------------
     def run_chunk(
-        self, cases: list[Case], many: bool = False, emit: Callable[[list[CaseOutcome]], None] | None = None
+        self,
+        cases: list[Case],
+        many: bool = False,
+        emit: Callable[[list[CaseOutcome]], None] | None = None,
+        timeout: float | None = None,
+        diagnose: bool = False,
+        case_timeouts: dict[str, float] | None = None,
+        plan: Plan | None = None,
+        spare: bool = False,
     ) -> list[CaseOutcome]:
         """Run cases in the child; always returns one outcome per case, in order. `emit`, when
         given, gets each outcome once, as soon as it is known: a chunk that died is re-run case by
         case, and the guilty case's row (a timeout, a crash) lands before the rest re-run, not
-        after the whole chunk (fail-fast stops on it a chunk's re-run earlier)."""
+        after the whole chunk (fail-fast stops on it a chunk's re-run earlier). `timeout` is the
+        chunk's limit (None: the worker's), `case_timeouts` each case's own for its re-run alone
+        (as `plan` has it then: harness.engine.limits); `diagnose` runs each case alone under the
+        call journal, `spare` starts a spare process beside them (they are expected to die)."""
         results: dict[str, CaseOutcome] = {}
-        pending = list(cases)
         emitted: set[str] = set()
+        limit = float(timeout or self.limits.timeout)
+        own = case_timeouts or {}
 
         def land(outs: list[CaseOutcome]) -> None:
             for out in outs:
@@ -313,65 +477,146 @@ class IsolatedWorker:
             if emit is not None and fresh:
                 emit(fresh)
 
+        if diagnose and self.limits.diagnose:
+            for c in cases:
+                land([self._diagnosed(c, own.get(c.case_id) or limit, spare=spare)])
+            return self._finish(cases, results)
+        pending = list(cases)
         while pending:
-            if self.proc is None or self.proc.poll() is not None or not self._ready:
-                try:
-                    if self.proc is not None and self.proc.poll() is None:  # pre-started, not ready yet
-                        self._await_ready()
-                    else:
-                        if self.proc is not None:
-                            self._kill()
-                        self._start()
-                except WorkerDied as died:  # the child cannot even start: every case gets the row
-                    land([self._failed(c, died) for c in pending])
-                    break
-            batch_many = many and len(pending) > 1
-            inflight: list[str] = []
             try:
-                self.conn.send(("run", [asdict(c) for c in pending], batch_many))
-                while True:
-                    if inflight:
-                        msg = self._wait(self._deadline)
-                    else:
-                        msg = self._wait(time.monotonic() + 60.0 + self.limits.timeout)
-                    if msg[0] == "begin":
-                        inflight = list(msg[1])
-                        self._deadline_s = self.limits.timeout  # a chunk gets one case's time
-                        self._deadline = time.monotonic() + self._deadline_s
-                    elif msg[0] == "results":
-                        outs = []
-                        for d in msg[1]:
-                            out = CaseOutcome.from_dict(d)
-                            out.worker.update({"pid": self.proc.pid, "worker": self.name})
-                            if self._startup_seconds is not None:
-                                out.worker["startup_seconds"] = self._startup_seconds
-                                if self._startup_overlapped:
-                                    out.worker["startup_overlapped_seconds"] = self._startup_overlapped
-                                self._startup_seconds = None
-                            outs.append(out)
-                        land(outs)
-                        self.cases_in_process += len(msg[1])
-                        inflight = []
-                    elif msg[0] == "idle":
-                        break
+                self._ensure_started()
+            except WorkerDied as died:  # the child cannot even start: every case gets the row
+                land([self._failed(c, died) for c in pending])
+                break
+            batch_many = many and len(pending) > 1
+            try:
+                self._exchange(pending, batch_many, limit, None, land)
                 pending = [c for c in pending if c.case_id not in results]
             except WorkerDied as died:
-                done_ids = set(results)
-                pending = [c for c in pending if c.case_id not in done_ids]
-                guilty = [c for c in pending if c.case_id in inflight] or pending[:1]
+                pending = [c for c in pending if c.case_id not in results]
+                guilty = [c for c in pending if c.case_id in self.inflight] or pending[:1]
                 if len(guilty) > 1:  # a chunk died: rerun its cases one by one to find the guilty one
+                    if self.limits.diagnose:
+                        self._spare_up()  # one of them will die again
                     for c in guilty:
-                        land(self.run_chunk([c], many=False, emit=land))
+                        case_limit = own.get(c.case_id) or limit
+                        if plan is not None:  # what the re-runs before it taught the run
+                            case_limit = plan.case_limit(c, case_limit)
+                        if self.limits.diagnose:
+                            land([self._diagnosed(c, case_limit)])
+                        else:
+                            land(self.run_chunk([c], many=False, emit=land, timeout=case_limit))
                 else:
-                    land([self._failed(guilty[0], died)])
+                    land([self._after_death(guilty[0], died, limit)])
                 pending = [c for c in pending if c.case_id not in results]
             except (BrokenPipeError, ConnectionError):
                 self._kill()
+        return self._finish(cases, results)
+
+    def _finish(self, cases: list[Case], results: dict[str, CaseOutcome]) -> list[CaseOutcome]:
         if self.proc is not None and self.cases_in_process >= self.limits.max_cases:
             self.close()  # recycle: the next chunk starts a fresh process
         return [results[c.case_id] for c in cases]
 
-    def _failed(self, case: Case, died: WorkerDied) -> CaseOutcome:
+    def _after_death(self, case: Case, died: WorkerDied, limit: float) -> CaseOutcome:
+        """A case that died alone, unjournaled: run it again under the call journal to learn where
+        (a crash or a hang; an OOM is not re-run). Killed at a limit shorter than the tier's, it gets
+        the tier's: the shorter limit is a guess from what the case cost before."""
+        if not self.limits.diagnose or died.status not in (Status.CRASH, Status.TIMEOUT):
+            return self._failed(case, died)
+        again = (
+            self.limits.timeout if died.status == Status.TIMEOUT and limit < self.limits.timeout else limit
+        )
+        return self._diagnosed(case, again, first=died, first_limit=limit)
+
+    def _diagnosed(
+        self,
+        case: Case,
+        limit: float,
+        first: WorkerDied | None = None,
+        first_limit: float | None = None,
+        spare: bool = True,
+    ) -> CaseOutcome:
+        """Run one case alone under the call journal; a death gets its root cause from the journal.
+        `first`: how the case died before, unjournaled (under `first_limit`). `spare`: start a
+        spare process beside it (a case that died once, or of a marked op, is expected to die)."""
+        journal = self.log_dir / f"calls-{self.name}.journal"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        got: list[CaseOutcome] = []
+        t0 = time.monotonic()
+        if spare:
+            self._spare_up()
+        try:
+            self._ensure_started()
+            if spare:
+                self._spare_up()  # the spare took the place of a dead process: the next one starts now
+            self._exchange([case], False, limit, journal, got.extend)
+        except WorkerDied as died:
+            return self._journaled_death(
+                case, died, limit, journal, time.monotonic() - t0, first, first_limit
+            )
+        except (BrokenPipeError, ConnectionError):
+            self._kill()
+        finally:
+            with contextlib.suppress(OSError):
+                journal.unlink()
+        if not got:  # the pipe broke without an exit status: nothing ran to completion
+            return self._failed(case, first or WorkerDied(Status.CRASH, "worker_lost", "WorkerLost", ""))
+        out = got[0]
+        out.worker["diagnosed"] = True
+        if first is None:
+            return out
+        before = {"died": first.reason, "message": first.message, "limit": first_limit}
+        if first.status == Status.TIMEOUT and (first_limit or 0) < self.limits.timeout:
+            out.worker["first_attempt"] = before  # the per-case limit was too short, not the case too slow
+            return out
+        kind = _KIND[first.status]
+        why = (
+            f"the case did not {'crash' if kind == 'crash' else 'hang'} again when re-run alone under the "
+            f"call journal (the re-run ended {out.status}): the first death cannot be pinned on a call"
+        )
+        failed = self._failed(case, first, calljournal.not_found(why, kind, time.monotonic() - t0))
+        failed.worker["rerun"] = {"status": out.status, "seconds": out.seconds}
+        return failed
+
+    def _journaled_death(
+        self,
+        case: Case,
+        died: WorkerDied,
+        limit: float,
+        journal: Path,
+        seconds: float,
+        first: WorkerDied | None,
+        first_limit: float | None,
+    ) -> CaseOutcome:
+        kind = _KIND.get(died.status)
+        if kind is None:  # out of memory: not a crash or hang of a call
+            return self._failed(case, died)
+        entries = calljournal.read_calls(journal)
+        how = _HOW.get(died.reason.split(":")[0], "died") if kind == "hang" else f"died ({died.error_class})"
+        rc = calljournal.root_cause(entries, kind, how, seconds)
+        if (
+            died.reason == "worker_timeout"
+            and limit < self.limits.timeout
+            and not self._hung_long(entries, limit)
+        ):
+            # killed at a per-case limit with no call stuck for long: judge it under the tier's
+            again = self._diagnosed(case, self.limits.timeout, first=first or died, first_limit=limit)
+            return again
+        out = self._failed(case, died, rc)
+        if first is not None:
+            out.worker["first_attempt"] = {"died": first.reason, "limit": first_limit}
+        return out
+
+    def _hung_long(self, entries: list[dict[str, Any]], limit: float) -> bool:
+        """Did the open call run for the stall time, or half the case's limit, before the kill?"""
+        pending = calljournal.open_calls(entries)
+        if not pending:
+            return False
+        age = time.time() - float(pending[-1].get("t", time.time()))
+        return age >= min(float(self.limits.stall_seconds or limit), limit / 2)
+
+    def _failed(self, case: Case, died: WorkerDied, root_cause: RootCause | None = None) -> CaseOutcome:
         stages = self._stages
         if stages is None:  # the child died before telling us: ask the tier in this process
             try:
@@ -385,18 +630,30 @@ class IsolatedWorker:
             died.reason,
             died.error_class,
             died.message,
-            seconds=getattr(self, "_deadline_s", 0.0) if died.status == Status.TIMEOUT else 0.0,
+            seconds=died.seconds if died.status == Status.TIMEOUT else 0.0,
         )
         out.worker.update({"worker": self.name, "died": died.reason})
+        if root_cause is not None:
+            record = root_cause.to_dict()
+            for st in out.stages:  # which stage was running is not known: each row carries it
+                st["root_cause"] = record
         return out
 
     _deadline = 0.0
     _deadline_s = 0.0
+    _began = 0.0
+    inflight: tuple[str, ...] | list[str] = ()
     _startup_seconds: float | None = None
     _startup_overlapped = 0.0
     _spawned_at = 0.0
     _ready = False
     _prestarted = False
+
+
+#: seconds between two reads of a diagnosed case's journal for the stall watch
+_STALL_POLL = 0.5
+_KIND = {Status.CRASH: "crash", Status.TIMEOUT: "hang"}
+_HOW = {"worker_timeout": "was killed at its time limit", "worker_stalled": "stalled"}
 
 
 # ------------------------------------------------------------------------------- child side
@@ -444,6 +701,42 @@ def _execute_one(tier: Any, case: Case, backend: str) -> CaseOutcome:
     if phases:
         out.worker["phases"] = phases
     return out
+
+
+def _execute_journaled(
+    tier: Any, case: Case, backend: str, journal: str, begin: Callable[[], None]
+) -> CaseOutcome:
+    """The case under the call journal (the file is truncated before `begin` tells the parent the
+    case runs, so the parent's stall watch never reads an earlier case's calls). A journal that
+    cannot be opened leaves the case unjournaled: its death then names no call."""
+    try:
+        from harness.engine.callmode import journaled
+
+        context = journaled(journal, _device_type(backend))
+        mode = context.__enter__()
+    except Exception as exc:  # noqa: BLE001 - the case still runs
+        begin()
+        out = _execute_one(tier, case, backend)
+        out.worker["call_journal"] = f"not written: {type(exc).__name__}: {exc}"
+        return out
+    begin()
+    try:
+        out = _execute_one(tier, case, backend)
+    finally:
+        context.__exit__(None, None, None)
+    if mode.broken:
+        out.worker["call_journal"] = f"stopped writing: {mode.broken}"
+    return out
+
+
+def _device_type(backend: str) -> str | None:
+    """The device type of the backend under test (its calls are the ones a phase's index counts)."""
+    try:
+        from contracts.backends import get_backend
+
+        return str(get_backend(backend).device_type)
+    except Exception:  # noqa: BLE001 - unknown: every call is counted
+        return None
 
 
 def _execute_untimed(tier: Any, case: Case, backend: str) -> CaseOutcome:
@@ -526,9 +819,15 @@ def _child_main(fd: int) -> None:
                 o.worker.update(_backend_info(backend))
             conn.send(("results", [o.to_dict() for o in outs]))
         else:
+            journal = (msg[3] if len(msg) > 3 and isinstance(msg[3], dict) else {}).get("journal")
             for c in cases:
-                conn.send(("begin", [c.case_id]))
-                out = _execute_one(tier, c, backend)
+                if journal:
+                    out = _execute_journaled(
+                        tier, c, backend, journal, lambda c=c: conn.send(("begin", [c.case_id]))
+                    )
+                else:
+                    conn.send(("begin", [c.case_id]))
+                    out = _execute_one(tier, c, backend)
                 out.worker.update(_backend_info(backend))
                 conn.send(("results", [out.to_dict()]))
         conn.send(("idle",))

@@ -3,7 +3,8 @@ this machine, the default) or `ray` (the same workers inside Ray actors on a clu
 
 Both implement harness.engine.executors.base.Executor: they take the same arguments and call
 `on_results(list[CaseOutcome])` as chunks finish (local: as each outcome is known, so a
-chunk re-run case by case after a death lands case by case), from one thread at a time, so the runner journals results identically whichever runs them.
+chunk re-run case by case after a death lands case by case), from one thread at a time, so the
+runner journals results identically whichever runs them.
 """
 
 from __future__ import annotations

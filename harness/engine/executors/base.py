@@ -2,17 +2,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from contracts.records import Case, CaseOutcome
 
-Chunk = tuple[list[Case], bool]  # (cases, run them with the tier's execute_many)
+
+class Chunk(NamedTuple):
+    """Cases a worker runs in one request, and how (harness.engine.limits plans them)."""
+
+    cases: list[Case]
+    many: bool  # run them with the tier's execute_many
+    timeout: float | None = None  # seconds for the whole chunk (None: the worker's limit)
+    diagnose: bool = False  # alone, under the call journal (a death names its op)
+    case_timeouts: dict[str, float] | None = None  # each case's own limit, for re-runs after a death
+    spare: bool = False  # it is expected to die: a spare worker starts beside it
+
+
 OnResults = Callable[[list[CaseOutcome]], None]
 
 
+class Plan(Protocol):
+    """What the runner's schedule (harness.engine.limits.Schedule) offers an executor."""
+
+    def refine(self, chunk: Chunk) -> list[Chunk]:
+        """The chunk as it should run now (what the run learnt since it was planned: ops known to
+        hang or crash run their cases alone)."""
+        ...
+
+    def case_limit(self, case: Case, planned: float) -> float:
+        """A case's limit when a dead chunk re-runs it alone (a known hang's: the short limit)."""
+        ...
+
+
+def as_chunk(chunk: Chunk | Sequence[Any]) -> Chunk:
+    """A Chunk from a Chunk or a plain `(cases, many)` tuple."""
+    return chunk if isinstance(chunk, Chunk) else Chunk(*chunk)
+
+
+def refined(plan: Plan | None, chunk: Chunk | Sequence[Any]) -> list[Chunk]:
+    chunk = as_chunk(chunk)
+    return [chunk] if plan is None else plan.refine(chunk)
+
+
 class Executor(Protocol):
-    def run(self, chunks: list[Chunk], on_results: OnResults) -> None: ...
+    def run(self, chunks: list[Chunk], on_results: OnResults, plan: Plan | None = None) -> None: ...
 
     def drain(self) -> None:
         """Start no new chunk (called from on_results); chunks already running finish."""

@@ -11,7 +11,7 @@ import queue
 import threading
 from typing import Any
 
-from harness.engine.executors.base import Chunk, OnResults
+from harness.engine.executors.base import Chunk, OnResults, Plan, refined
 from harness.engine.workers import IsolatedWorker, WorkerLimits
 
 
@@ -83,7 +83,8 @@ class LocalExecutor:
         while self._ready:
             self._ready.pop().close()
 
-    def run(self, chunks: list[Chunk], on_results: OnResults) -> None:
+    def run(self, chunks: list[Chunk], on_results: OnResults, plan: Plan | None = None) -> None:
+        """Run the chunks; `plan` refines each as it is dispatched (harness.engine.limits.Schedule)."""
         todo: queue.Queue[Chunk] = queue.Queue()
         for chunk in chunks:
             todo.put(chunk)
@@ -105,10 +106,22 @@ class LocalExecutor:
             try:
                 while not self._stop.is_set() and not errors:
                     try:
-                        cases, many = todo.get_nowait()
+                        chunk = todo.get_nowait()
                     except queue.Empty:
                         return
-                    worker.run_chunk(cases, many, emit=deliver)
+                    for part in refined(plan, chunk):
+                        if self._stop.is_set():
+                            break
+                        worker.run_chunk(
+                            part.cases,
+                            part.many,
+                            emit=deliver,
+                            timeout=part.timeout,
+                            diagnose=part.diagnose,
+                            case_timeouts=part.case_timeouts,
+                            plan=plan,
+                            spare=part.spare,
+                        )
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(exc)
             finally:
@@ -138,7 +151,7 @@ class LocalExecutor:
         """Stop dispatching and kill the workers (Ctrl-C)."""
         self._stop.set()
         for w in list(self._live):
-            w._kill()
+            w.kill()
 
     def describe(self) -> dict[str, Any]:
         return {"executor": "local", "workers": self.workers}

@@ -16,7 +16,7 @@ from typing import Any
 
 from contracts.records import Case, CaseOutcome
 from contracts.tiers import failure_outcome
-from harness.engine.executors.base import Chunk, OnResults
+from harness.engine.executors.base import Chunk, OnResults, Plan, refined
 from harness.engine.workers import WorkerLimits
 
 
@@ -43,8 +43,23 @@ class _WorkerActor:
             tier_ref, backend, WorkerLimits(**limits), sys_path=sys_path, name=name, threads=1
         )
 
-    def run_chunk(self, cases: list[dict[str, Any]], many: bool) -> list[dict[str, Any]]:
-        outs = self.worker.run_chunk([Case(**c) for c in cases], many)
+    def run_chunk(
+        self,
+        cases: list[dict[str, Any]],
+        many: bool,
+        timeout: float | None = None,
+        diagnose: bool = False,
+        case_timeouts: dict[str, float] | None = None,
+        spare: bool = False,
+    ) -> list[dict[str, Any]]:
+        outs = self.worker.run_chunk(
+            [Case(**c) for c in cases],
+            many,
+            timeout=timeout,
+            diagnose=diagnose,
+            case_timeouts=case_timeouts,
+            spare=spare,
+        )
         return [o.to_dict() for o in outs]
 
     def stages(self) -> list[str]:
@@ -84,7 +99,8 @@ class RayExecutor:
             self.tier_ref, self.backend, asdict(self.limits), self.sys_path, f"ray{self._made}"
         )
 
-    def run(self, chunks: list[Chunk], on_results: OnResults) -> None:
+    def run(self, chunks: list[Chunk], on_results: OnResults, plan: Plan | None = None) -> None:
+        """Run the chunks; `plan` refines each as it is submitted (harness.engine.limits.Schedule)."""
         ray = self.ray
         from dataclasses import asdict
 
@@ -95,8 +111,16 @@ class RayExecutor:
 
         def submit(actor: Any) -> None:
             if todo and not self._draining:
-                chunk = todo.pop()
-                ref = actor.run_chunk.remote([asdict(c) for c in chunk[0]], chunk[1])
+                chunk, *later = refined(plan, todo.pop())
+                todo.extend(reversed(later))  # the chunk's other parts go next
+                ref = actor.run_chunk.remote(
+                    [asdict(c) for c in chunk.cases],
+                    chunk.many,
+                    chunk.timeout,
+                    chunk.diagnose,
+                    chunk.case_timeouts,
+                    chunk.spare,
+                )
                 inflight[ref] = (actor, chunk)
 
         try:
@@ -120,7 +144,7 @@ class RayExecutor:
                             type(exc).__name__,
                             str(exc)[:500],
                         )
-                        for c in chunk[0]
+                        for c in chunk.cases
                     ]
                     ray.kill(actor, no_restart=True)
                     actors.remove(actor)
