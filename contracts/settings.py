@@ -193,6 +193,8 @@ class Settings:
     @property
     def call_journal(self) -> bool:
         return _switch(self.env, "HARNESS_CALL_JOURNAL")
+
+    @property
     def root_cause(self) -> bool:
         return _switch(self.env, "HARNESS_ROOT_CAUSE")
 

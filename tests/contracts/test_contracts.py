@@ -109,6 +109,22 @@ def test_settings_resolve_each_variable_with_one_rule(tmp_path):
         settings.Settings.from_env({"HARNESS_REPLAY_MAX_NUMEL": "lots"}).replay_max_numel
 
 
+def test_every_setting_in_the_table_is_a_property_that_reads_its_variable():
+    """The docstring's table is the settings' documentation: each row names a property of
+    `Settings`, and setting that variable changes what the property returns."""
+    import re
+
+    rows = re.findall(r"^\| (HARNESS_[A-Z_]+) \| (\w+) \|", settings.__doc__, re.M)
+    assert len(rows) >= 15
+    for var, name in rows:
+        assert isinstance(getattr(settings.Settings, name, None), property), name
+        default = getattr(settings.Settings.from_env({}), name)
+        if isinstance(default, bool):  # a switch: on unless it says off
+            assert default is True and getattr(settings.Settings.from_env({var: "off"}), name) is False, var
+        elif isinstance(default, (int, float)):
+            assert getattr(settings.Settings.from_env({var: "7"}), name) == 7, var
+
+
 def test_limits_explicit_then_the_tiers_then_the_default():
     class Tier:
         timeout, max_cases_per_worker = 5.0, 7
