@@ -53,6 +53,8 @@ class Tier(Protocol):
         max_cases_per_worker = None  recycle a worker process after this many cases
         reference_rerun = True       on a device backend, re-run dead or unjudged failing cases on
                                      the reference backend to blame them
+        localizes = False            a failing case localizes its failure before it returns
+                                     (harness.rootcause): its limit leaves HARNESS_ROOT_CAUSE_SECONDS
         execute_many(cases, backend) -> list[TierResult]   a chunk at once
         setup(backend) -> None       once per worker process, before its first case
         summarize(records) -> dict   figures of the tier's own for run.json
@@ -74,6 +76,7 @@ TIER_DEFAULTS: dict[str, Any] = {
     "timeout": None,
     "max_cases_per_worker": None,
     "reference_rerun": True,
+    "localizes": False,
 }
 
 

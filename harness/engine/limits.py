@@ -59,8 +59,9 @@ class LimitSettings:
     marked: float = 5.0
     stall: float = 10.0
     journal: bool = True
-    #: added to a model case's limit: a failing row is localized inside the case (harness.rootcause,
-    #: HARNESS_ROOT_CAUSE_SECONDS), which its baseline seconds, measured while it passed, do not hold
+    #: added to a model case's limit in a tier that localizes (`localizes`, contracts.tiers): a failing
+    #: row is localized inside the case (harness.rootcause, HARNESS_ROOT_CAUSE_SECONDS), which its
+    #: baseline seconds, measured while it passed, do not hold
     localize: float = 180.0
 
     @classmethod

@@ -29,7 +29,7 @@ from typing import Any
 from contracts.records import Case, CaseOutcome
 from contracts.rows import case_rows
 from contracts.settings import resolve_limits
-from contracts.tiers import TierInputs, load_tier, tier_chunk_size
+from contracts.tiers import TierInputs, load_tier, tier_chunk_size, tier_option
 from harness.engine import ordering
 from harness.engine.journal import Journal
 from harness.engine.limits import BaselineCosts, LimitSettings, Schedule, baseline_costs, marks_of
@@ -482,6 +482,8 @@ def _schedule(
     settings = LimitSettings.current()
     if opts.case_limit_floor:
         settings = replace(settings, floor=float(opts.case_limit_floor))
+    if not tier_option(tier, "localizes"):
+        settings = replace(settings, localize=0.0)
     return Schedule(timeout, costs, settings, marks, suspects, _RecordedOps(opts, cases))
 
 

@@ -17,6 +17,7 @@ class FullTier:
     stages = FULL_STAGES
     chunk_size = 1
     timeout = TIER_LIMITS["full"].timeout
+    localizes = True  # a backend-blamed row is localized in the worker (harness.rootcause)
 
     def setup(self, backend: str) -> None:
         load_model_stack(backend)

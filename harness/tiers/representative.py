@@ -16,6 +16,7 @@ class RepresentativeTier:
     stages = MODEL_STAGES
     chunk_size = 1
     timeout = TIER_LIMITS["representative"].timeout
+    localizes = True  # a backend-blamed row is localized in the worker (harness.rootcause)
 
     def setup(self, backend: str) -> None:
         load_model_stack(backend)

@@ -52,6 +52,17 @@ def test_a_model_case_has_time_to_localize_its_failure():
     assert Schedule(120.0, costs, LimitSettings(floor=30.0, localize=180.0)).limit(_model("m")) == 120.0
 
 
+def test_the_model_tiers_declare_that_they_localize():
+    from contracts.tiers import load_tier, tier_option
+
+    assert [tier_option(load_tier(t), "localizes") for t in ("representative", "full", "unit", "upstream")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
 def test_a_case_the_baseline_does_not_know_keeps_the_tier_limit():
     s = Schedule(120.0, BaselineCosts(seconds={"known": 0.01}), SETTINGS)
     assert s.limit(_unit("new", "aten.add.Tensor")) == 120.0
