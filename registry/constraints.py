@@ -17,7 +17,7 @@ import functools
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from contracts.rulefiles import Rules, cached_rules, resource
 from registry.encoding import iter_tensors
@@ -45,7 +45,17 @@ class Special(Rules):
 
 
 class MaskCount(Rules):
-    values_of: Arg
+    """Where a boolean mask's True count comes from (one of the two forms)."""
+
+    values_of: Arg | None = None  # index_put: the values written, at the position the mask selects
+    numel_of: Arg | None = None  # at most this argument's elements (a tensor, or a list of sizes) ...
+    broadcast_with: Arg | None = None  # ... counting the mask broadcast with this tensor
+
+    @model_validator(mode="after")
+    def _one_form(self) -> MaskCount:
+        if (self.values_of is None) == (self.numel_of is None):
+            raise ValueError("give exactly one of values_of, numel_of")
+        return self
 
 
 class SemanticRule(Rules):
@@ -197,13 +207,16 @@ def _constraint(rule: SemanticRule, enc: dict, args: list, kwargs: dict, i: int 
     if kind == "offsets":
         high = _bound(rule, args, kwargs, i)
         return None if high is None else {"kind": "offsets", "high": int(high), "source": "semantics"}
+    if kind == "mask" or (kind == "index" and enc["dt"] == "b8"):
+        if enc["dt"] != "b8":
+            return None
+        c = {"kind": "mask", "density": 0.5, "source": "semantics"}
+        count = _mask_count(rule.mask_count, enc, args, kwargs, i)
+        if count is not None:
+            spec = rule.mask_count
+            c.update(count=count, count_of=_path(spec.numel_of if spec.values_of is None else spec.values_of))
+        return c
     if kind == "index":
-        if enc["dt"] == "b8":
-            c = {"kind": "mask", "density": 0.5, "source": "semantics"}
-            count = _mask_count(rule.mask_count, enc, args, kwargs, i)
-            if count is not None:
-                c.update(count=count, count_of=_path(rule.mask_count.values_of))
-            return c
         high = _bound(rule, args, kwargs, i)
         if high is None:
             return None
@@ -235,11 +248,54 @@ def _bound(rule: SemanticRule, args: list, kwargs: dict, i: int | None) -> int |
 
 
 def _mask_count(spec: MaskCount | None, mask: dict, args: list, kwargs: dict, i: int | None) -> int | None:
+    """The True count a boolean mask must have so that the call is valid (None: any count fits, or
+    the call does not fix one)."""
+    if not spec:
+        return None
+    if spec.numel_of is not None:
+        return _fitting_count(spec, mask, args, kwargs)
+    return _selected_count(spec, mask, args, kwargs, i)
+
+
+def _numel_of(value: Any) -> int | None:
+    """Elements of an encoded tensor, or the product of a list of sizes (masked_scatter_backward)."""
+    if isinstance(value, dict) and "T" in value:
+        sizes = value["T"]
+    elif isinstance(value, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        sizes = value
+    else:
+        return None
+    n = 1
+    for s in sizes:
+        n *= int(s)
+    return n
+
+
+def _fitting_count(spec: MaskCount, mask: dict, args: list, kwargs: dict) -> int | None:
+    """The most Trues a mask can have when, broadcast with another tensor, it selects at most the
+    elements of a third argument (masked_scatter's source, masked_scatter_backward's sizes,
+    masked_select_backward's grad): the count a valid call had, whichever values it held."""
+    cap = _numel_of(_arg(args, kwargs, spec.numel_of))
+    mask_numel = _numel_of(mask)
+    if cap is None or not mask_numel:
+        return None
+    per_true = 1  # the elements one True selects: the broadcast shape's numel over the mask's
+    other = _arg(args, kwargs, spec.broadcast_with) if spec.broadcast_with is not None else None
+    if isinstance(other, dict) and "T" in other:
+        try:
+            shape = torch.broadcast_shapes(tuple(mask["T"]), tuple(other["T"]))
+        except RuntimeError:
+            return None
+        per_true = max(1, _numel_of({"T": list(shape)}) // mask_numel)
+    return min(mask_numel, cap // per_true)
+
+
+def _selected_count(spec: MaskCount, mask: dict, args: list, kwargs: dict, i: int | None) -> int | None:
     """The True count a boolean index must have so that the values written fit (index_put: the
     selected elements are ``self[..., mask, ...]``, shape ``self[:d] + [nnz] + self[d + mask.dim:]``,
     and the values must broadcast to it). None when any count fits (the values broadcast along the
     selected position) or the call is not of that simple form (several advanced indices)."""
-    if not spec or i is None:
+    if i is None:
         return None
     target, indices, values = (
         _arg(args, kwargs, 0),

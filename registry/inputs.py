@@ -133,14 +133,30 @@ def build_tensor(enc: dict, c: dict | None, gen: torch.Generator) -> BuiltTensor
     if counted:  # the count is of the logical mask, not of its storage
         try:
             view.copy_(_values(shape, dtype, c, gen))
-        except RuntimeError:  # elements that overlap: the storage gets the count instead
-            base.copy_(_values([size], dtype, c, gen))
+        except RuntimeError:  # elements that overlap (an expanded mask): see _counted_overlapping
+            _counted_overlapping(base, shape, stride, offset, c, gen)
     if wanted:
         try:  # into the logical values (a view whose elements overlap cannot take them: left random)
             view.copy_(boundaries.plant(view, wanted))
         except RuntimeError:
             pass
     return BuiltTensor(view, base, shape, stride, offset)
+
+
+def _counted_overlapping(
+    base: torch.Tensor, shape: list[int], stride: list[int], offset: int, c: dict, gen: torch.Generator
+) -> None:
+    """A counted mask whose view repeats elements: an expanded one (stride 0, `mask.expand(...)`)
+    repeats each stored value once per element of its stride-0 dims, so the stored mask (those dims
+    at size 1) gets count / repeats Trues and the view shows `count` of them. Other overlaps: the
+    storage gets the count."""
+    distinct = [1 if st == 0 else int(n) for n, st in zip(shape, stride)]
+    repeats = int(torch.Size(shape).numel()) // max(1, int(torch.Size(distinct).numel()))
+    stored = base.as_strided(distinct, stride, offset)
+    try:
+        stored.copy_(_values(distinct, torch.bool, {**c, "count": int(c["count"]) // repeats}, gen))
+    except RuntimeError:  # the remaining dims still overlap
+        base.copy_(_values([base.numel()], torch.bool, c, gen))
 
 
 def _contiguous(shape: list[int]) -> list[int]:

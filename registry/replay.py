@@ -3,7 +3,8 @@ and on the CPU reference, compare with per-dtype tolerances, and say whether it 
 
 `replay(case, adapter)` never raises for a problem of the op or the backend: it returns a
 `StageResult` (stage ``op``) with pass / fail / error, or skipped with the reason when the case
-cannot be replayed (an argument that cannot be rebuilt, the CPU reference itself failing).
+cannot be replayed (an argument that cannot be rebuilt, the CPU reference itself failing) or has
+no reference (PyTorch's CPU has no kernel for the call as recorded: ``no cpu reference: ...``).
 
     spec = CaseSpec.from_entry(entry)
     result = replay(spec, get_backend("neuron"))
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 
 from contracts.backends import fallback_ops
+from contracts.errors import HarnessError
 from contracts.records import StageResult
 from contracts.status import Status
 from contracts.timing import phase
@@ -200,26 +202,51 @@ class OpReference:
     rejected: str = ""
 
 
+#: How the reason of a case without a CPU reference begins (blamed `upstream` by
+#: harness/data/blame_rules.yaml): PyTorch's CPU cannot compute the call as recorded.
+NO_CPU_REFERENCE = "no cpu reference"
+
+
+class NoCpuKernelError(HarnessError, NotImplementedError):
+    """PyTorch's CPU has no kernel for the call as recorded: it raised NotImplementedError (a dtype
+    the kernel does not dispatch, such as `"histogram_cpu" not implemented for 'Int'`, or an op
+    without a CPU kernel). The call itself is valid: a device ran it when it was recorded. That
+    depends on the dtypes and the op only, never on the values the replay built, so the case has
+    no reference and the harness built nothing wrong."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(
+            f"{NO_CPU_REFERENCE}: PyTorch's CPU kernel does not implement the call as recorded "
+            f"({type(exc).__name__}: {_normalize(exc)})"
+        )
+
+
 @phase("reference")  # the nightly's time shares (contracts.timing)
 def _reference(func: Any, args: list, kwargs: dict) -> OpReference:
     """Mixed 16/32-bit calls that CUDA accepts and the CPU kernel rejects (layer-norm backward with
     f16 input and f32 stats, recorded under autocast) get an f32-upcast reference, which `compare`
-    casts to the backend's 16-bit output dtype; `outputs` is None when even that fails."""
+    casts to the backend's 16-bit output dtype; `outputs` is None when even that fails.
+    NoCpuKernelError when the CPU has no kernel for the call (and none for its upcast)."""
     with torch.no_grad():
         try:
             out = func(*args, **kwargs)
             return OpReference(_flatten(out) + _mutated(func, args, kwargs))
-        except Exception as exc:
-            if not any(
-                isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
-                for t in _flatten([args, list(kwargs.values())])
-            ):
-                raise
-            rejected = f"{type(exc).__name__}: {_normalize(exc)}"
+        except Exception as exc:  # noqa: BLE001 - judged below
+            recorded = exc
+        if not any(
+            isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
+            for t in _flatten([args, list(kwargs.values())])
+        ):
+            if isinstance(recorded, NotImplementedError):
+                raise NoCpuKernelError(recorded) from recorded
+            raise recorded
+        rejected = f"{type(recorded).__name__}: {_normalize(recorded)}"
         up_args, up_kwargs = _upcast(args), {k: _upcast(v) for k, v in kwargs.items()}
         try:
             out = _flatten(func(*up_args, **up_kwargs)) + _mutated(func, up_args, up_kwargs)
         except Exception:  # noqa: BLE001
+            if isinstance(recorded, NotImplementedError):
+                raise NoCpuKernelError(recorded) from recorded
             return OpReference(None, rejected)
         return OpReference(out, rejected)
 
@@ -286,6 +313,8 @@ def plan(spec: CaseSpec, max_numel: int | None = None) -> Plan:
         try:
             built = build_args(fa, fk, variants[0][1], torch.Generator().manual_seed(_seed(spec)))
             expected = _reference(func, materialize(built[0], _CPU), materialize(built[1], _CPU))
+        except NoCpuKernelError as exc:  # at any scale: the kernel is missing for the dtypes, not the sizes
+            return Plan(skip=str(exc))
         except Exception as exc:  # noqa: BLE001 - the case itself is invalid on the reference
             if n == len(attempts) - 1:
                 return Plan(skip=f"cpu reference raised {type(exc).__name__}: {_normalize(exc)}")
@@ -435,7 +464,7 @@ def _run_on_device(
             # the CPU kernel refuses the call as recorded (mixed 16/32-bit, recorded under autocast)
             # exactly so: not the backend's failure, and there is no as-recorded reference
             return Status.SKIPPED, dict(
-                reason=f"unreplayable: the CPU kernel rejects the call as recorded "
+                reason=f"{NO_CPU_REFERENCE}: the CPU kernel rejects the call as recorded "
                 f"and the backend raises the same ({expected.rejected[:160]})"
             )
         return Status.ERROR, dict(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from contracts.backends import get_backend
 from registry.encoding import encode_args, signature
-from registry.replay import CaseSpec, build_args, compare, materialize, replay
+from registry.replay import NO_CPU_REFERENCE, CaseSpec, build_args, compare, materialize, replay, resolve_op
 from registry.tolerances import tolerance_for
 
 CPU = get_backend("cpu")
@@ -168,3 +169,82 @@ def test_ctc_loss_compares_log_alpha_by_shape_only():
         "aten._ctc_loss.default", e, [torch.tensor([1.0, 2.5]), torch.ones(2, 12, 9)], "exact"
     ).ok
     assert compare("aten._ctc_loss.default", e, [torch.tensor([1.0, 2.0]), torch.ones(2, 12, 9)], "exact").ok
+
+
+# ------------------------------------------------ a call the CPU reference cannot compute
+
+
+def _blame(result, backend):
+    """The blame the unit tier's rules give a replay result (harness/data/blame_rules.yaml)."""
+    from contracts.records import CaseOutcome
+    from harness.blame.rules import complete_outcome
+
+    return complete_outcome(CaseOutcome("c", "unit", [result.to_dict()]), backend).stages[0]["blame"]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "neuron"])
+@pytest.mark.parametrize(
+    "op, args",
+    [
+        ("aten.histc.default", (torch.zeros(64, dtype=torch.int32), 8, 0, 7)),  # an MoE router's counts
+        ("aten.logcumsumexp.default", (torch.zeros(4, 6, dtype=torch.int64), 1)),
+    ],
+)
+def test_a_call_whose_dtype_the_cpu_has_no_kernel_for_has_no_reference_and_is_never_the_harness(
+    op, args, backend
+):
+    """A device runs these (the recording is the proof); PyTorch's CPU kernel does not dispatch the
+    dtype, whatever values the replay builds: no reference, PyTorch's gap, not the harness'."""
+    with pytest.raises(NotImplementedError):
+        resolve_op(op)(*args)  # the premise: PyTorch's CPU lacks the kernel for this dtype
+    result = replay(_spec(op, args), get_backend(backend))
+    assert result.status.value == "skipped" and result.reason.startswith(NO_CPU_REFERENCE)
+    assert "not implemented for" in result.reason  # the CPU's own words
+    assert _blame(result, backend) == "upstream"
+
+
+def test_a_call_the_cpu_rejects_for_what_the_harness_built_stays_the_harness():
+    result = replay(_spec("aten.mm.default", (torch.zeros(2, 3), torch.zeros(4, 5))), get_backend("neuron"))
+    assert result.reason.startswith("cpu reference raised") and _blame(result, "neuron") == "harness"
+
+
+class _Placeholders(torch.nn.Module):
+    """What models do with masks and integer ids: features scattered into the positions of
+    placeholder tokens through a mask expanded over the hidden dim (a multimodal prompt), and a
+    histogram of integer ids (an MoE router counting tokens per expert)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 8)
+        self.features = torch.nn.Parameter(torch.randn(3, 8))
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        mask = (ids == 1).unsqueeze(-1).expand_as(h)  # a view: stride 0 along the hidden dim
+        counts = torch.histc(ids.int(), bins=5, min=0, max=4)
+        return (h.masked_scatter(mask, self.features) * counts.sum().to(h.dtype),)
+
+
+def test_recorded_mask_and_histogram_calls_replay_with_a_verdict_that_is_not_the_harness():
+    """Recorded on the device from a model's forward and backward, every call replays: the expanded
+    masks of masked_scatter and its backward pass, histc on int32 has no CPU reference."""
+    from registry.recorder import record_workload
+
+    neuron = get_backend("neuron")
+
+    def build():
+        return _Placeholders().to(neuron.device)
+
+    def inputs(model):
+        return {"ids": torch.tensor([[0, 1, 2, 1, 3, 4], [1, 2, 3, 4, 0, 2]]).to(neuron.device)}
+
+    outcome = record_workload(build, inputs, model_id="m", prefer_fake=False, device=neuron.device.type)
+    assert outcome.mode == "real", outcome.error
+    verdicts = {}
+    for entry in outcome.entries:
+        result = replay(CaseSpec.from_entry(entry), neuron)
+        verdicts[entry.op] = (result.status.value, _blame(result, "neuron"))
+        assert verdicts[entry.op][1] != "harness", (entry.op, entry.signature, result.reason)
+    assert verdicts["aten.masked_scatter.default"] == ("pass", "")
+    assert verdicts["aten.masked_scatter_backward.default"] == ("pass", "")
+    assert verdicts["aten.histc.default"] == ("skipped", "upstream")

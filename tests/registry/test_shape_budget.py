@@ -11,7 +11,7 @@ import pytest
 from contracts.backends import get_backend
 from harness.cli import main
 from registry.oplog import import_oplog
-from registry.replay import CaseSpec, replay
+from registry.replay import NO_CPU_REFERENCE, CaseSpec, replay
 from registry.store import Registry
 
 LOG = """\
@@ -23,7 +23,7 @@ Operator: aten.as_strided.default
 cnt: 1, ((T([20, 1024, 1024], f32), [20, 1024, 1024], [1048576, 1024, 1]), {})
 Operator: aten.native_layer_norm_backward.default
 cnt: 2, ((T([4, 8, 16], f16), T([4, 8, 16], f16), [16], T([4, 8, 1], f32), T([4, 8, 1], f32), T([16], f16), T([16], f16), [True, True, True]), {})
-"""
+"""  # noqa: E501 - an op-log line is one line of data
 
 
 @pytest.fixture
@@ -66,6 +66,7 @@ def test_an_autocast_call_is_never_an_error_of_the_backend():
     spec = CaseSpec("aten.native_layer_norm_backward.default", signature(args, kwargs), {})
     result = replay(spec, get_backend("neuron"))
     assert result.status.value == "skipped" and "rejects the call as recorded" in result.reason
+    assert result.reason.startswith(NO_CPU_REFERENCE)  # PyTorch's CPU kernel, not the harness: upstream
 
 
 @pytest.mark.slow

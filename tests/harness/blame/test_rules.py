@@ -38,6 +38,15 @@ def test_the_rules_file_names_the_reference_and_valid_blames():
         (("op", "error", "op raised on the backend"), "backend", "harness"),
         (("op", "skipped", "cpu reference raised RuntimeError: bad shape"), "harness", "harness"),
         (
+            (
+                "op",
+                "skipped",
+                "no cpu reference: PyTorch's CPU kernel does not implement the call as recorded",
+            ),
+            "upstream",
+            "upstream",
+        ),
+        (
             ("op", "skipped", "unreplayable: argument of type Generator cannot be rebuilt"),
             "harness",
             "harness",
@@ -48,8 +57,8 @@ def test_the_rules_file_names_the_reference_and_valid_blames():
 )
 def test_unit_tier_blames_by_its_builtin_cpu_reference(row, on_neuron, on_cpu):
     """A unit case replays on the CPU first: a device failure after that is the backend's, a case the
-    CPU itself rejects is the harness' (it recorded or rebuilt the case wrong); on cpu, backend is
-    impossible."""
+    CPU itself rejects is the harness' (it recorded or rebuilt the case wrong), unless PyTorch's CPU
+    has no kernel for the call (upstream); on cpu, backend is impossible."""
     assert _blames(blame.complete_outcome(_outcome("unit", row), "neuron"))["op"] == on_neuron
     assert _blames(blame.complete_outcome(_outcome("unit", row), "cpu"))["op"] == on_cpu
 
