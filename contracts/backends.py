@@ -40,6 +40,7 @@ from importlib.metadata import EntryPoint
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
+from contracts.errors import AdapterError
 from contracts.plugins import entry_points
 
 ENTRY_POINT_GROUP = "harness.backends"
@@ -298,10 +299,6 @@ _BUILTIN: dict[str, Factory] = {
     "cuda": lambda name: TorchDeviceBackend(name, "cuda", compile_backend="inductor", simulated=False),
 }
 _REGISTERED: dict[str, Factory] = {}
-
-
-class AdapterError(TypeError):
-    """An adapter that does not implement the protocol (names the missing members)."""
 
 
 def register_backend(name: str, factory: Factory) -> None:

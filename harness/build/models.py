@@ -21,10 +21,7 @@ from agents.quiet import quiet_transformers
 from contracts.timing import phase
 from harness.build.shrink import shrink_config
 from harness.build.train_mode import prepare_config, zero_dropout_modules
-
-
-class UnknownArchitecture(LookupError):
-    """The spec names a class the installed transformers does not ship."""
+from harness.errors import UnknownArchitecture
 
 
 @cache

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from contracts.rulefiles import RuleFileError
+from contracts.errors import RuleFileError
 
 # subcommand name -> module path. Order is the order shown in --help.
 SUBCOMMANDS: dict[str, str] = {

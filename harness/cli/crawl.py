@@ -43,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from agents.crawl import CrawlError, HubOptions, crawl_hub, write_records
+    from agents.crawl import HubOptions, crawl_hub, write_records
+    from agents.errors import CrawlError
 
     source = args.source
     if args.limit is not None and args.limit < 0:

@@ -36,14 +36,11 @@ from harness.engine.limits import BaselineCosts, LimitSettings, Schedule, baseli
 from harness.engine.ordering import DEFAULT_ORDER
 from harness.engine.rerun import blamed, reference_outcomes, reference_pass
 from harness.engine.workers import WorkerLimits
+from harness.errors import RunDirMismatch
 
 RUN_FILE = "run.json"
 #: Blames a coverage figure's attributable denominator leaves out (not the harness', not the device's).
 EXCLUDED_BLAMES = ("upstream", "environment")
-
-
-class RunDirMismatch(ValueError):
-    """The run directory was started with other settings (backend, shard): refuse to mix them."""
 
 
 @dataclass

@@ -57,6 +57,7 @@ from contracts.settings import DEFAULT_STARTUP_TIMEOUT, DEFAULT_WORKER_MEMORY, c
 from contracts.status import Status
 from contracts.tiers import failure_outcome, from_result, load_tier
 from harness.engine import calljournal
+from harness.errors import WorkerDied
 
 if TYPE_CHECKING:
     from harness.engine.executors.base import Plan
@@ -93,15 +94,6 @@ def rss_bytes(pid: int) -> int:
 def _short(text: str, limit: int = 500) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class WorkerDied(Exception):
-    def __init__(
-        self, status: Status, reason: str, error_class: str, message: str, seconds: float = 0.0
-    ) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.error_class, self.message = status, reason, error_class, message
-        self.seconds = seconds  # how long the case ran (a timeout: its limit)
 
 
 class IsolatedWorker:

@@ -39,6 +39,7 @@ from registry.encoding import encode_args
 _TAG = "harness.rootcause.where"
 
 
+# A BaseException on purpose: the model's own `except Exception` must not swallow it.
 class Stop(BaseException):
     """Ends a shadowed step: the root cause is found, or the time is up."""
 

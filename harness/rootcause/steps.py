@@ -15,9 +15,10 @@ from typing import Any
 import torch
 
 from agents.quiet import quiet_transformers
+from harness.errors import NoLoss
 from harness.rootcause.shadow import ShadowMode, Stop
 from harness.stages.run import StageRun, fresh
-from harness.stages.step import NoLoss, restore_grads, stash_grads, train_mode, training_loss
+from harness.stages.step import restore_grads, stash_grads, train_mode, training_loss
 
 
 def device_scope(adapter: Any) -> contextlib.AbstractContextManager:

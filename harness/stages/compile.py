@@ -31,10 +31,11 @@ from agents.quiet import quiet_transformers
 from contracts.backends import to_cpu
 from contracts.errors import classify
 from contracts.status import FAILING, Status
+from harness.errors import NoLoss, StageFailed, StageSkipped
 from harness.stages.compare import compare_with_eager, worst
 from harness.stages.numerics import cpu_named, device_named, reference_of, undeclared_rounding
-from harness.stages.run import StageFailed, StageRun, StageSkipped, on_device, tracked
-from harness.stages.step import NoLoss, parameter_grads, restore_grads, stash_grads, train_mode, training_loss
+from harness.stages.run import StageRun, on_device, tracked
+from harness.stages.step import parameter_grads, restore_grads, stash_grads, train_mode, training_loss
 
 #: compiled steps run: the first compiles, the second must reuse it (a recompile is recorded)
 STEPS = 2

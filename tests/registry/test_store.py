@@ -5,8 +5,9 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
+from registry.errors import RegistryFormatError
 from registry.schema import METADATA_KEY, SCHEMA_VERSION, Entry, Provenance
-from registry.store import Registry, RegistryFormatError
+from registry.store import Registry
 
 
 def _entry(

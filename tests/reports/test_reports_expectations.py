@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from contracts.rulefiles import RuleFileError
+from contracts.errors import RuleFileError
 from contracts.status import Verdict
 from harness.cli import main
 from reports import expectations
