@@ -145,10 +145,6 @@ def fallback_ops(events: Iterable[dict[str, Any]]) -> list[str]:
     return sorted({str(e["op"]) for e in events if e.get("op")})
 
 
-def can_compile(adapter: Backend) -> bool:
-    return adapter.compile_backend is not None
-
-
 def to_cpu(adapter: Backend, value: Any) -> Any:
     """`value` (tensors in dicts, lists, tuples) detached and on the CPU, moved inside the device
     scope: a device tensor may need the backend's modes even to leave the device."""
