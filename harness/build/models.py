@@ -6,7 +6,7 @@ ready for a deterministic training step (dropout 0, a pad token id: harness/buil
 (only classes shipped in the installed transformers; a name it does not know is an error, never a
 fetch of custom code).
 
-    >>> from harness.specs import ModelSpec
+    >>> from contracts.records import ModelSpec
     >>> spec = ModelSpec("catalog/bert", "bert", "BertForMaskedLM")
     >>> model = build_model(resolve_config(spec), spec.architecture)
 """

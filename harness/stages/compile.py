@@ -47,7 +47,7 @@ STEPS = 2
 def reference_forward_failure(run: StageRun) -> str:
     """Why the model's forward fails on the CPU reference too ("" when it runs there), once per run.
 
-    The one question of blame (issue 10, harness.blame.probe) the compile stage needs before it
+    The one question of blame (harness.blame.probe) the compile stage needs before it
     runs; blame's reference re-run may fill `run.reference_forward` first, and this re-run is then
     skipped."""
     if run.reference_forward is None:
