@@ -130,7 +130,11 @@ RUNS = Table(
             "JSON object of the backend settings describe() reports (precision, fallback mode, "
             "JAX's 64-bit mode, ...), null when unknown.",
         ),
-        Column("tiers", _LIST_STR, "Tiers the run covers (unit, representative, full)."),
+        Column(
+            "tiers",
+            _LIST_STR,
+            "Tiers the run covers (unit, representative, full, upstream, or a tier of its own).",
+        ),
         Column("shard", pa.string(), "Shard I/N of a CI matrix run, null when unsharded."),
         Column("host", pa.string(), "Machine the run ran on."),
         Column("extra", pa.string(), "JSON object of any other run metadata the runner recorded."),

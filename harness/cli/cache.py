@@ -21,7 +21,7 @@ HELP = "Inspect, clear or warm the neuron NEFF compile cache (memory, disk, shar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = __doc__.split("Examples:", 1)[1]
+    parser.epilog = "examples:" + __doc__.split("Examples:", 1)[1]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     stats = sub.add_parser("stats", help="entries, bytes and counters of each cache level")

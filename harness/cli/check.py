@@ -25,7 +25,7 @@ HELP = "Check one model (Hub id, model type or config.json) on a backend, stage 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = __doc__.split("Examples:", 1)[1]
+    parser.epilog = "examples:" + __doc__.split("Examples:", 1)[1]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "model",

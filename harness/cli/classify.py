@@ -9,7 +9,15 @@ import sys
 HELP = "Classify every model of a crawl store by architectural traits (writes DIR/traits.parquet)"
 
 
+EPILOG = """examples:
+  harness classify --in crawl/                 # writes crawl/traits.parquet
+  harness classify --in crawl/ --no-llm --json
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument(
         "--in", dest="in_dir", required=True, metavar="DIR", help="crawl directory (models.parquet)"
     )

@@ -9,7 +9,15 @@ import sys
 HELP = "Choose representative models covering every trait value and interacting pair (writes DIR/representatives.parquet)"
 
 
+EPILOG = """examples:
+  harness select --in crawl/                   # writes crawl/representatives.parquet
+  harness select --in crawl/ --reclassify --json
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument(
         "--in", dest="in_dir", required=True, metavar="DIR", help="crawl directory (models.parquet)"
     )
