@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def llm_fill_or_none(directory, disabled: bool):
-    """The LLM trait filler when configured (OPENAI_BASE_URL/OPENAI_API_KEY + HARNESS_LLM_MODEL), else None."""
+    """The LLM trait filler when configured (OPENAI_BASE_URL/OPENAI_API_KEY + HARNESS_LLM_MODEL), else
+    None."""
     if disabled:
         return None
     from agents.llm_traits import LLMClassifier

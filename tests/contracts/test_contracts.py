@@ -106,7 +106,7 @@ def test_settings_resolve_each_variable_with_one_rule(tmp_path):
         empty.registry is None and empty.baseline_dir == Path.cwd() / "baseline" and empty.backend == "neuron"
     )
     with pytest.raises(ValueError, match="HARNESS_REPLAY_MAX_NUMEL"):
-        settings.Settings.from_env({"HARNESS_REPLAY_MAX_NUMEL": "lots"}).replay_max_numel
+        _ = settings.Settings.from_env({"HARNESS_REPLAY_MAX_NUMEL": "lots"}).replay_max_numel
 
 
 def test_limits_explicit_then_the_tiers_then_the_default():

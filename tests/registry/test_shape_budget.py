@@ -23,7 +23,7 @@ Operator: aten.as_strided.default
 cnt: 1, ((T([20, 1024, 1024], f32), [20, 1024, 1024], [1048576, 1024, 1]), {})
 Operator: aten.native_layer_norm_backward.default
 cnt: 2, ((T([4, 8, 16], f16), T([4, 8, 16], f16), [16], T([4, 8, 1], f32), T([4, 8, 1], f32), T([16], f16), T([16], f16), [True, True, True]), {})
-"""
+"""  # noqa: E501 - an op-log line is one line of data
 
 
 @pytest.fixture

@@ -186,7 +186,12 @@ def test_labels():
 def test_the_limits_are_settings(monkeypatch):
     for var in ("FACTOR", "FLOOR"):
         monkeypatch.delenv(f"HARNESS_CASE_LIMIT_{var}", raising=False)
-    for var in ("HARNESS_MARKED_OP_LIMIT", "HARNESS_STALL_SECONDS", "HARNESS_CALL_JOURNAL", "HARNESS_ROOT_CAUSE"):
+    for var in (
+        "HARNESS_MARKED_OP_LIMIT",
+        "HARNESS_STALL_SECONDS",
+        "HARNESS_CALL_JOURNAL",
+        "HARNESS_ROOT_CAUSE",
+    ):
         monkeypatch.delenv(var, raising=False)
     assert LimitSettings.current() == LimitSettings()  # the documented defaults
     monkeypatch.setenv("HARNESS_CASE_LIMIT_FACTOR", "4")
