@@ -196,6 +196,7 @@ class Settings:
     def call_journal(self) -> bool:
         return _switch(self.env, "HARNESS_CALL_JOURNAL")
 
+    @property
     def root_cause(self) -> bool:
         return _switch(self.env, "HARNESS_ROOT_CAUSE")
 
