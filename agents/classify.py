@@ -126,10 +126,3 @@ def population_summary(frame: pd.DataFrame) -> dict[str, Any]:
         "broken_by_reason": dict(sorted(Counter(broken).items(), key=lambda kv: (-kv[1], kv[0]))),
         "trait_values": values,
     }
-
-
-def read_traits(directory: str | Path) -> pd.DataFrame:
-    path = Path(directory) / TRAITS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"no {TRAITS_FILE} in {directory} (run `harness classify --in {directory}`)")
-    return pd.read_parquet(path)

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agents.errors import CrawlError
 from agents.store import SCHEMA, ModelRecord, records_to_table, store_path, write_table
 from agents.triage import short_error, triage
 
@@ -45,10 +46,6 @@ EXPAND = [
 ]
 
 Progress = Callable[[ModelRecord], None]
-
-
-class CrawlError(RuntimeError):
-    """A crawl cannot start or continue (offline mode, incompatible state, listing failure)."""
 
 
 @dataclass

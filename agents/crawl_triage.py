@@ -60,12 +60,3 @@ def triage_store(directory: str | Path, *, use_llm: bool = True) -> dict[str, An
     if note:
         summary["note"] = note
     return summary
-
-
-def read_triage(directory: str | Path):
-    import pandas as pd
-
-    path = Path(directory) / TRIAGE_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"no {TRIAGE_FILE} in {directory} (run `harness crawl --out {directory}`)")
-    return pd.read_parquet(path)

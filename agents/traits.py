@@ -74,9 +74,6 @@ class TraitRecord:
     def to_dict(self) -> dict[str, str]:
         return {name: getattr(self, name) for name in TRAIT_NAMES}
 
-    def unknown_traits(self) -> list[str]:
-        return [k for k, v in self.to_dict().items() if v == UNKNOWN]
-
 
 TRAIT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(TraitRecord))
 

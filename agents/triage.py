@@ -36,6 +36,7 @@ class TriageDecision:
         return self.status == "ok"
 
 
+# Private control flow: raised by a triage check, caught in this module and recorded as a reason code.
 class _Broken(Exception):
     def __init__(self, code: str, detail: str):
         super().__init__(code, detail)

@@ -25,7 +25,7 @@ the unit tier, first in the nightly, is measured whole either way).
 
 Per fault: the first tier that caught it, the first detecting row (case, stage, status, reason,
 the op the row names), the seconds from the start of the faulted nightly until that case
-finished (issue 13's time to first detection), and whether the fault fired at all
+finished (the time to first detection), and whether the fault fired at all
 (NEURON_FAULT_LOG). `--json` prints `faults` (per-fault records), `detected`, `per_tier`,
 `missed`, plus the targets: the quick nightly catches >= 95% of the suite, the unit tier alone
 >= 80% of op-level faults (every fault except the compile-only ones).
@@ -44,7 +44,7 @@ add-repros` of the faulted night (`model_only` in `--json`; benchmarks/bug_detec
 Faulted runs get shorter timeouts than the nightly's (--timeout-factor x the slowest clean case,
 at least --min-timeout), so a planted hang costs minutes, not hours.
 
-Ordering (issue 13): with `--order both` (the default) each fault runs in listing order
+Ordering: with `--order both` (the default) each fault runs in listing order
 (`--order listed`: the figures above) and, when that run caught it, again likely failures first
 (`--order likely-failures` with the clean run as the baseline: its failing cases first, then the
 cases whose ops' fingerprints differ from the clean run's - the planted fault's op -, see
@@ -112,7 +112,7 @@ def tier_plans(
 ) -> list[dict[str, Any]]:
     """The quick nightly's tiers (name, limit, timeout), in nightly order, optionally a subset
     (and other case limits, for a quick look; other per-case timeouts, for a loaded machine)."""
-    from contracts.tiers import load_tier, tier_chunk_size
+    from contracts.tiers import load_tier, tier_chunk_size, tier_option
     from harness.engine.nightly import load_config
 
     config = load_config(quick=True)
@@ -134,7 +134,7 @@ def tier_plans(
                 "limit": limit,
                 "chunk": tier_chunk_size(tier),
                 "timeout": float(
-                    (case_timeouts or {}).get(name) or tcfg.timeout or getattr(tier, "timeout", None) or 600.0
+                    (case_timeouts or {}).get(name) or tcfg.timeout or tier_option(tier, "timeout") or 600.0
                 ),
                 # the upstream tier's op_db selection, as `harness nightly --quick` passes it
                 "options": tcfg.options(),
@@ -505,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=("both", "listed", "likely-failures"),
         default="both",
         help="faulted runs in listing order, likely failures first, or both (default; the "
-        "with/without figure of issue 13)",
+        "ordered-over-listed figure)",
     )
     p.add_argument("--workers", type=int, default=1, help="workers per tier run (default 1)")
     p.add_argument(

@@ -379,7 +379,8 @@ def _stream(path: Path, kept: list[dict]):
 def full_config_tasks(path: Path) -> list[dict]:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from harness.build.models import UnknownArchitecture, model_class
+    from harness.build.models import model_class
+    from harness.errors import UnknownArchitecture
 
     tasks = []
     for line in path.read_text().splitlines():

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, default=str))
         return 0
     print(
-        f"agreement: {result['agreement']} ({result['samples_matched']}/{result['samples_cpu_ok']} float32 samples "
+        f"agreement: {result['agreement']} "
+        f"({result['samples_matched']}/{result['samples_cpu_ok']} float32 samples "
         f"CPU can run; target {result['target']}); {result['agreement_excluding_unsupported']} without the "
         f"{result['samples_unsupported']} samples of declared-unsupported features"
     )
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for w in result["failures"][:30]:
         print(
-            f"  {w['op']}: failing {w['failing']}, fallback {w['fallback']} of {w['results']}  {w['first_problem']}"
+            f"  {w['op']}: failing {w['failing']}, fallback {w['fallback']} of {w['results']}  "
+            f"{w['first_problem']}"
         )
     return 0
 

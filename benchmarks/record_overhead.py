@@ -82,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         config = models.resolve_config(spec)
         arch = models.architecture_of(spec)
 
-        def build():
+        def build(config=config, arch=arch):
             return models.build_model(config, arch, seed=0)
 
-        def make(m):
+        def make(m, config=config, arch=arch):
             return model_inputs.make_inputs(m, config, arch, seed=0, seq=args.seq).kwargs
 
         def plain():
@@ -98,12 +98,12 @@ def main(argv: list[str] | None = None) -> int:
             model = build()
             run_phases(_empty_mode(), model, make(model))
 
-        def recorded():
-            out = record_workload(build, make, model_id=spec.model_id, prefer_fake=False)
+        def recorded(model_id=spec.model_id):
+            out = record_workload(build, make, model_id=model_id, prefer_fake=False)
             assert out.mode == "real", out.error
 
-        def fake():
-            record_workload(build, make, model_id=spec.model_id, prefer_fake=True)
+        def fake(model_id=spec.model_id):
+            record_workload(build, make, model_id=model_id, prefer_fake=True)
 
         plain(), recorded()  # warm-up: lazy imports, caches
         times: dict[str, list[float]] = {"plain": [], "recorded": [], "empty_mode": [], "fake": []}

@@ -131,14 +131,16 @@ def _measure(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         print(
-            f"{result['configs']:,} configs ({real:,} real + {result['duplicated_rows']:,} resampled with suffixed ids; "
+            f"{result['configs']:,} configs ({real:,} real + {result['duplicated_rows']:,} resampled "
+            "with suffixed ids; "
             f"{result['unique_inputs']:,} distinct inputs)"
         )
         print(f"{'':8}{'traits s':>10}{'select s':>10}{'total s':>10}{'cpu s':>10}")
         print(f"{'cold':8}{cold_traits:10.2f}{cold_select:10.2f}{cold:10.2f}{cold_cpu:10.2f}")
         print(f"{'warm':8}{warm_traits:10.2f}{warm_select:10.2f}{warm:10.2f}{warm_cpu:10.2f}")
         print(
-            f"cold/warm {result['cold_over_warm']}x; cold / {TARGET_SECONDS:.0f} s target = {result['cold_over_target']}"
+            f"cold/warm {result['cold_over_warm']}x; "
+            f"cold / {TARGET_SECONDS:.0f} s target = {result['cold_over_target']}"
         )
         print(
             f"{result['representatives']} representatives cover {result['universe']} values+pairs; "

@@ -4,8 +4,9 @@
 
 Runs the first N representative models (every stage) through `harness.engine.runner.run_tier` with one
 worker, then with two, on the same case list (listed once), and prints models per minute and the
-ratio. Each run gets its own empty NEFF cache. Target: speedup_2_workers >= 1.7 on a 2-core machine. Worker start-up (importing torch and
-transformers) is part of the measured time, as it is in a real run.
+ratio. Each run gets its own empty NEFF cache. Target: speedup_2_workers >= 1.7 on a 2-core machine.
+Worker start-up (importing torch and transformers) is part of the measured time, as it is in a real
+run.
 """
 
 from __future__ import annotations

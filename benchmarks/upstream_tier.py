@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     b = r["breakdown"]
     print(
-        f"{r['cases']} cases, {r['results']} results in {r['seconds']} s (listing {r['list_seconds']} s) with "
+        f"{r['cases']} cases, {r['results']} results in {r['seconds']} s "
+        f"(listing {r['list_seconds']} s) with "
         f"{r['workers']} workers; target {TARGET_SECONDS} s -> x{r['seconds_over_target']}"
     )
     print(
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for label, a in r["agreement"].items():
         print(
-            f"  {label:10} agree {a['agree']}/{a['cpu_can_run']} = {a['agreement']}, natively {a['native_share']}, "
+            f"  {label:10} agree {a['agree']}/{a['cpu_can_run']} = {a['agreement']}, "
+            f"natively {a['native_share']}, "
             f"unsupported {a['backend_unsupported']}, failing {a['failing']}"
         )
     print(f"  load average before {r['load_average_before']}, after {r['load_average_after']}")

@@ -10,7 +10,8 @@ libraries, torch only inside functions), so `reports` or a CI script can import 
     contracts.backends  the backend protocol, the adapter registry (entry-point group
                         ``harness.backends``) and the built-in cpu/cuda adapters
     contracts.settings  every HARNESS_* variable and harness default, resolved in one place
-    contracts.errors    the one exception classifier (status, error class, message, failing op)
+    contracts.errors    HarnessError and the contracts' errors; the one exception classifier (status,
+                        error class, message, failing op)
 
 Layers (docs/architecture.md): backend -> contracts -> agents, registry, reports -> harness.
 """

@@ -40,6 +40,7 @@ from importlib.metadata import EntryPoint
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
+from contracts.errors import AdapterError
 from contracts.plugins import entry_points
 
 ENTRY_POINT_GROUP = "harness.backends"
@@ -142,10 +143,6 @@ def fallback_count(events: Iterable[dict[str, Any]]) -> int:
 
 def fallback_ops(events: Iterable[dict[str, Any]]) -> list[str]:
     return sorted({str(e["op"]) for e in events if e.get("op")})
-
-
-def can_compile(adapter: Backend) -> bool:
-    return adapter.compile_backend is not None
 
 
 def to_cpu(adapter: Backend, value: Any) -> Any:
@@ -298,10 +295,6 @@ _BUILTIN: dict[str, Factory] = {
     "cuda": lambda name: TorchDeviceBackend(name, "cuda", compile_backend="inductor", simulated=False),
 }
 _REGISTERED: dict[str, Factory] = {}
-
-
-class AdapterError(TypeError):
-    """An adapter that does not implement the protocol (names the missing members)."""
 
 
 def register_backend(name: str, factory: Factory) -> None:

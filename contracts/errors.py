@@ -2,8 +2,9 @@
 normalized message, failing op.
 
 `HarnessError` is the base of every error the packages above the device raise on purpose (each
-also inherits the built-in it is a kind of, so callers may catch either); the device's own errors
-live in `backend/errors.py`.
+also inherits the built-in it is a kind of, so callers may catch either). Each layer keeps its
+public errors in one module: this one (contracts), `agents/errors.py`, `registry/errors.py`,
+`reports/errors.py`, `harness/errors.py`; the device's own errors live in `backend/errors.py`.
 
 Used wherever an exception becomes a row (a stage in harness.stages.check, a case in a worker, a replay):
 MemoryError / an allocator's out-of-memory error is ``oom``, TimeoutError is ``timeout``, anything
@@ -33,6 +34,22 @@ _OOM_WORDS = ("out of memory", "cannot allocate memory", "can't allocate memory"
 
 class HarnessError(Exception):
     """Base of the errors the harness, its agents, registry and reports raise on purpose."""
+
+
+class AdapterError(HarnessError, TypeError):
+    """An adapter that does not implement the protocol (names the missing members)."""
+
+
+class RuleFileError(HarnessError, ValueError):
+    """A rule file that cannot be used: unreadable, not YAML/TOML, or an entry with an unknown
+    or invalid key. The message names the file, the entry and the key:
+
+        harness/data/numerics.yaml: entry classes.float32: unknown key 'atoll'
+    """
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path, self.problems = path, problems
+        super().__init__(f"{path}: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)

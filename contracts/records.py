@@ -176,12 +176,15 @@ class CaseOutcome:
 # ------------------------------------------------------------------------------------- tables
 
 
+def _doc(doc: str, required: bool = False) -> dict[str, Any]:
+    """A table column's documentation, in its field's metadata (reports.schema reads it)."""
+    return {"doc": doc, "required": required}
+
+
 def _col(doc: str, required: bool = False, default: Any = None) -> Any:
-    """A table column: its documentation rides in the field's metadata (reports.schema reads it)."""
-    meta = {"doc": doc, "required": required}
-    if isinstance(default, list):
-        return field(default_factory=list, metadata=meta)
-    return field(default=default, metadata=meta)
+    """A table column with an immutable default (a list column: `field(default_factory=list,
+    metadata=_doc(...))`, so each row gets its own)."""
+    return field(default=default, metadata=_doc(doc, required))
 
 
 @dataclass(frozen=True)
@@ -209,16 +212,20 @@ class ResultRow:
     model_id: str | None = _col(
         "Model the case was built from (the group's first model); null for unit cases."
     )
-    model_ids: list[str] = _col(
-        "Every model the outcome is attributed to (a deduplicated full-tier case stands "
-        "for several); empty for unit cases.",
-        default=[],
+    model_ids: list[str] = field(
+        default_factory=list,
+        metadata=_doc(
+            "Every model the outcome is attributed to (a deduplicated full-tier case stands "
+            "for several); empty for unit cases."
+        ),
     )
     n_models: int | None = _col("len(model_ids): sum it for model-level counts.")
     weight: float | None = _col("Summed downloads of model_ids: sum it for download-weighted coverage.")
     seconds: float | None = _col("Wall time of the stage.")
     fallback_count: int | None = _col("CPU fallback calls seen in the stage (null: backend cannot report).")
-    fallback_ops: list[str] = _col("Distinct op overloads that fell back to the CPU.", default=[])
+    fallback_ops: list[str] = field(
+        default_factory=list, metadata=_doc("Distinct op overloads that fell back to the CPU.")
+    )
     graphs: int | None = _col("Compiled graphs (compile counts), null when not compiled.")
     recompiles: int | None = _col("Recompilations, null when not compiled.")
     peak_memory_bytes: int | None = _col("Peak device memory of the case, null when unknown.")

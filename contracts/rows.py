@@ -69,8 +69,8 @@ def opt_float(value: Any) -> float | None:
 def result_row(
     raw: Mapping[str, Any], run_id: str = "", json_cache: dict[int, str | None] | None = None
 ) -> ResultRow:
-    """A row dict (column names; `traits`, `metrics`, `extra`, `blame_evidence`, `root_cause` may be dicts; other
-    keys go to `extra`; `model_ids` defaults to [model_id]; `graphs`/`recompiles` default to the
+    """A row dict (column names; `traits`, `metrics`, `extra`, `blame_evidence`, `root_cause` may be
+    dicts; other keys go to `extra`; `model_ids` defaults to [model_id]; `graphs`/`recompiles` default to the
     same keys of `metrics`) -> a ResultRow. `json_cache` encodes a dict shared by several rows once."""
     missing = [c for c in _REQUIRED if raw.get(c) in (None, "")]
     if missing:
@@ -79,7 +79,7 @@ def result_row(
     row["run_id"] = str(raw.get("run_id") or run_id)
     status = getattr(raw["status"], "value", raw["status"])
     if status not in STATUS_VALUES:  # a runner bug must not lose the row: record it as an error with why
-        warnings.warn(f"case {raw['case_id']!r}: unknown status {status!r} recorded as error")
+        warnings.warn(f"case {raw['case_id']!r}: unknown status {status!r} recorded as error", stacklevel=2)
         row["reason"] = f"invalid status {status!r}" + (f"; {raw['reason']}" if raw.get("reason") else "")
         status = Status.ERROR.value
     row["status"] = status
@@ -107,7 +107,7 @@ def result_row(
         row[c] = None if row[c] in (None, "") else str(getattr(row[c], "value", row[c]))
     row["variant"] = None if row["variant"] is None else str(row["variant"])  # "" is the op itself
     if row["blame"] is not None and row["blame"] not in _BLAMES:  # kept, but not in the blame column
-        warnings.warn(f"case {raw['case_id']!r}: unknown blame {row['blame']!r} moved to extra")
+        warnings.warn(f"case {raw['case_id']!r}: unknown blame {row['blame']!r} moved to extra", stacklevel=2)
         extra["invalid_blame"], row["blame"] = row["blame"], None
     traits = raw.get("traits")
     if json_cache is None:

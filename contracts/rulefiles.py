@@ -23,19 +23,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contracts.errors import HarnessError
-
-
-class RuleFileError(HarnessError, ValueError):
-    """A rule file that cannot be used: unreadable, not YAML/TOML, or an entry with an unknown
-    or invalid key. The message names the file, the entry and the key:
-
-        harness/data/numerics.yaml: entry classes.float32: unknown key 'atoll'
-    """
-
-    def __init__(self, path: str, problems: list[str]) -> None:
-        self.path, self.problems = path, problems
-        super().__init__(f"{path}: " + "; ".join(problems))
+from contracts.errors import RuleFileError
 
 
 class Rules(BaseModel):

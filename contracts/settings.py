@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contracts.tiers import Tier, tier_option
+
 _ROOT = Path(__file__).resolve().parent.parent
 
 #: Worker limits when neither the command line nor the tier says (harness.engine.workers, .runner).
@@ -77,13 +79,13 @@ TIER_LIMITS: dict[str, TierLimits] = {
 
 
 def resolve_limits(
-    tier: Any, timeout: float | None = None, max_cases: int | None = None
+    tier: Tier, timeout: float | None = None, max_cases: int | None = None
 ) -> tuple[float, int]:
     """(timeout, max_cases_per_worker) of a run: explicit values, else the tier's declared ones
-    (attributes `timeout`, `max_cases_per_worker` of a tier plug-in), else the defaults."""
+    (options `timeout`, `max_cases_per_worker` of a tier plug-in), else the defaults."""
     return (
-        float(timeout or getattr(tier, "timeout", None) or DEFAULT_CASE_TIMEOUT),
-        int(max_cases or getattr(tier, "max_cases_per_worker", None) or DEFAULT_MAX_CASES_PER_WORKER),
+        float(timeout or tier_option(tier, "timeout") or DEFAULT_CASE_TIMEOUT),
+        int(max_cases or tier_option(tier, "max_cases_per_worker") or DEFAULT_MAX_CASES_PER_WORKER),
     )
 
 

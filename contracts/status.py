@@ -106,7 +106,7 @@ REGRESSION_VERDICTS = (Verdict.FAIL, Verdict.FALLBACK_REGRESSION)
 
 
 class Blame(str, enum.Enum):
-    """Whose failure a red row is (the `blame` column of results.parquet; issue 10)."""
+    """Whose failure a red row is (the `blame` column of results.parquet; docs/blame.md)."""
 
     BACKEND = "backend"  # the device under test: a wrong answer, a missing lowering, a crash in its kernels
     UPSTREAM = "upstream"  # PyTorch or transformers themselves (fails the same way on the CPU)
@@ -119,7 +119,7 @@ class Blame(str, enum.Enum):
 
 class UpstreamSkip(str, enum.Enum):
     """Why an upstream-tier sample (an op_db OpInfo sample) was not run: the `reason` of its
-    skipped / not_attempted row (issue 14)."""
+    skipped / not_attempted row (docs/upstream.md)."""
 
     PYTORCH_APPLICABILITY = "pytorch-applicability"  # PyTorch's own skips/xfails for this device or dtype
     BACKEND_UNSUPPORTED = "backend-unsupported"  # the backend declares the op or dtype unsupported

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,8 +45,9 @@ TierResult = ModelCheck | StageResult | list[StageResult] | CaseOutcome | dict[s
 
 @runtime_checkable
 class Tier(Protocol):
-    """A tier plug-in. Required: `name`, `stages`, `cases`, `execute`. Optional, with the default the
-    engine uses when a tier does not set it (`tier_option`):
+    """A tier plug-in. Required: `name`, `stages`, `cases`, `execute`. Optional, read only through
+    `tier_option` (attributes, with the default the engine uses when a tier does not set them,
+    `TIER_DEFAULTS`) and `tier_hook` (methods, None when a tier does not have them, `TIER_HOOKS`):
 
         chunk_size = 1               cases sent to a worker at once (needs `execute_many` above 1)
         timeout = None               seconds per case, and per chunk (None: the settings' default)
@@ -80,14 +81,28 @@ TIER_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: The optional methods of a tier (`tier_hook`).
+TIER_HOOKS: tuple[str, ...] = ("execute_many", "setup", "summarize")
+
+
 def tier_option(tier: Tier, name: str) -> Any:
-    """An optional attribute of a tier, or its declared default (one place that reads them)."""
+    """An optional attribute of a tier, or its declared default (one place that reads them; a name
+    not in `TIER_DEFAULTS` is a KeyError, so a misspelt option cannot silently read a default)."""
     return getattr(tier, name, TIER_DEFAULTS[name])
+
+
+def tier_hook(tier: Tier, name: str) -> Callable[..., Any] | None:
+    """An optional method of a tier (`TIER_HOOKS`), or None when the tier does not implement it
+    (one place that probes for them; an undeclared name is a KeyError)."""
+    if name not in TIER_HOOKS:
+        raise KeyError(f"{name!r} is not an optional tier method: one of {', '.join(TIER_HOOKS)}")
+    hook = getattr(tier, name, None)
+    return hook if callable(hook) else None
 
 
 def tier_chunk_size(tier: Tier) -> int:
     """Cases per chunk: the tier's `chunk_size` when it can execute a chunk at once, else 1."""
-    if not callable(getattr(tier, "execute_many", None)):
+    if tier_hook(tier, "execute_many") is None:
         return 1
     return max(1, int(tier_option(tier, "chunk_size") or 1))
 

@@ -20,7 +20,6 @@ import torch
 from pydantic import Field, model_validator
 
 from contracts.rulefiles import Rules, cached_rules, resource
-from registry.encoding import iter_tensors
 
 #: an argument of a call: a position, or a keyword's name
 Arg = int | str
@@ -379,10 +378,3 @@ def _observe(t: torch.Tensor) -> dict | None:
             lo, hi = int(t.min()), int(t.max())
             return {"kind": "range", "low": lo, "high": hi + 1, "source": "observed"}
     return None  # floats: positivity etc. come from the op's semantics (cheaper, and fake-safe)
-
-
-def tensor_paths(args: list, kwargs: dict) -> list[str]:
-    paths = [f"a.{p}" for p, _ in iter_tensors(args)]
-    for k, v in kwargs.items():
-        paths += [f"k.{k}" + (f".{p}" if p else "") for p, _ in iter_tensors(v)]
-    return paths

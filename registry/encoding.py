@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from registry.errors import UnreplayableError
+
 #: dtype abbreviations of PyTorch's operator-input logs (benchmarks/dynamo/microbenchmarks).
 DTYPE_ABBREVS: dict[torch.dtype, str] = {
     torch.float16: "f16",
@@ -59,10 +61,6 @@ MEMORY_FORMATS = {
 }
 _LAYOUT_BY_NAME = {v: k for k, v in LAYOUTS.items()}
 _MEMFMT_BY_NAME = {v: k for k, v in MEMORY_FORMATS.items()}
-
-
-class UnreplayableError(ValueError):
-    """An argument the replay cannot rebuild (carries the reason shown in reports)."""
 
 
 def contiguous_strides(shape: list[int] | tuple[int, ...]) -> list[int]:

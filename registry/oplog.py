@@ -24,14 +24,8 @@ from pathlib import Path
 import torch
 
 from registry.constraints import canonical_op, infer_constraints, unreplayable_reason
-from registry.encoding import (
-    ABBREV_DTYPES,
-    LAYOUTS,
-    MEMORY_FORMATS,
-    UnreplayableError,
-    find_opaque,
-    signature,
-)
+from registry.encoding import ABBREV_DTYPES, LAYOUTS, MEMORY_FORMATS, find_opaque, signature
+from registry.errors import UnreplayableError
 from registry.schema import Entry, Provenance
 from registry.store import Registry
 

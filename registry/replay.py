@@ -32,14 +32,8 @@ from registry.constraints import (
     metadata_only_outputs,
     unreplayable_reason,
 )
-from registry.encoding import (
-    DTYPE_ABBREVS,
-    UnreplayableError,
-    find_opaque,
-    parse_signature,
-    run_of,
-    signature_hash,
-)
+from registry.encoding import DTYPE_ABBREVS, find_opaque, parse_signature, run_of, signature_hash
+from registry.errors import TooLargeError, UnreplayableError
 from registry.inputs import BuiltTensor, build_args, build_tensor, materialize  # noqa: F401  (re-exported)
 from registry.tolerances import tolerance_for
 
@@ -297,7 +291,7 @@ def plan(spec: CaseSpec, max_numel: int | None = None) -> Plan:
         constraints = {**spec.constraints, **infer_constraints(spec.op, a_enc, k_enc)}
         constraints.update({p: c for p, c in spec.constraints.items() if c.get("kind") == "values"})
         fitted = scaling.fit(func, a_enc, k_enc, constraints, max_numel)
-    except (UnreplayableError, scaling.TooLargeError) as exc:
+    except (UnreplayableError, TooLargeError) as exc:
         return Plan(skip=f"unreplayable: {exc}")
     except Exception as exc:  # noqa: BLE001 - a malformed case is reported, not raised
         return Plan(skip=f"unreplayable: cannot build inputs ({type(exc).__name__}: {_normalize(exc)})")

@@ -20,12 +20,9 @@ import torch
 
 from contracts.settings import current
 from registry.encoding import ABBREV_DTYPES, contiguous_strides, decode_scalar, iter_tensors
+from registry.errors import TooLargeError
 
 HARD_CAP_FACTOR = 64
-
-
-class TooLargeError(ValueError):
-    """The case is beyond the replay budget and could not be scaled down consistently."""
 
 
 #: Ops whose integer arguments are explicit strides/offsets: never scaled (run at full size).

@@ -22,11 +22,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from registry.errors import RegistryFormatError
 from registry.schema import ARROW_SCHEMA, METADATA_KEY, OPTIONAL_COLUMNS, SCHEMA_VERSION, Entry, Provenance
-
-
-class RegistryFormatError(ValueError):
-    """A file that is not a registry of this schema version (message names path and versions)."""
 
 
 def _rank(c: dict) -> int:

@@ -130,9 +130,6 @@ class LevelCoverage:
         """Reached over the models not blamed on upstream/environment: the harness' and the device's share."""
         return fmt_rate(self.models_reached if self.models else self.cases_reached, self.models_attributable)
 
-    def fmt_weight_attributable(self) -> str:
-        return fmt_rate(self.weight_reached, self.weight_attributable, weighted=True)
-
 
 @dataclass
 class TraitCoverage:

@@ -62,6 +62,8 @@ def _env() -> jinja2.Environment:
 
 def _root_cause_text(record: dict[str, Any] | None, how) -> str:
     return how(RootCause.from_dict(record)) if record else ""
+
+
 def _identity_text(rec: dict[str, Any]) -> str:
     """What was tested, from runs.parquet's backend columns: "real; torchax 0.0.13, jax 0.10.2;
     jax_enable_x64=False" ("" when the run did not record it)."""

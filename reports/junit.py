@@ -3,8 +3,9 @@
 pass -> a plain testcase; fail -> <failure>; error / timeout / oom / crash -> <error> (its type
 is the status, the message the reason or exception); skipped / not_attempted -> <skipped> with
 the reason. A row that does not pass carries its blame: a `blame` property of the testcase and a
-"[blame: backend]" prefix of the message; backend-blamed failures come first in each suite. Written as ``junit-<tier>.xml`` into the run directory. The XML is streamed as text
-(escaped with xml.sax.saxutils), so a tier of 250,000 rows stays a few seconds and little memory.
+"[blame: backend]" prefix of the message; backend-blamed failures come first in each suite.
+Written as ``junit-<tier>.xml`` into the run directory. The XML is streamed as text (escaped with
+xml.sax.saxutils), so a tier of 250,000 rows stays a few seconds and little memory.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ harness installed:
     results.parquet    one row per (tier, case, stage): the outcome, with its reason and metrics
     fallbacks.parquet  one row per (case, op, shapes/dtypes, reason, frame): CPU fallback events
     per_op.parquet     one row per (tier, op): native and fallback calls, models / downloads blocked;
-                       for the upstream tier also one row per (OpInfo, dtype): native / fallback / failing samples
+                       for the upstream tier also one row per (OpInfo, dtype): native / fallback /
+                       failing samples
 
 The columns of results and fallbacks are the fields of contracts.records.ResultRow and FallbackRow
 (one definition, with each column's documentation); runs and per_op are the report's own tables.
@@ -130,7 +131,11 @@ RUNS = Table(
             "JSON object of the backend settings describe() reports (precision, fallback mode, "
             "JAX's 64-bit mode, ...), null when unknown.",
         ),
-        Column("tiers", _LIST_STR, "Tiers the run covers (unit, representative, full)."),
+        Column(
+            "tiers",
+            _LIST_STR,
+            "Tiers the run covers (unit, representative, full, upstream, or a tier of its own).",
+        ),
         Column("shard", pa.string(), "Shard I/N of a CI matrix run, null when unsharded."),
         Column("host", pa.string(), "Machine the run ran on."),
         Column("extra", pa.string(), "JSON object of any other run metadata the runner recorded."),

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from contracts.records import ResultRow
 from contracts.rows import opt_float, opt_int, result_row, to_json
 from contracts.status import FAILING_VALUES, Status
+from reports.errors import SchemaVersionError
 from reports.schema import (
     FALLBACKS,
     META_SCHEMA_VERSION,
@@ -51,10 +52,6 @@ from reports.schema import (
 )
 
 _RESULT_COLUMNS = tuple(column_names(RESULTS))
-
-
-class SchemaVersionError(ValueError):
-    """A table was written by a newer schema than this harness reads."""
 
 
 # ---------------------------------------------------------------------------------------- writing

@@ -32,7 +32,8 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from contracts.rulefiles import RuleFileError, Rules, read_data, resource, validate
+from contracts.errors import RuleFileError
+from contracts.rulefiles import Rules, read_data, resource, validate
 from contracts.status import UpstreamSkip
 from reports.expectations import Rule, dump, judge, rewrite, tier_rows, write_yaml
 

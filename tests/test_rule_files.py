@@ -18,7 +18,8 @@ from agents.llm_groups import FailureCauses
 from agents.partial_config import SummaryAliases
 from agents.triage import TriageRules
 from agents.vocabulary import TraitVocabulary
-from contracts.rulefiles import RuleFileError, load_rules
+from contracts.errors import RuleFileError
+from contracts.rulefiles import load_rules
 from harness.blame.rules import BlameRules
 from harness.engine.nightly import NightlyConfig
 from harness.recording.workloads import SpecList

@@ -15,8 +15,9 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
-from typing import ContextManager, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import filelock
 

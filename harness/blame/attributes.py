@@ -15,6 +15,7 @@ from typing import Any
 
 from agents.quiet import quiet_transformers
 from harness.blame import rules as rules_mod
+from harness.errors import ProbeTimeout
 
 _CONFIG_ATTRIBUTE = re.compile(r"'(\w+Config)' object has no attribute '(\w+)'")
 
@@ -150,10 +151,6 @@ def probe_config_overflow(text: str, default: Callable[[], Any]) -> dict[str, An
         "status": "beyond_range_in_default",
         "fields": ", ".join(f"{k} = {v:g}" for k, v in sorted(found.items())),
     }
-
-
-class ProbeTimeout(TimeoutError):
-    """A probe took longer than blame_rules.yaml's probe.timeout: inconclusive."""
 
 
 @contextlib.contextmanager

@@ -41,9 +41,10 @@ from torch.utils._pytree import tree_leaves
 from agents.quiet import quiet_transformers
 from contracts.status import Status
 from harness.blame import rules as rules_mod
+from harness.errors import NoLoss
 from harness.stages.compare import named_float_tensors
 from harness.stages.compile import worst_compared
-from harness.stages.step import NoLoss, parameter_grads, train_mode, training_loss
+from harness.stages.step import parameter_grads, train_mode, training_loss
 
 _aten = torch.ops.aten
 #: the ops whose result is a choice among their input's values

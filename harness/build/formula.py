@@ -25,14 +25,7 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
-
-class FormulaError(ValueError):
-    """A formula outside the language, or one that fails on its values; the message names it."""
-
-
-class MissingName(NameError):
-    """A name the scope does not have (or holds as None): the formula does not apply."""
-
+from harness.errors import FormulaError, MissingName
 
 BINARY = {
     ast.Add: operator.add,

@@ -6,7 +6,7 @@ ready for a deterministic training step (dropout 0, a pad token id: harness/buil
 (only classes shipped in the installed transformers; a name it does not know is an error, never a
 fetch of custom code).
 
-    >>> from harness.specs import ModelSpec
+    >>> from contracts.records import ModelSpec
     >>> spec = ModelSpec("catalog/bert", "bert", "BertForMaskedLM")
     >>> model = build_model(resolve_config(spec), spec.architecture)
 """
@@ -21,10 +21,7 @@ from agents.quiet import quiet_transformers
 from contracts.timing import phase
 from harness.build.shrink import shrink_config
 from harness.build.train_mode import prepare_config, zero_dropout_modules
-
-
-class UnknownArchitecture(LookupError):
-    """The spec names a class the installed transformers does not ship."""
+from harness.errors import UnknownArchitecture
 
 
 @cache

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from contracts.rulefiles import RuleFileError
+from contracts.errors import RuleFileError
 
 # subcommand name -> module path. Order is the order shown in --help.
 SUBCOMMANDS: dict[str, str] = {
@@ -43,15 +43,43 @@ def _available() -> dict[str, object]:
     return modules
 
 
+EPILOG = """examples:
+  harness doctor                                   # versions, the backend in use and its settings
+  harness check bert --backend neuron              # one model, stage by stage
+  harness nightly --quick --out runs/quick         # every tier, the report, the comparison
+  harness run --tier unit --out runs/u1 --json     # one tier
+  harness report runs/quick                        # runs/quick/report.html
+  harness explain runs/quick                       # the aten call behind each backend failure
+
+`harness COMMAND --help` has each command's own examples.
+"""
+
+
+def _nested_examples(parser: argparse.ArgumentParser, prog: str) -> None:
+    """A command with commands of its own (`harness registry regenerate`) shows the examples of its
+    parent's help that name it: the examples stay in one place per command module."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for name, child in action.choices.items():
+            lines = [line for line in (parser.epilog or "").splitlines() if f"{prog} {name} " in f"{line} "]
+            if child.epilog is None and lines:
+                child.epilog = "examples:\n" + "\n".join(lines)
+                child.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="harness",
         description="Which Hugging Face models run on your PyTorch backend, and what changed.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in _available().items():
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
+        _nested_examples(p, f"harness {name}")
         p.set_defaults(_run=module.run)
     return parser
 

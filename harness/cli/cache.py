@@ -21,7 +21,7 @@ HELP = "Inspect, clear or warm the neuron NEFF compile cache (memory, disk, shar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = __doc__.split("Examples:", 1)[1]
+    parser.epilog = "examples:" + __doc__.split("Examples:", 1)[1]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     stats = sub.add_parser("stats", help="entries, bytes and counters of each cache level")
@@ -60,11 +60,13 @@ def _print_stats(stats: dict[str, Any]) -> None:
         print(f"shared      {shared['location']}: unreadable ({shared['error']})")
     else:
         print(
-            f"shared      {shared['location']}: {shared['entries']} artifacts, {_human_bytes(shared['bytes'])}"
+            f"shared      {shared['location']}: {shared['entries']} artifacts, "
+            f"{_human_bytes(shared['bytes'])}"
         )
     c = stats["cumulative"]
     print(
-        f"since clear {c['compiles']} compiles ({c['compile_seconds']:.2f} s), hits: memory {c['hits_memory']}, "
+        f"since clear {c['compiles']} compiles ({c['compile_seconds']:.2f} s), "
+        f"hits: memory {c['hits_memory']}, "
         f"disk {c['hits_disk']}, shared {c['hits_shared']}; corrupt removed {c['corrupt_removed']}, "
         f"compile failures {c['compile_failures']}"
     )
@@ -117,8 +119,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out))
     else:
+        why = f" - {out['reason']}" if out["reason"] else ""
         print(
-            f"{out['model']} ({out['architecture']}): compile {out['status']}{' - ' + out['reason'] if out['reason'] else ''}; "
-            f"{out['compiles']} new compiles, hits {out['hits']} in {out['seconds']:.1f} s -> {out['cache_dir']}"
+            f"{out['model']} ({out['architecture']}): compile {out['status']}{why}; "
+            f"{out['compiles']} new compiles, hits {out['hits']} in {out['seconds']:.1f} s "
+            f"-> {out['cache_dir']}"
         )
     return 0 if out["status"] == "pass" else 1

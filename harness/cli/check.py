@@ -19,16 +19,13 @@ from pathlib import Path
 
 from contracts.records import ModelSpec
 from contracts.status import MODEL_STAGES, is_failing
+from harness.errors import TargetError
 
 HELP = "Check one model (Hub id, model type or config.json) on a backend, stage by stage."
 
 
-class TargetError(LookupError):
-    """MODEL could not be resolved to something to check."""
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = __doc__.split("Examples:", 1)[1]
+    parser.epilog = "examples:" + __doc__.split("Examples:", 1)[1]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "model",
@@ -153,6 +150,8 @@ def render_table(result) -> str:
 def _or_na(value) -> str:
     """A figure the backend (or a stage that did not run) could not give: n/a, never 0."""
     return "n/a" if value is None else str(value)
+
+
 def render_root_causes(result, repro_dir: str | None = None) -> str:
     """The root cause of every stage that carries one (`--explain`); repro files into repro_dir."""
     from contracts.rootcause import RootCause

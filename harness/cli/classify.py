@@ -9,7 +9,15 @@ import sys
 HELP = "Classify every model of a crawl store by architectural traits (writes DIR/traits.parquet)"
 
 
+EPILOG = """examples:
+  harness classify --in crawl/                 # writes crawl/traits.parquet
+  harness classify --in crawl/ --no-llm --json
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument(
         "--in", dest="in_dir", required=True, metavar="DIR", help="crawl directory (models.parquet)"
     )
@@ -20,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def llm_fill_or_none(directory, disabled: bool):
-    """The LLM trait filler when configured (OPENAI_BASE_URL/OPENAI_API_KEY + HARNESS_LLM_MODEL), else None."""
+    """The LLM trait filler when configured (OPENAI_BASE_URL/OPENAI_API_KEY + HARNESS_LLM_MODEL), else
+    None."""
     if disabled:
         return None
     from agents.llm_traits import LLMClassifier

@@ -10,7 +10,16 @@ import sys
 HELP = "Discover models (Hub crawl, offline catalog, or snapshot dump) into a Parquet crawl store"
 
 
+EPILOG = """examples:
+  harness crawl --out crawl/                                   # the offline catalog (no network)
+  harness crawl --source snapshot:../shared/data/hub/hub_models.jsonl.gz --out crawl/ --json
+  harness crawl --source hub --task text-generation --limit 500 --out crawl/
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument(
         "--source",
         default="catalog",
@@ -43,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from agents.crawl import CrawlError, HubOptions, crawl_hub, write_records
+    from agents.crawl import HubOptions, crawl_hub, write_records
+    from agents.errors import CrawlError
 
     source = args.source
     if args.limit is not None and args.limit < 0:

@@ -28,7 +28,7 @@ HELP = "Explain a run's backend failures: the aten call that broke each, and its
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = __doc__.split("Examples:", 1)[1]
+    parser.epilog = "examples:" + __doc__.split("Examples:", 1)[1]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "rundir", metavar="RUNDIR", help="a run directory (harness run --out) or a nightly dir"

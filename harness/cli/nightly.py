@@ -1,4 +1,5 @@
-"""`harness nightly`: all three tiers, then the HTML report and the comparison with the baseline."""
+"""`harness nightly`: every tier of the nightly (harness/data/nightly.toml), then the HTML report and
+the comparison with the baseline."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import sys
 
 from harness.cli.run import add_common
 
-HELP = "Run unit, representative and full tiers into DIR, write the report, compare with the baseline."
+HELP = (
+    "Run the unit, representative, full and upstream tiers into DIR, write the report, "
+    "compare with the baseline."
+)
 
 EPILOG = """examples:
   harness nightly --quick --out runs/quick            # bundled defaults, < 10 min on 2 cores

@@ -278,7 +278,8 @@ def _export_tests(args: argparse.Namespace) -> int:
 
 def _add_repros(args: argparse.Namespace) -> int:
     from harness.rootcause.repro import entries, run_rows, write_repros
-    from registry.store import Registry, RegistryFormatError
+    from registry.errors import RegistryFormatError
+    from registry.store import Registry
 
     path = Path(args.registry) if args.registry else default_registry_path()
     try:

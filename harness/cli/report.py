@@ -12,7 +12,7 @@ HELP = (
 )
 
 EPILOG = """examples:
-  harness report runs/2026-11-29                  # compares with $HARNESS_BASELINE_DIR or ./baseline if present
+  harness report runs/2026-11-29                  # compares with $HARNESS_BASELINE_DIR or ./baseline
   harness report runs/2026-11-29 --baseline ci/baseline --json
   harness report runs/2026-11-29 --no-baseline --history 30
 """

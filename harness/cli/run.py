@@ -199,7 +199,8 @@ def tier_options(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from contracts.tiers import load_tier
-    from harness.engine.runner import RunDirMismatch, RunOptions, parse_shard, run_tier
+    from harness.engine.runner import RunOptions, parse_shard, run_tier
+    from harness.errors import RunDirMismatch
 
     try:
         apply_shape_budget(args)

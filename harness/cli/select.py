@@ -6,10 +6,21 @@ import argparse
 import json
 import sys
 
-HELP = "Choose representative models covering every trait value and interacting pair (writes DIR/representatives.parquet)"
+HELP = (
+    "Choose representative models covering every trait value and interacting pair "
+    "(writes DIR/representatives.parquet)"
+)
+
+
+EPILOG = """examples:
+  harness select --in crawl/                   # writes crawl/representatives.parquet
+  harness select --in crawl/ --reclassify --json
+"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument(
         "--in", dest="in_dir", required=True, metavar="DIR", help="crawl directory (models.parquet)"
     )
@@ -50,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_summary(summary)
     print(
-        f"representatives chosen  {len(selection.representatives)} covering {selection.covered}/{selection.universe} "
-        f"trait values and interacting pairs (greedy bound H({selection.max_set_size}) = {selection.greedy_bound:.2f})"
+        f"representatives chosen  {len(selection.representatives)} "
+        f"covering {selection.covered}/{selection.universe} trait values and interacting pairs "
+        f"(greedy bound H({selection.max_set_size}) = {selection.greedy_bound:.2f})"
     )
     print(
         f"download-weighted coverage  {selection.download_weighted_coverage:.1%} of downloads "
@@ -59,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     )
     for r in selection.representatives[:15]:
         print(
-            f"  {r.id:<50} {r.downloads:>12,}  cluster {r.cluster_download_share:6.1%}  new {len(r.first_covered)}"
+            f"  {r.id:<50} {r.downloads:>12,}  cluster {r.cluster_download_share:6.1%}  "
+            f"new {len(r.first_covered)}"
         )
     if len(selection.representatives) > 15:
         print(f"  ... {len(selection.representatives) - 15} more in {path}")

@@ -9,7 +9,15 @@ import sys
 HELP = "Print the architectural traits of one config.json"
 
 
+EPILOG = """examples:
+  harness traits path/to/config.json
+  harness traits path/to/config.json --json
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("config", metavar="CONFIG.json", help="a transformers config.json")
     p.add_argument(
         "--level",

@@ -220,7 +220,10 @@ class Schedule:
         seconds = self.costs.seconds.get(case.case_id)
         if seconds is None:
             return self.tier_limit
-        return min(self.tier_limit, max(self.settings.floor, self.settings.factor * seconds) + self._allowance([case]))
+        return min(
+            self.tier_limit,
+            max(self.settings.floor, self.settings.factor * seconds) + self._allowance([case]),
+        )
 
     def chunk_limit(self, cases: list[Case]) -> float:
         known = [self.costs.seconds.get(c.case_id) for c in cases]

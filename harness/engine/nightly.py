@@ -26,7 +26,8 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from contracts.rulefiles import RuleFileError, Rules, load_rules, resource
+from contracts.errors import RuleFileError
+from contracts.rulefiles import Rules, load_rules, resource
 from harness.engine.runner import RunOptions, parse_shard, run_tier
 from harness.engine.workers import WorkerLimits
 

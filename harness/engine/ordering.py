@@ -63,10 +63,12 @@ def probe_fingerprints(backend: str, sys_path: list[str] | None = None) -> subpr
     )
 
 
-_PROBED: dict[tuple, Any] = {}
+#: A started fingerprint probe, named by what its fingerprints depend on (`start_probe`).
+ProbeKey = tuple
+_PROBED: dict[ProbeKey, Any] = {}
 
 
-def _probe_key(backend: str) -> tuple:
+def _probe_key(backend: str) -> ProbeKey:
     """What the fingerprints of one process's backend depend on besides the code: its variables."""
     return (
         backend,
@@ -74,7 +76,7 @@ def _probe_key(backend: str) -> tuple:
     )
 
 
-def start_probe(backend: str) -> tuple:
+def start_probe(backend: str) -> ProbeKey:
     """Start probing (once per process and backend: a nightly's tiers share one probe)."""
     key = _probe_key(backend)
     if key not in _PROBED:
@@ -85,7 +87,7 @@ def start_probe(backend: str) -> tuple:
     return key
 
 
-def finish_probe(key: tuple) -> dict[str, Any] | None:
+def finish_probe(key: ProbeKey) -> dict[str, Any] | None:
     value = _PROBED.get(key)
     if isinstance(value, subprocess.Popen):
         value = _PROBED[key] = collect_fingerprints(value)

@@ -24,6 +24,7 @@ from typing import Any
 from contracts.records import Case, CaseOutcome
 from contracts.settings import resolve_limits
 from contracts.status import Blame
+from contracts.tiers import Tier, tier_option
 from harness.blame import rules as blame
 from harness.engine.journal import Journal
 
@@ -44,12 +45,12 @@ def reference_outcomes(run_dir: str | Path, tier: str | None = None) -> dict[tup
 
 
 def reference_pass(
-    tier: Any, opts: Any, journal: Journal, cases: list[Case], run_dir: Path
+    tier: Tier, opts: Any, journal: Journal, cases: list[Case], run_dir: Path
 ) -> dict[str, Any]:
     """Re-run on the reference the cases of `tier` that need it; returns bookkeeping for run.json."""
     from harness.engine.executors import make_executor
 
-    if blame.is_reference(opts.backend) or not getattr(tier, "reference_rerun", True):
+    if blame.is_reference(opts.backend) or not tier_option(tier, "reference_rerun"):
         return {}  # a tier may opt out (`reference_rerun = False`): its dead cases stay blamed by rule
     by_id = {c.case_id: c for c in cases}
     need = [

@@ -22,6 +22,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,21 +30,19 @@ from typing import Any
 from contracts.records import Case, CaseOutcome
 from contracts.rows import case_rows
 from contracts.settings import resolve_limits
-from contracts.tiers import TierInputs, load_tier, tier_chunk_size, tier_option
+from contracts.tiers import Tier, TierInputs, load_tier, tier_chunk_size, tier_hook, tier_option
 from harness.engine import ordering
+from harness.engine.executors.base import Executor
 from harness.engine.journal import Journal
 from harness.engine.limits import BaselineCosts, LimitSettings, Schedule, baseline_costs, marks_of
 from harness.engine.ordering import DEFAULT_ORDER
 from harness.engine.rerun import blamed, reference_outcomes, reference_pass
 from harness.engine.workers import WorkerLimits
+from harness.errors import RunDirMismatch
 
 RUN_FILE = "run.json"
 #: Blames a coverage figure's attributable denominator leaves out (not the harness', not the device's).
 EXCLUDED_BLAMES = ("upstream", "environment")
-
-
-class RunDirMismatch(ValueError):
-    """The run directory was started with other settings (backend, shard): refuse to mix them."""
 
 
 @dataclass
@@ -237,7 +236,7 @@ def _cases_key(opts: RunOptions) -> str:
 
 
 def list_cases(
-    tier: Any, opts: RunOptions, run_dir: Path | None = None, cache_record: dict[str, Any] | None = None
+    tier: Tier, opts: RunOptions, run_dir: Path | None = None, cache_record: dict[str, Any] | None = None
 ) -> list[Case]:
     """The tier's cases (limit, then shard), saved in the run dir so a restart reuses the same list
     without listing again (deduplicating a large population costs minutes); a built-in tier's list
@@ -272,7 +271,7 @@ def list_cases(
     return cases
 
 
-def _list_cases(tier: Any, opts: RunOptions) -> list[Case]:
+def _list_cases(tier: Tier, opts: RunOptions) -> list[Case]:
     inputs = TierInputs(
         backend=opts.backend,
         registry=opts.registry,
@@ -307,7 +306,7 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     probe = None if opts.executor == "local" else ordering.start_probe(opts.backend)
     timeout, max_cases = resolve_limits(tier, opts.limits.timeout, opts.limits.max_cases)
 
-    def new_executor() -> Any:
+    def new_executor() -> Executor:
         return make_executor(
             opts.executor,
             opts.tier,
@@ -323,17 +322,26 @@ def run_tier(opts: RunOptions) -> dict[str, Any]:
     # executors (Ray starts a cluster) are made only when there is something to run
     executor = new_executor() if opts.executor == "local" else None
     try:
-        return _run_listed(tier, opts, run_dir, meta, probe, executor or new_executor, t0)
+        return _run_listed(tier, opts, run_dir, meta, probe, executor, new_executor, t0)
     finally:
-        getattr(executor, "close", lambda: None)()  # pre-started workers no chunk needed
+        if executor is not None:
+            executor.close()  # pre-started workers no chunk needed
 
 
 def _run_listed(
-    tier: Any, opts: RunOptions, run_dir: Path, meta: dict[str, Any], probe: Any, executor: Any, t0: float
+    tier: Tier,
+    opts: RunOptions,
+    run_dir: Path,
+    meta: dict[str, Any],
+    probe: ordering.ProbeKey | None,
+    executor: Executor | None,
+    new_executor: Callable[[], Executor],
+    t0: float,
 ) -> dict[str, Any]:
-    """run_tier after the run dir is open: `executor` is an executor, or a function making one."""
+    """run_tier after the run dir is open: `executor` is the pre-started executor, or None to make
+    one with `new_executor` only when there is something to run."""
     journal = Journal(run_dir)
-    if not journal.done(tier.name) and hasattr(executor, "prestart"):  # a fresh run dir: every case will run
+    if not journal.done(tier.name) and executor is not None:  # a fresh run dir: every case will run
         executor.prestart()  # first: the workers' start-up overlaps reading the baseline and listing
     try:
         stop = _stop_at_regressions(tier.name, opts)  # pandas + the baseline's tables: seconds
@@ -350,7 +358,7 @@ def _run_listed(
         fingerprints to compare with, so they never delay the first case otherwise. A local run's
         first worker reports them with its start-up (`start`: start it to ask, as the cases need it)."""
         t_probe = time.monotonic()
-        value = executor.fingerprints(start) if hasattr(executor, "fingerprints") else None
+        value = executor.fingerprints(start) if executor is not None else None
         if value is None:  # not a local run, or its worker had none: a probe process of its own
             value = ordering.finish_probe(probe if probe is not None else ordering.start_probe(opts.backend))
         waited[0] += time.monotonic() - t_probe
@@ -385,9 +393,9 @@ def _run_listed(
             if stop is not None and not stop.reached and stop.add(outcomes):
                 executor.drain()  # no new chunk; those running finish and are journaled
 
-        if not hasattr(executor, "run"):  # made only when there is something to run
-            executor = executor() if chunks else None
         if chunks:
+            if executor is None:  # made only when there is something to run
+                executor = new_executor()
             executor.run(chunks, on_results, plan=schedule)
         bar.close()
         not_run = len(todo) - sum(
@@ -425,7 +433,7 @@ def _run_listed(
         t_tables = time.monotonic()
         paths = write_tables(run_dir, journal, meta)
         timings["tables_seconds"] = round(time.monotonic() - t_tables, 3)
-        own_figures = callable(getattr(tier, "summarize", None))
+        own_figures = tier_hook(tier, "summarize")
         own_records = [r for r in journal.records(tier.name) if r["case_id"] in wanted] if own_figures else []
     finally:
         journal.close()
@@ -437,8 +445,8 @@ def _run_listed(
     timings["summary_seconds"] = round(time.monotonic() - t_summary, 3)
     timings["wall_seconds"] = round(time.monotonic() - t0, 3)
     _write_json(run_dir / RUN_FILE, meta)
-    if own_figures:  # a tier's own figures (the unit tier: shape scaling)
-        summary.update(tier.summarize(own_records))
+    if own_figures is not None:  # a tier's own figures (the unit tier: shape scaling)
+        summary.update(own_figures(own_records))
     summary.update(
         {
             "run_id": meta["run_id"],
@@ -468,7 +476,7 @@ def _baseline_path(opts: RunOptions) -> Any:
 
 
 def _schedule(
-    tier: Any, opts: RunOptions, cases: list[Case], journal: Journal, why: dict[str, dict[str, Any]]
+    tier: Tier, opts: RunOptions, cases: list[Case], journal: Journal, why: dict[str, dict[str, Any]]
 ) -> Schedule:
     """The run's limits (what each case cost in the baseline) and marks (ops workers died in: the
     baseline's, the nightly's earlier tiers', this run's before a restart); harness.engine.limits."""

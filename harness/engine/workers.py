@@ -55,8 +55,9 @@ from contracts.records import Case, CaseOutcome
 from contracts.rootcause import RootCause
 from contracts.settings import DEFAULT_STARTUP_TIMEOUT, DEFAULT_WORKER_MEMORY, current, resolve_limits
 from contracts.status import Status
-from contracts.tiers import failure_outcome, from_result, load_tier
+from contracts.tiers import Tier, failure_outcome, from_result, load_tier, tier_hook
 from harness.engine import calljournal
+from harness.errors import WorkerDied
 
 if TYPE_CHECKING:
     from harness.engine.executors.base import Plan
@@ -93,15 +94,6 @@ def rss_bytes(pid: int) -> int:
 def _short(text: str, limit: int = 500) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class WorkerDied(Exception):
-    def __init__(
-        self, status: Status, reason: str, error_class: str, message: str, seconds: float = 0.0
-    ) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.error_class, self.message = status, reason, error_class, message
-        self.seconds = seconds  # how long the case ran (a timeout: its limit)
 
 
 class IsolatedWorker:
@@ -695,7 +687,7 @@ def _fingerprints(backend: str) -> dict[str, Any]:
     return value if isinstance(value, dict) and isinstance(value.get("ops"), dict) else {}
 
 
-def _execute_one(tier: Any, case: Case, backend: str) -> CaseOutcome:
+def _execute_one(tier: Tier, case: Case, backend: str) -> CaseOutcome:
     out = _execute_untimed(tier, case, backend)
     phases = timing.take()
     if phases:
@@ -704,7 +696,7 @@ def _execute_one(tier: Any, case: Case, backend: str) -> CaseOutcome:
 
 
 def _execute_journaled(
-    tier: Any, case: Case, backend: str, journal: str, begin: Callable[[], None]
+    tier: Tier, case: Case, backend: str, journal: str, begin: Callable[[], None]
 ) -> CaseOutcome:
     """The case under the call journal (the file is truncated before `begin` tells the parent the
     case runs, so the parent's stall watch never reads an earlier case's calls). A journal that
@@ -739,7 +731,7 @@ def _device_type(backend: str) -> str | None:
         return None
 
 
-def _execute_untimed(tier: Any, case: Case, backend: str) -> CaseOutcome:
+def _execute_untimed(tier: Tier, case: Case, backend: str) -> CaseOutcome:
     t0 = time.monotonic()
     try:
         result = tier.execute(case, backend)
@@ -778,8 +770,9 @@ def _child_main(fd: int) -> None:
     backend = init["backend"]
     try:
         tier = load_tier(init["tier"])
-        if hasattr(tier, "setup"):
-            tier.setup(backend)
+        setup = tier_hook(tier, "setup")
+        if setup is not None:
+            setup(backend)
         stages = list(tier.stages)
         timing.take()  # what setup did is start-up, not the first case's
     except BaseException as exc:  # noqa: BLE001
@@ -794,12 +787,13 @@ def _child_main(fd: int) -> None:
         if msg[0] == "stop":
             return
         cases = [Case(**c) for c in msg[1]]
-        if msg[2] and hasattr(tier, "execute_many"):
+        execute_many = tier_hook(tier, "execute_many") if msg[2] else None
+        if execute_many is not None:
             conn.send(("begin", [c.case_id for c in cases]))
             t0 = time.monotonic()
             timing.take()
             try:
-                raw = list(tier.execute_many(cases, backend))
+                raw = list(execute_many(cases, backend))
                 if len(raw) != len(cases):
                     raise ValueError(f"execute_many returned {len(raw)} results for {len(cases)} cases")
                 each = (time.monotonic() - t0) / len(cases)

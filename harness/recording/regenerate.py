@@ -59,7 +59,7 @@ class RecordTier:
     reference_rerun = False
 
     def setup(self, backend: str) -> None:
-        import harness.recording.workloads
+        import harness.recording.workloads  # the workloads, loaded once per worker, not per model
         from contracts.backends import get_backend
 
         get_backend(backend)  # the device must load before a model is recorded on it

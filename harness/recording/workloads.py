@@ -22,8 +22,9 @@ from typing import Any
 
 from pydantic import Field, RootModel
 
+from contracts.errors import RuleFileError
 from contracts.records import ModelSpec
-from contracts.rulefiles import RuleFileError, Rules, read_data, validate
+from contracts.rulefiles import Rules, read_data, validate
 from contracts.settings import current
 
 
@@ -105,6 +106,7 @@ class SpecResult:
     device: str = "cpu"  # where the calls were recorded (the device under test)
 
 
+# Private control flow: raised by the alarm handler, caught in this module; never leaves it.
 class _Timeout(Exception):
     pass
 

@@ -33,15 +33,17 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from contracts.rootcause import RootCause
 from agents.quiet import quiet_transformers
+from contracts.rootcause import RootCause
+from harness.errors import NoLoss
 from harness.rootcause import calls
 from harness.rootcause.shadow import Finding, for_run
 from harness.stages.run import StageRun
-from harness.stages.step import NoLoss, restore_grads, stash_grads, train_mode, training_loss
+from harness.stages.step import restore_grads, stash_grads, train_mode, training_loss
 from registry.encoding import encode_args
 
 
+# A BaseException so the minifier's own `except Exception` cannot swallow it; caught in this module.
 class _OutOfTime(BaseException):
     """The deadline passed inside the minifier: stop it."""
 

@@ -32,10 +32,12 @@ from typing import Any
 
 import torch
 
+from contracts.backends import Backend
 from contracts.rootcause import Repro, RootCause
 from contracts.settings import current
 from harness.rootcause import calls
 from harness.rootcause.shadow import Finding
+from harness.stages.run import StageRun
 from registry.encoding import encode_value, encode_values, signature
 from registry.export_tests import _case_data, device_facts, file_name, render
 from registry.schema import Entry, Provenance
@@ -85,7 +87,7 @@ def _entry(case: dict[str, Any]) -> Entry:
     return Entry(case["op"], case["signature"], dict(case["constraints"]), list(case["outputs"]))
 
 
-def _replays_failing(case: dict[str, Any], adapter: Any) -> tuple[bool, str]:
+def _replays_failing(case: dict[str, Any], adapter: Backend) -> tuple[bool, str]:
     """Does the case, replayed in this process as the unit tier replays it, fail on the device?"""
     from registry.replay import CaseSpec, replay
 
@@ -94,7 +96,7 @@ def _replays_failing(case: dict[str, Any], adapter: Any) -> tuple[bool, str]:
     return result.status.value in ("fail", "error"), result.reason or result.status.value
 
 
-def reduce(f: Finding, run: Any, deadline: float) -> Repro:
+def reduce(f: Finding, run: StageRun, deadline: float) -> Repro:
     """The found call as a case and a standalone test, verified (see the module docstring)."""
     case = case_of(f)
     fails, how = _replays_failing(case, run.adapter)

@@ -33,12 +33,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from contracts.rootcause import Mismatch, RootCause
 from harness.rootcause import calls
 from harness.stages.reference import DeviceRounding
+from harness.stages.run import StageRun
 from registry.encoding import encode_args
 
 #: key of the (module path, source line) tag on an autograd node's metadata
 _TAG = "harness.rootcause.where"
 
 
+# A BaseException on purpose: the model's own `except Exception` must not swallow it.
 class Stop(BaseException):
     """Ends a shadowed step: the root cause is found, or the time is up."""
 
@@ -312,7 +314,7 @@ class ShadowMode(TorchDispatchMode):
             self.module_stack.clear()
 
 
-def for_run(run: Any, deadline: float, only_compiled: bool = False) -> ShadowMode:
+def for_run(run: StageRun, deadline: float, only_compiled: bool = False) -> ShadowMode:
     """The shadow of a run's device: its declared rounding, its tolerance class, its model's code."""
     from harness.stages.numerics import rounded_inputs, undeclared_rounding
     from harness.stages.reference import DeviceRounding, dispatch_key

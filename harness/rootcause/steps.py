@@ -15,15 +15,16 @@ from typing import Any
 import torch
 
 from agents.quiet import quiet_transformers
+from contracts.backends import Backend
+from harness.errors import NoLoss
 from harness.rootcause.shadow import ShadowMode, Stop
 from harness.stages.run import StageRun, fresh
-from harness.stages.step import NoLoss, restore_grads, stash_grads, train_mode, training_loss
+from harness.stages.step import restore_grads, stash_grads, train_mode, training_loss
 
 
-def device_scope(adapter: Any) -> contextlib.AbstractContextManager:
-    """The backend's scope around the device's part of a step, where its adapter declares one."""
-    scope = getattr(adapter, "device_scope", None)
-    return scope() if callable(scope) else contextlib.nullcontext()
+def device_scope(adapter: Backend) -> contextlib.AbstractContextManager:
+    """The backend's scope around the device's part of a step (the protocol declares it)."""
+    return adapter.device_scope()
 
 
 @contextlib.contextmanager

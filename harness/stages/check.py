@@ -32,11 +32,12 @@ from contracts.records import ModelCheck, ModelSpec, StageResult
 from contracts.status import MODEL_STAGES, Status
 from harness.build.inputs import make_inputs
 from harness.build.models import architecture_of, build_model, parameter_count, resolve_config
+from harness.errors import NoLoss, StageFailed, StageSkipped
 from harness.stages.compare import float_tensors, named_tensors
 from harness.stages.compile import compile_stage
 from harness.stages.numerics import numerics_stage
-from harness.stages.run import StageFailed, StageRun, StageSkipped, fresh, on_device, to_device, tracked
-from harness.stages.step import NoLoss, train_mode, training_loss
+from harness.stages.run import StageRun, fresh, on_device, to_device, tracked
+from harness.stages.step import train_mode, training_loss
 from harness.stages.torch_state import restored_torch_state
 
 #: stage -> the stages that must have passed before it can run

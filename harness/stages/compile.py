@@ -31,10 +31,11 @@ from agents.quiet import quiet_transformers
 from contracts.backends import to_cpu
 from contracts.errors import classify
 from contracts.status import FAILING, Status
+from harness.errors import NoLoss, StageFailed, StageSkipped
 from harness.stages.compare import compare_with_eager, worst
 from harness.stages.numerics import cpu_named, device_named, reference_of, undeclared_rounding
-from harness.stages.run import StageFailed, StageRun, StageSkipped, on_device, tracked
-from harness.stages.step import NoLoss, parameter_grads, restore_grads, stash_grads, train_mode, training_loss
+from harness.stages.run import StageRun, on_device, tracked
+from harness.stages.step import parameter_grads, restore_grads, stash_grads, train_mode, training_loss
 
 #: compiled steps run: the first compiles, the second must reuse it (a recompile is recorded)
 STEPS = 2
@@ -46,7 +47,7 @@ STEPS = 2
 def reference_forward_failure(run: StageRun) -> str:
     """Why the model's forward fails on the CPU reference too ("" when it runs there), once per run.
 
-    The one question of blame (issue 10, harness.blame.probe) the compile stage needs before it
+    The one question of blame (harness.blame.probe) the compile stage needs before it
     runs; blame's reference re-run may fill `run.reference_forward` first, and this re-run is then
     skipped."""
     if run.reference_forward is None:

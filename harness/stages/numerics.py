@@ -13,9 +13,10 @@ from typing import Any
 
 from contracts.backends import to_cpu
 from contracts.status import Status
+from harness.errors import StageFailed, StageSkipped
 from harness.stages.compare import TensorComparison, compare_named, compare_outputs, named_float_tensors
 from harness.stages.reference import StepReference, compute_reference, dispatch_key
-from harness.stages.run import StageFailed, StageRun, StageSkipped, on_device
+from harness.stages.run import StageRun, on_device
 from harness.stages.step import parameter_grads, training_loss
 
 

@@ -19,23 +19,6 @@ import torch
 
 from contracts.backends import Backend
 from contracts.records import ModelCheck, ModelSpec
-from contracts.status import Status
-
-
-class StageFailed(Exception):
-    """A stage ran to an answer and the answer was wrong (status fail, with a reason)."""
-
-    def __init__(self, reason: str, metrics: dict[str, Any] | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.metrics = metrics or {}
-
-
-class StageSkipped(Exception):
-    def __init__(self, reason: str, status: Status = Status.SKIPPED):
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
 
 
 @dataclass

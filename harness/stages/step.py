@@ -15,11 +15,8 @@ from typing import Any
 import torch
 
 from harness.build.train_mode import buffers_snapshot, restore_buffers
+from harness.errors import NoLoss
 from harness.stages.compare import float_tensors
-
-
-class NoLoss(Exception):
-    """No output depends on a trainable parameter: there is nothing to differentiate."""
 
 
 def training_loss(output: Any) -> tuple[torch.Tensor, str]:

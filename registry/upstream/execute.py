@@ -106,6 +106,7 @@ def _seen(watch: Any) -> list[str]:
     return sorted(watch.ops) if isinstance(watch, _OpsSeen) else []
 
 
+# Private control flow: a sample that cannot run here, caught in this module and recorded as a skip.
 class _Skip(Exception):
     def __init__(self, reason: UpstreamSkip, message: str) -> None:
         super().__init__(message)

@@ -350,7 +350,8 @@ def list_groups(
                 done += len(got.op_dtypes)
                 if progress:
                     print(
-                        f"upstream: listed the samples of {done}/{len(todo)} ops ({time.monotonic() - t0:.0f}s)",
+                        f"upstream: listed the samples of {done}/{len(todo)} ops "
+                        f"({time.monotonic() - t0:.0f}s)",
                         file=sys.stderr,
                         flush=True,
                     )

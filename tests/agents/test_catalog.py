@@ -67,7 +67,6 @@ def test_ids_unique_and_order_deterministic(records):
 def test_base_model_is_marked(records):
     bases = {(r.model_type, r.architectures[0]) for r in records if r.is_base}
     assert bases == _mapping_classes("MODEL_MAPPING_NAMES")
-    by_id = {r.id: r for r in records}
     for r in records:  # the base class comes first within its type
         if r.is_base:
             first = next(x for x in records if x.model_type == r.model_type)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.crawl import STATE_FILE, CrawlError, HubOptions, crawl_hub
+from agents.crawl import STATE_FILE, HubOptions, crawl_hub
+from agents.errors import CrawlError
 from agents.store import read_store
 from tests.fakes.hub_server import HubModel, HubServer
 

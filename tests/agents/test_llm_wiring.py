@@ -1,4 +1,5 @@
-"""`harness crawl` triages its broken rows into DIR/triage.parquet: rules by default, the LLM when configured."""
+"""`harness crawl` triages its broken rows into DIR/triage.parquet: rules by default, the LLM when
+configured."""
 
 from __future__ import annotations
 

@@ -63,7 +63,8 @@ def test_accuracy_per_trait_against_labels(labelled_rows):
     held = {m["id"] for m in models if m.get("held_out")}
     held_wrong = [x for x in mismatches if x.split(": ")[0] in held]
     print(
-        f"held-out models: {len(held)}, mismatching labels: {len(held_wrong)} of {len(held) * len(TRAIT_NAMES)}"
+        f"held-out models: {len(held)}, "
+        f"mismatching labels: {len(held_wrong)} of {len(held) * len(TRAIT_NAMES)}"
     )
     print("mismatches:\n  " + "\n  ".join(mismatches))
     low = {t: round(a, 3) for t, a in accuracy.items() if a < 0.95}

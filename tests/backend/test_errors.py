@@ -73,7 +73,7 @@ def test_data_file_errors_name_the_file_and_the_entry(cls):
     assert str(err) == f"malformed {cls.kind} dir/file.yaml: entry 'ops.aten.mm': unknown key 'colour'"
 
 
-def test_moved_classes_are_the_ones_the_device_raises():
+def test_the_device_modules_raise_the_classes_of_errors_py():
     from backend import compile as neuron_compile
     from backend import native
     from backend.neff import compiler, format, partition, runtime

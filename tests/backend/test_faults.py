@@ -126,7 +126,7 @@ def test_raise_names_the_op_and_the_harness_reads_it():
     from contracts.errors import classify
 
     with faults.planted(name="boom", op="aten.mm.default", kind="raise"):
-        with pytest.raises(NeuronFaultError, match="aten.mm.default") as info:
+        with pytest.raises(NeuronFaultError, match=r"aten\.mm\.default") as info:
             _x(2, 2).to("neuron") @ _x(2, 2).to("neuron")
     assert info.value.op == "aten.mm.default" and info.value.fault == "boom"
     assert classify(info.value).failing_op == "aten.mm.default"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts import backends, settings
+from contracts import backends, settings, tiers
 from contracts.errors import classify
 from contracts.records import Case, CaseOutcome, FallbackRow, ModelSpec, ResultRow, StageResult, column_names
 from contracts.status import (
@@ -34,7 +34,7 @@ def test_status_sets_partition_the_vocabulary():
     assert {"fail", "error", "timeout", "oom", "crash"} == FAILING_VALUES
 
 
-def test_closed_vocabularies_of_other_issues_have_one_home():
+def test_the_blame_and_upstream_skip_vocabularies_have_one_home():
     assert [b.value for b in Blame] == ["backend", "upstream", "environment", "harness"]
     assert [u.value for u in UpstreamSkip] == [
         "pytorch-applicability",
@@ -106,7 +106,7 @@ def test_settings_resolve_each_variable_with_one_rule(tmp_path):
         empty.registry is None and empty.baseline_dir == Path.cwd() / "baseline" and empty.backend == "neuron"
     )
     with pytest.raises(ValueError, match="HARNESS_REPLAY_MAX_NUMEL"):
-        settings.Settings.from_env({"HARNESS_REPLAY_MAX_NUMEL": "lots"}).replay_max_numel
+        _ = settings.Settings.from_env({"HARNESS_REPLAY_MAX_NUMEL": "lots"}).replay_max_numel
 
 
 def test_every_setting_in_the_table_is_a_property_that_reads_its_variable():
@@ -135,6 +135,30 @@ def test_limits_explicit_then_the_tiers_then_the_default():
         settings.DEFAULT_CASE_TIMEOUT,
         settings.DEFAULT_MAX_CASES_PER_WORKER,
     )
+
+
+def test_optional_tier_members_are_read_through_one_accessor_with_declared_defaults():
+    class Bare:
+        name, stages = "bare", ("case",)
+
+    class Full(Bare):
+        chunk_size, reference_rerun = 8, False
+
+        def setup(self, backend):
+            return backend
+
+        def execute_many(self, cases, backend):
+            return []
+
+    assert {n: tiers.tier_option(Bare(), n) for n in tiers.TIER_DEFAULTS} == tiers.TIER_DEFAULTS
+    assert tiers.tier_option(Full(), "reference_rerun") is False
+    assert all(tiers.tier_hook(Bare(), n) is None for n in tiers.TIER_HOOKS)
+    assert tiers.tier_hook(Full(), "setup")("cpu") == "cpu" and tiers.tier_hook(Full(), "summarize") is None
+    assert (tiers.tier_chunk_size(Bare()), tiers.tier_chunk_size(Full())) == (1, 8)
+    with pytest.raises(KeyError):
+        tiers.tier_option(Full(), "chunksize")  # a misspelt option is an error, not a default
+    with pytest.raises(KeyError):
+        tiers.tier_hook(Full(), "execute")  # required, not optional
 
 
 def test_backends_are_found_by_name_and_declare_what_they_can_do():
@@ -195,7 +219,7 @@ def test_contracts_import_without_torch():
     assert out.stdout.strip() == "False"
 
 
-def test_case_rows_carry_the_columns_later_issues_fill():
+def test_case_rows_carry_the_columns_the_blame_rules_fill():
     from contracts.rows import case_rows, result_row
 
     stages = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from contracts.errors import HarnessError
-from contracts.rulefiles import RuleFileError, Rules, load_rules
+from contracts.errors import HarnessError, RuleFileError
+from contracts.rulefiles import Rules, load_rules
 
 
 class Tol(Rules):

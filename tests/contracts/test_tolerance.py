@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from contracts.rulefiles import RuleFileError, validate
+from contracts.errors import RuleFileError
+from contracts.rulefiles import validate
 from contracts.tolerance import EXACT, Tolerance
 from harness.stages import compare as gate
 from registry import tolerances as replay_tolerances

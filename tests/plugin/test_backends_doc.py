@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from contracts import backends
+from contracts.errors import AdapterError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "backends.md"
 
@@ -57,7 +58,7 @@ def test_an_adapter_missing_members_is_refused_by_name():
 
     backends.register_backend("half-doc", lambda name: Half())
     try:
-        with pytest.raises(backends.AdapterError, match="device_scope") as err:
+        with pytest.raises(AdapterError, match="device_scope") as err:
             backends.get_backend("half-doc")
         assert "activate" in str(err.value) and "BackendDefaults" in str(err.value)
     finally:

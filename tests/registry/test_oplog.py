@@ -19,14 +19,14 @@ def gpt2(oplog_path):
 
 @pytest.mark.shared_data
 def test_every_call_line_is_a_case_or_unreplayable(gpt2, oplog_path):
-    call_lines = [l for l in oplog_path.read_text().splitlines() if l.startswith("cnt:")]
+    call_lines = [line for line in oplog_path.read_text().splitlines() if line.startswith("cnt:")]
     assert gpt2.lines == len(call_lines)
     assert gpt2.cases + len(gpt2.unreplayable) == gpt2.lines
     assert all(u.reason for u in gpt2.unreplayable)
     assert sum(e.count for e in gpt2.registry) == sum(
-        int(l.split(",")[0].split(":")[1])
-        for l in call_lines
-        if not any(u.text == l.strip() for u in gpt2.unreplayable)
+        int(line.split(",")[0].split(":")[1])
+        for line in call_lines
+        if not any(u.text == line.strip() for u in gpt2.unreplayable)
     )
 
 

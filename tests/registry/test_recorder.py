@@ -200,7 +200,7 @@ def test_recorder_counts_repeated_calls_once_per_signature():
 def test_a_model_failing_part_way_keeps_the_calls_made_before():
     class Half(torch.nn.Module):
         def forward(self, x):
-            y = torch.neg(x)
+            torch.neg(x)  # recorded before the failure
             raise RuntimeError("device kernel failed")
 
     out = record_workload(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
+from registry.errors import RegistryFormatError
 from registry.schema import METADATA_KEY, SCHEMA_VERSION, Entry, Provenance
-from registry.store import Registry, RegistryFormatError
+from registry.store import Registry
 
 
 def _entry(
@@ -47,7 +48,7 @@ def test_other_schema_version_is_refused_with_both_versions(tmp_path, bert_regis
     path = bert_registry.save(tmp_path / "r.parquet")
     table = pq.read_table(path)
     pq.write_table(table.replace_schema_metadata({METADATA_KEY: b"99"}), path)
-    with pytest.raises(RegistryFormatError, match="version 99.*version 1"):
+    with pytest.raises(RegistryFormatError, match=r"version 99.*version 1"):
         Registry.load(path)
 
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from contracts.rulefiles import RuleFileError
+from contracts.errors import RuleFileError
 from contracts.status import Verdict
 from harness.cli import main
 from reports import expectations
@@ -142,10 +142,10 @@ def test_cli_update_and_check(tmp_path, capsys):
 def test_malformed_expectations_are_refused(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("version: 1\nexpectations:\n  - case_id: x\n    status: [fail]\n")
-    with pytest.raises(RuleFileError, match="entry expectations.0: missing key 'reason'"):
+    with pytest.raises(RuleFileError, match=r"entry expectations\.0: missing key 'reason'"):
         expectations.load_expectations(path)
     path.write_text("expectations:\n  - case_id: x\n    reason: ''\n")
-    with pytest.raises(RuleFileError, match="entry expectations.0: key 'reason'"):
+    with pytest.raises(RuleFileError, match=r"entry expectations\.0: key 'reason'"):
         expectations.load_expectations(path)
     path.write_text("expectations:\n  - case_id: x\n    status: [broken]\n    reason: r\n")
     with pytest.raises(RuleFileError, match="unknown status"):
@@ -167,7 +167,7 @@ def test_an_unknown_key_in_a_users_file_is_a_clear_cli_error(tmp_path, monkeypat
     assert "unknown key 'stgae'" in err and "Traceback" not in err
     flaky = tmp_path / "flaky.yaml"
     flaky.write_text("flaky:\n  - case_id: x\n    reasn: typo\n")
-    with pytest.raises(RuleFileError, match="entry flaky.0: unknown key 'reasn'"):
+    with pytest.raises(RuleFileError, match=r"entry flaky\.0: unknown key 'reasn'"):
         expectations.load_flaky(flaky)
 
 

@@ -1,4 +1,5 @@
-"""harness report groups a run's failures by probable root cause: RUNDIR/failure_groups.json and an HTML table."""
+"""harness report groups a run's failures by probable root cause: RUNDIR/failure_groups.json and an
+HTML table."""
 
 from __future__ import annotations
 

@@ -11,8 +11,9 @@ import textwrap
 import pyarrow.parquet as pq
 import pytest
 
+from reports.errors import SchemaVersionError
 from reports.schema import META_SCHEMA_VERSION, SCHEMA_VERSION, TABLES, column_names, required_columns
-from reports.tables import SchemaVersionError, read_results, read_table, write_run_tables
+from reports.tables import read_results, read_table, write_run_tables
 from tests.reports.reports_synth import base_rows
 
 TABLE_NAMES = ("runs", "results", "fallbacks", "per_op")

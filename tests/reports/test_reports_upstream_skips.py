@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from contracts.rulefiles import RuleFileError
+from contracts.errors import RuleFileError
 from harness.cli import main
 from reports import expectations, upstream_skips
 from reports.expectations import Rule

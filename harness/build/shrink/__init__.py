@@ -46,19 +46,10 @@ from harness.build.shrink.families import (
 from harness.build.shrink.layer_ties import remap_foreign_indices, tie_layer_counts
 from harness.build.shrink.layers import is_int, rescale_parts_keeping_ties, select_layers
 from harness.build.shrink.tokens import apply_token_map, is_subconfig, refit_token_ids, token_map
+from harness.errors import ShrinkError
 
 #: Shrink strengths, strongest first.
 LEVELS = ("full", "core", "layers")
-
-
-class ShrinkError(ValueError):
-    """No shrink level produced a config the model accepts."""
-
-    def __init__(self, model_type: str, errors: dict[str, str]):
-        self.model_type = model_type
-        self.errors = errors
-        last = next(reversed(errors.values()), "")
-        super().__init__(f"{model_type}: cannot shrink: {last}")
 
 
 # --------------------------------------------------------------------------- layers

@@ -10,8 +10,8 @@ runner journals results identically whichever runs them.
 from __future__ import annotations
 
 import os
-from typing import Any
 
+from harness.engine.executors.base import Executor
 from harness.engine.workers import WorkerLimits
 
 EXECUTORS = ("local", "ray")
@@ -26,7 +26,7 @@ def make_executor(
     log_dir: str | os.PathLike | None = None,
     ray_address: str | None = None,
     sys_path: list[str] | None = None,
-) -> Any:
+) -> Executor:
     if kind == "local":
         from harness.engine.executors.local import LocalExecutor
 

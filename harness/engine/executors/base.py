@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -45,8 +46,31 @@ def refined(plan: Plan | None, chunk: Chunk | Sequence[Any]) -> list[Chunk]:
     return [chunk] if plan is None else plan.refine(chunk)
 
 
-class Executor(Protocol):
-    def run(self, chunks: list[Chunk], on_results: OnResults, plan: Plan | None = None) -> None: ...
+class Executor(abc.ABC):
+    """Where the runner's chunks run: every member the runner calls is declared here, so it never
+    probes an executor. `run` and `drain` are each executor's own; the rest have answers for an
+    executor with nothing to do there (no workers to start ahead, no fingerprints, nothing to close).
+    """
 
+    @abc.abstractmethod
+    def run(self, chunks: list[Chunk], on_results: OnResults, plan: Plan | None = None) -> None:
+        """Run the chunks, calling `on_results` (from one thread at a time) as outcomes are known;
+        `plan` refines each chunk as it is dispatched."""
+
+    @abc.abstractmethod
     def drain(self) -> None:
         """Start no new chunk (called from on_results); chunks already running finish."""
+
+    def prestart(self, count: int | None = None) -> None:  # noqa: B027 - optional, nothing to start
+        """Start workers now, while the runner lists the cases (`count`: at most that many)."""
+
+    def fingerprints(self, start: bool = True) -> dict[str, Any] | None:
+        """The backend's op fingerprints, when the executor's workers report them; None: the
+        runner probes them in a process of its own."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional, nothing to release
+        """Release what `run` did not use (pre-started workers)."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"executor": type(self).__name__}

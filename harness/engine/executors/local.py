@@ -11,7 +11,7 @@ import queue
 import threading
 from typing import Any
 
-from harness.engine.executors.base import Chunk, OnResults, Plan, refined
+from harness.engine.executors.base import Chunk, Executor, OnResults, Plan, refined
 from harness.engine.workers import IsolatedWorker, WorkerLimits
 
 
@@ -20,7 +20,7 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
     return max(1, (cores or os.cpu_count() or 1) // max(1, int(workers)))
 
 
-class LocalExecutor:
+class LocalExecutor(Executor):
     def __init__(
         self,
         tier_ref: str,

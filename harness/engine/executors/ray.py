@@ -16,7 +16,7 @@ from typing import Any
 
 from contracts.records import Case, CaseOutcome
 from contracts.tiers import failure_outcome
-from harness.engine.executors.base import Chunk, OnResults, Plan, refined
+from harness.engine.executors.base import Chunk, Executor, OnResults, Plan, refined
 from harness.engine.workers import WorkerLimits
 
 
@@ -69,7 +69,7 @@ class _WorkerActor:
         self.worker.close()
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     def __init__(
         self,
         tier_ref: str,

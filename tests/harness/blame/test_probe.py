@@ -51,7 +51,8 @@ def test_a_wrong_answer_of_the_device_is_the_backends(planted):
 
 def test_a_broken_input_recipe_is_the_harness(monkeypatch):
     """Inputs the harness got wrong fail on cpu too; the unshrunk model does not fail the same way with
-    inputs of its own (or there are none independent of the harness), so nobody but the harness is to blame."""
+    inputs of its own (or there are none independent of the harness), so nobody but the harness is to
+    blame."""
     import harness.stages.check as check
     from harness.build.inputs import make_inputs
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.errors import RuleFileError
 from contracts.records import CaseOutcome, StageResult
-from contracts.rulefiles import RuleFileError, load_rules, resource
+from contracts.rulefiles import load_rules, resource
 from contracts.status import Blame
 from harness.blame import rules as blame
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.build.formula import FormulaError, MissingName, check, defined, evaluate
+from harness.build.formula import check, defined, evaluate
+from harness.errors import FormulaError, MissingName
 
 
 def test_recipe_formulas_are_safe():

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from contracts.rulefiles import RuleFileError, load_rules, resource
+from contracts.errors import RuleFileError
+from contracts.rulefiles import load_rules, resource
 from harness.build.rules import (
     INPUT_RECIPES,
     SHRINK_RULES,

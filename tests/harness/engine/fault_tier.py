@@ -1,4 +1,5 @@
-"""A test-only tier whose cases run single ops on the neuron device (``--tier tests.harness.engine.fault_tier:TIER``).
+"""A test-only tier whose cases run single ops on the neuron device
+(``--tier tests.harness.engine.fault_tier:TIER``).
 
 Faults come from the environment (NEURON_FAULTS), as in a real faulted run: the worker process
 imports the device, which loads them.

@@ -1,6 +1,6 @@
 """A test-only model tier of one tiny BERT (load, forward, backward), selected with
-`--tier tests.harness.engine.model_tier:TIER`: the built-in model path (harness.tiers.model_check.run_model_check) on a case
-list that needs no population file."""
+`--tier tests.harness.engine.model_tier:TIER`: the built-in model path
+(harness.tiers.model_check.run_model_check) on a case list that needs no population file."""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ import sys
 import pytest
 
 from harness.engine.executors import make_executor
+from harness.engine.executors.base import Executor
+from harness.engine.executors.local import LocalExecutor
 from harness.engine.workers import WorkerLimits
 
 
@@ -25,6 +27,27 @@ def test_unknown_executor_is_refused():
         make_executor("local", "tests.harness.engine.trivial_tier:TIER", "cpu", 3, WorkerLimits()).workers
         == 3
     )
+
+
+def test_an_executor_declares_what_the_runner_calls_with_answers_for_the_optional_members():
+    with pytest.raises(TypeError, match="drain"):  # run and drain are each executor's own
+        type("OnlyRun", (Executor,), {"run": lambda self, chunks, on_results, plan=None: None})()
+
+    class Minimal(Executor):
+        def run(self, chunks, on_results, plan=None):
+            on_results([])
+
+        def drain(self):
+            pass
+
+    minimal = Minimal()
+    minimal.prestart()
+    minimal.close()
+    assert minimal.fingerprints() is None  # the runner then probes in a process of its own
+    assert minimal.describe() == {"executor": "Minimal"}
+    local = make_executor("local", "tests.harness.engine.trivial_tier:TIER", "cpu", 1, WorkerLimits())
+    assert isinstance(local, LocalExecutor) and isinstance(local, Executor)
+    assert local.fingerprints(start=False) is None  # no worker is started for nothing
 
 
 def test_each_worker_gets_its_share_of_the_cores_as_an_integer(tmp_path, case_file, monkeypatch):

@@ -102,7 +102,8 @@ def test_workers_are_reused_and_recycled(tmp_path, case_file):
 
 
 def test_a_timeout_error_raised_in_the_tier_is_a_timeout_like_everywhere_else(tmp_path, case_file):
-    """One classifier (contracts.errors): a worker and harness.stages.check agree that TimeoutError is a timeout."""
+    """One classifier (contracts.errors): a worker and harness.stages.check agree that TimeoutError is
+    a timeout."""
     from contracts.errors import classify
 
     opts = RunOptions(

@@ -55,12 +55,8 @@ def test_a_model_case_has_time_to_localize_its_failure():
 def test_the_model_tiers_declare_that_they_localize():
     from contracts.tiers import load_tier, tier_option
 
-    assert [tier_option(load_tier(t), "localizes") for t in ("representative", "full", "unit", "upstream")] == [
-        True,
-        True,
-        False,
-        False,
-    ]
+    tiers = ("representative", "full", "unit", "upstream")
+    assert [tier_option(load_tier(t), "localizes") for t in tiers] == [True, True, False, False]
 
 
 def test_a_case_the_baseline_does_not_know_keeps_the_tier_limit():
@@ -197,7 +193,12 @@ def test_labels():
 def test_the_limits_are_settings(monkeypatch):
     for var in ("FACTOR", "FLOOR"):
         monkeypatch.delenv(f"HARNESS_CASE_LIMIT_{var}", raising=False)
-    for var in ("HARNESS_MARKED_OP_LIMIT", "HARNESS_STALL_SECONDS", "HARNESS_CALL_JOURNAL", "HARNESS_ROOT_CAUSE"):
+    for var in (
+        "HARNESS_MARKED_OP_LIMIT",
+        "HARNESS_STALL_SECONDS",
+        "HARNESS_CALL_JOURNAL",
+        "HARNESS_ROOT_CAUSE",
+    ):
         monkeypatch.delenv(var, raising=False)
     assert LimitSettings.current() == LimitSettings()  # the documented defaults
     monkeypatch.setenv("HARNESS_CASE_LIMIT_FACTOR", "4")

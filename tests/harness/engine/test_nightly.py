@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts.rulefiles import RuleFileError
+from contracts.errors import RuleFileError
 from harness.cli import main
 from harness.engine.nightly import NightlyOptions, load_config, run_nightly
 from tests.harness.engine.conftest import harness_cmd

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from harness.engine.journal import JOURNAL_FILE, Journal
-from harness.engine.runner import RunDirMismatch, RunOptions, in_shard, parse_shard, run_tier
+from harness.engine.runner import RunOptions, in_shard, parse_shard, run_tier
 from harness.engine.workers import WorkerLimits
+from harness.errors import RunDirMismatch
 from tests.harness.engine.conftest import TRIVIAL, harness_cmd
 
 

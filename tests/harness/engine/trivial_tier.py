@@ -3,7 +3,8 @@
 Each case's payload names an action the worker performs: pass, fail, raise, memerror, timeouterror,
 segv, hang, oom (allocate until the memory watchdog kills the worker), exit, sleep:SECONDS, env (report
 the worker's thread variables as metrics), phase:NAME (pass inside a contracts.timing phase),
-device:ACTION (ACTION on a device, pass on the cpu reference). The case list is a JSON file given as `--models FILE` ([{"id": ..., "action": ...}, ...]); without it, DEFAULT_CASES.
+device:ACTION (ACTION on a device, pass on the cpu reference). The case list is a JSON file given
+as `--models FILE` ([{"id": ..., "action": ...}, ...]); without it, DEFAULT_CASES.
 It imports nothing heavy so worker processes start in a fraction of a second.
 """
 

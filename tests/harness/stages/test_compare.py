@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from contracts.rulefiles import RuleFileError, load_rules, resource
+from contracts.errors import RuleFileError
+from contracts.rulefiles import load_rules, resource
 from harness.stages import compare as numerics
 from harness.stages.compare import (
     compare,

@@ -13,7 +13,8 @@ from harness.tiers.population import Member, dedupe_cases, load_population
 
 @pytest.fixture
 def fake_signature(monkeypatch):
-    """Stand-in for harness.build.signature.architecture_signature: type + hidden size decide the architecture."""
+    """Stand-in for harness.build.signature.architecture_signature: type + hidden size decide the
+    architecture."""
     monkeypatch.setattr(
         population, "_case_key", lambda item: f"{item[0]}/h{item[2].get('hidden_size', 'default')}"
     )

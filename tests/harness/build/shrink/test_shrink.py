@@ -99,7 +99,8 @@ def test_quantization_and_remote_code_fields_are_dropped():
 def test_every_full_hub_config_of_a_known_type_shrinks_under_budget(full_configs_path):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from harness.build.models import UnknownArchitecture, architecture_of, model_class
+    from harness.build.models import architecture_of, model_class
+    from harness.errors import UnknownArchitecture
 
     rows = [json.loads(line) for line in full_configs_path.read_text().splitlines() if line.strip()]
     known = [r for r in rows if r["config"].get("model_type") in CONFIG_MAPPING_NAMES]
@@ -123,7 +124,7 @@ def test_every_full_hub_config_of_a_known_type_shrinks_under_budget(full_configs
 
 def test_a_level_the_model_rejects_keeps_the_first_nonblank_line_of_its_error():
     """transformers' requires_backends errors start with a newline: the reason must still name the cause."""
-    from harness.build.shrink import ShrinkError
+    from harness.errors import ShrinkError
 
     def validate(cfg):
         raise ImportError(
