@@ -16,3 +16,11 @@ class UnreplayableError(HarnessError, ValueError):
 
 class TooLargeError(HarnessError, ValueError):
     """The case is beyond the replay budget and could not be scaled down consistently."""
+
+
+class NoCpuKernelError(HarnessError, NotImplementedError):
+    """PyTorch's CPU has no kernel for the call as recorded: it raised NotImplementedError (a dtype
+    the kernel does not dispatch, such as `"histogram_cpu" not implemented for 'Int'`, or an op
+    without a CPU kernel). The call itself is valid: a device ran it when it was recorded. That
+    depends on the dtypes and the op only, never on the values the replay built, so the case has
+    no reference and the harness built nothing wrong."""

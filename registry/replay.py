@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from contracts.backends import fallback_ops
-from contracts.errors import HarnessError
 from contracts.records import StageResult
 from contracts.status import Status
 from contracts.timing import phase
@@ -33,7 +32,7 @@ from registry.constraints import (
     unreplayable_reason,
 )
 from registry.encoding import DTYPE_ABBREVS, find_opaque, parse_signature, run_of, signature_hash
-from registry.errors import TooLargeError, UnreplayableError
+from registry.errors import NoCpuKernelError, TooLargeError, UnreplayableError
 from registry.inputs import BuiltTensor, build_args, build_tensor, materialize  # noqa: F401  (re-exported)
 from registry.tolerances import tolerance_for
 
@@ -201,18 +200,11 @@ class OpReference:
 NO_CPU_REFERENCE = "no cpu reference"
 
 
-class NoCpuKernelError(HarnessError, NotImplementedError):
-    """PyTorch's CPU has no kernel for the call as recorded: it raised NotImplementedError (a dtype
-    the kernel does not dispatch, such as `"histogram_cpu" not implemented for 'Int'`, or an op
-    without a CPU kernel). The call itself is valid: a device ran it when it was recorded. That
-    depends on the dtypes and the op only, never on the values the replay built, so the case has
-    no reference and the harness built nothing wrong."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(
-            f"{NO_CPU_REFERENCE}: PyTorch's CPU kernel does not implement the call as recorded "
-            f"({type(exc).__name__}: {_normalize(exc)})"
-        )
+def _no_cpu_kernel(exc: BaseException) -> NoCpuKernelError:
+    return NoCpuKernelError(
+        f"{NO_CPU_REFERENCE}: PyTorch's CPU kernel does not implement the call as recorded "
+        f"({type(exc).__name__}: {_normalize(exc)})"
+    )
 
 
 @phase("reference")  # the nightly's time shares (contracts.timing)
@@ -232,7 +224,7 @@ def _reference(func: Any, args: list, kwargs: dict) -> OpReference:
             for t in _flatten([args, list(kwargs.values())])
         ):
             if isinstance(recorded, NotImplementedError):
-                raise NoCpuKernelError(recorded) from recorded
+                raise _no_cpu_kernel(recorded) from recorded
             raise recorded
         rejected = f"{type(recorded).__name__}: {_normalize(recorded)}"
         up_args, up_kwargs = _upcast(args), {k: _upcast(v) for k, v in kwargs.items()}
@@ -240,7 +232,7 @@ def _reference(func: Any, args: list, kwargs: dict) -> OpReference:
             out = _flatten(func(*up_args, **up_kwargs)) + _mutated(func, up_args, up_kwargs)
         except Exception:  # noqa: BLE001
             if isinstance(recorded, NotImplementedError):
-                raise NoCpuKernelError(recorded) from recorded
+                raise _no_cpu_kernel(recorded) from recorded
             return OpReference(None, rejected)
         return OpReference(out, rejected)
 
