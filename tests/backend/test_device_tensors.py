@@ -89,14 +89,21 @@ def test_ops_with_several_outputs_and_cpu_scalars():
 
 
 def test_autograd_matches_cpu():
-    w_cpu = torch.randn(4, 3, requires_grad=True)
-    w_dev = w_cpu.detach().to("neuron").requires_grad_()
-    x = torch.randn(5, 4)
-    for w, dev in ((w_cpu, "cpu"), (w_dev, "neuron")):
-        y = torch.tanh(x.to(dev) @ w).pow(2).sum()
-        y.backward()
+    """In exact precision the device's gradients are the CPU's (bf16 mode rounds matmul inputs, so
+    its gradients differ by the rounding, which a fixed tolerance cannot bound for any data)."""
+    backend.set_precision("exact")
+    try:
+        torch.manual_seed(0)
+        w_cpu = torch.randn(4, 3, requires_grad=True)
+        w_dev = w_cpu.detach().to("neuron").requires_grad_()
+        x = torch.randn(5, 4)
+        for w, dev in ((w_cpu, "cpu"), (w_dev, "neuron")):
+            y = torch.tanh(x.to(dev) @ w).pow(2).sum()
+            y.backward()
+    finally:
+        backend.set_precision("bf16")
     assert w_dev.grad.device.type == "neuron"
-    torch.testing.assert_close(w_dev.grad.cpu(), w_cpu.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(w_dev.grad.cpu(), w_cpu.grad, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
