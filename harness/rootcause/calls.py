@@ -76,6 +76,14 @@ def decomposition(func: Any, device_key: str) -> str:
     return ""
 
 
+def mode_below() -> bool:
+    """Is a dispatch mode below the running one (a backend that computes calls in its own
+    TorchDispatchMode)? It receives each call whole, before any kernel of the device's dispatch
+    key, so the call is what the device computes: decomposing it would hand the device calls it
+    never makes (and a composite kernel its dispatch key never registered)."""
+    return torch._C._len_torch_dispatch_stack() > 0
+
+
 def fake(args: Any, kwargs: Any) -> bool:
     """A call on fake tensors (tracing): there are no values to compare."""
     from torch._subclasses.fake_tensor import FakeTensor
@@ -98,13 +106,27 @@ def call_op(func: Any, args: tuple, kwargs: dict) -> Any:
 # ------------------------------------------------------------------------------ copies
 
 
+def to_cpu(x: torch.Tensor) -> torch.Tensor:
+    """A device tensor's values in a CPU tensor (detached; strides kept where the layout is dense),
+    through `aten._to_copy`, the copy every device implements. Not `Tensor.to`: a backend that
+    computes in its own dispatch mode may lower `aten.to` as a no-op that stays on the device,
+    and a "reference" on the device would judge the device against itself. Raises when the copy
+    is not on the CPU."""
+    if x.device.type == "cpu":
+        return x.detach()
+    out = torch.ops.aten._to_copy.default(x.detach(), device=CPU)
+    if not isinstance(out, torch.Tensor) or out.device.type != "cpu":
+        raise TypeError(f"a {x.device.type} tensor copied to the CPU stayed on {out.device.type}")
+    return out
+
+
 def to_reference(value: Any, device_type: str) -> Any:
     """Device tensors copied to the CPU (detached; strides kept where the layout is dense), device
     arguments naming the device made the CPU's; everything else as is."""
 
     def move(x: Any) -> Any:
         if isinstance(x, torch.Tensor) and x.device.type == device_type:
-            return x.detach().to(CPU)
+            return to_cpu(x)
         if isinstance(x, torch.Tensor):
             return x.detach()
         if isinstance(x, torch.device) and x.type == device_type:
@@ -199,12 +221,27 @@ def recompute(
 # ------------------------------------------------------------------------------ the gate
 
 
+def tie_outputs(func: Any) -> frozenset[str]:
+    """The outputs of an overload that index its `values` output (the schema names them
+    `indices`): which of equal elements they name is the kernel's choice."""
+    try:
+        returns = func._schema.returns
+    except AttributeError:
+        return frozenset()
+    return frozenset(str(i) for i, r in enumerate(returns) if r.name == "indices")
+
+
 def judge(
-    device: list[tuple[str, torch.Tensor]], ref: ReferenceCall, undeclared_rounding: bool
+    device: list[tuple[str, torch.Tensor]],
+    ref: ReferenceCall,
+    undeclared_rounding: bool,
+    ties: frozenset[str] = frozenset(),
 ) -> tuple[Mismatch, dict[str, Any]] | None:
     """The first output of a device call that fails its tolerance class, with the gate's evidence;
-    None when every output passes. Integers and booleans must be equal, except where a floating
-    output of the same call agrees (a tie broken another way: max/topk/sort indices)."""
+    None when every output passes. Integers and booleans must be equal in value (an index the
+    device keeps in another integer width is the same index), except where a floating output of
+    the same call agrees, or an output of `ties` whose call's other outputs all agree (a tie broken
+    another way: max/topk/sort indices)."""
     eager = dict(ref.eager or [])
     truth = dict(ref.truth or [])
     ints: list[tuple[str, torch.Tensor, torch.Tensor]] = []
@@ -213,7 +250,7 @@ def judge(
         expected = eager.get(name)
         if expected is None:
             continue
-        actual = actual.detach().to(CPU)
+        actual = to_cpu(actual)
         if not (expected.is_floating_point() or expected.is_complex()):
             ints.append((name, actual, expected))
             continue
@@ -234,14 +271,14 @@ def judge(
             "reference": "cpu_float64" if t is not None else "cpu_float32",
             "reason": c.reason,
         }
-    for name, actual, expected in ints:
-        if (
-            actual.shape == expected.shape
-            and actual.dtype == expected.dtype
-            and torch.equal(actual, expected)
-        ):
-            continue
-        if floats_agree and actual.shape == expected.shape:
+    differ = [
+        (name, actual, expected)
+        for name, actual, expected in ints
+        if not (actual.shape == expected.shape and torch.equal(actual.to(expected.dtype), expected))
+    ]
+    values_agree = bool(ties) and all(name in ties for name, _, _ in differ)
+    for name, actual, expected in differ:
+        if (floats_agree or values_agree) and actual.shape == expected.shape:
             continue  # the values agree; which of equal elements an index names may differ
         return _mismatch(name, actual, expected, 0.0, 0.0, "exact"), {
             "method": "exact",
@@ -257,7 +294,7 @@ def _mismatch(
     shape, dtype = [int(s) for s in actual.shape], str(actual.dtype).replace("torch.", "")
     if actual.shape != ref.shape:
         return Mismatch(name, -1.0, -1.0, atol, rtol, cls, shape, dtype)
-    a, r = actual.to(torch.float64), ref.detach().to(CPU, torch.float64)
+    a, r = to_cpu(actual).to(torch.float64), to_cpu(ref).to(torch.float64)
     both = torch.isfinite(a) & torch.isfinite(r)
     diff = (a - r).abs()[both]
     max_abs = float(diff.max()) if diff.numel() else 0.0

@@ -176,7 +176,9 @@ class ShadowMode(TorchDispatchMode):
         self.counts[phase] += 1
         if self.only_compiled and phase != "compiled":
             return func(*args, **kwargs)
-        composite = calls.decomposition(func, self.device_key) if self.device_key else ""
+        composite = (
+            calls.decomposition(func, self.device_key) if self.device_key and not calls.mode_below() else ""
+        )
         if composite and func not in self._decomposing:
             self._decomposing.add(func)  # the calls the device sees are judged, one by one
             try:
@@ -220,7 +222,12 @@ class ShadowMode(TorchDispatchMode):
             self.passed_by["reference raised"] += 1
             return out
         try:
-            bad = calls.judge(calls.outputs(func, out, args, kwargs), ref, self.undeclared_rounding)
+            bad = calls.judge(
+                calls.outputs(func, out, args, kwargs),
+                ref,
+                self.undeclared_rounding,
+                ties=calls.tie_outputs(func),
+            )
         except Exception:  # noqa: BLE001 - an output the device cannot hand over: not judged
             self.passed_by["outputs not comparable"] += 1
             return out
