@@ -374,6 +374,33 @@ def source_line(own: tuple[str, ...], skip: int = 2) -> str:
     return fallback
 
 
+def traceback_place(exc: BaseException, model: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(module path, source line) where an exception was raised: the innermost module of `model`
+    whose code was running (a frame whose `self` is it, named as `named_modules` names it) and
+    the innermost frame of the model's own code, else the innermost frame outside PyTorch, the
+    standard library and this project."""
+    global _FRAMEWORK
+    if not _FRAMEWORK:
+        _FRAMEWORK = _framework_dirs()
+    names = {id(m): name for name, m in model.named_modules()} if model is not None else {}
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    path, line, fallback = "", "", ""
+    for frame, lineno in reversed(frames):
+        me = frame.f_locals.get("self")
+        if not path and me is not None and id(me) in names:
+            path = names[id(me)]
+        file = frame.f_code.co_filename
+        if not line and own and file.startswith(own):
+            line = f"{os.path.basename(file)}:{lineno} in {frame.f_code.co_name}"
+        if not fallback and not file.startswith(_FRAMEWORK) and not file.startswith("<"):
+            fallback = f"{os.path.basename(file)}:{lineno} in {frame.f_code.co_name}"
+    return path, line or fallback
+
+
 def _where(frame: Any) -> str:
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
 

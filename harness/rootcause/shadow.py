@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from contracts.rootcause import Mismatch, RootCause
 from harness.rootcause import calls
+from harness.rootcause.functions import FunctionShadow
 from harness.stages.reference import DeviceRounding
 from harness.stages.run import StageRun
 from registry.encoding import encode_args
@@ -157,6 +158,12 @@ class ShadowMode(TorchDispatchMode):
         self.module_stack: list[str] = []
         self._pending: list[tuple[torch.Tensor, tuple[str, str]]] = []
         self._decomposing: set[Any] = set()
+        # the calls above the dispatcher (a backend's function-level lowerings), and the step's
+        # own exception with the phase it ended in: what a failure the shadow did not see leaves
+        self.functions = FunctionShadow(self)
+        self.step_error: BaseException | None = None
+        self.step_phase = ""
+        self.loss_without_grad = False
 
     # ------------------------------------------------------------------ the hook
 
