@@ -231,6 +231,41 @@ def tie_outputs(func: Any) -> frozenset[str]:
     return frozenset(str(i) for i, r in enumerate(returns) if r.name == "indices")
 
 
+def unordered_dim(func: Any, args: tuple, kwargs: dict) -> int | None:
+    """The dim along which a call's `values` and `indices` outputs come in no defined order (its
+    schema's `sorted` argument is False: `topk(sorted=False)`); None when their order is defined."""
+    try:
+        schema = func._schema
+    except AttributeError:
+        return None
+    if [r.name for r in schema.returns] != ["values", "indices"]:
+        return None
+    given: dict[str, Any] = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(args) and not arg.kwarg_only:
+            given[arg.name] = args[i]
+        elif arg.name in kwargs:
+            given[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            given[arg.name] = arg.default_value
+    if given.get("sorted", True) is not False or not isinstance(given.get("dim"), int):
+        return None
+    return given["dim"]
+
+
+def in_value_order(named: list[tuple[str, torch.Tensor]] | None, dim: int) -> list | None:
+    """`values` ("0") and `indices` ("1") outputs put in ascending value order along `dim`, so two
+    kernels free to order them differently compare equal."""
+    if not named:
+        return named
+    out = dict((n, to_cpu(t)) for n, t in named)
+    values = out.get("0")
+    if values is None or values.dim() == 0:
+        return named
+    order = torch.argsort(values, dim=dim, stable=True)
+    return [(n, torch.gather(t, dim, order) if n in ("0", "1") else t) for n, t in out.items()]
+
+
 def judge(
     device: list[tuple[str, torch.Tensor]],
     ref: ReferenceCall,
