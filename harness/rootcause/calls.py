@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
 from contracts.rootcause import Mismatch
@@ -192,12 +193,15 @@ def recompute(
     named: Callable[[Any, tuple, dict], list[tuple[str, torch.Tensor]]] | None = None,
 ) -> ReferenceCall:
     """Run `func` (an op overload, or any callable whose outputs `named` names) on the CPU copies
-    of a device call's inputs, as the device computes."""
+    of a device call's inputs, as the device computes, on the CPU itself (no dispatch mode of the
+    backend's below)."""
     named = named or (lambda out, a, k: outputs(func, out, a, k))
 
     def run(a: tuple, k: dict) -> list[tuple[str, torch.Tensor]]:
         a, k = clone_tree(a), clone_tree(k)
-        with torch.no_grad():
+        # outside the dispatch modes below the caller's: a backend's own mode would compute the
+        # "reference" on the device (a factory call's device argument is the backend's to ignore)
+        with _disable_current_modes(), torch.no_grad():
             if rounding is not None:
                 with rounding:
                     out = call_op(func, a, k)

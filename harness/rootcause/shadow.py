@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from contracts.rootcause import Mismatch, RootCause
 from harness.rootcause import calls
@@ -229,20 +229,15 @@ class ShadowMode(TorchDispatchMode):
             self.passed_by["reference raised"] += 1
             return out
         try:
-            produced = calls.outputs(func, out, args, kwargs)
-            dim = calls.unordered_dim(func, args, kwargs)
-            if dim is not None:  # outputs in no defined order: compared in value order
-                produced = calls.in_value_order(produced, dim)
-                ref = calls.ReferenceCall(
-                    calls.in_value_order(ref.eager, dim), calls.in_value_order(ref.truth, dim), ref.error
-                )
-            bad = calls.judge(
-                produced,
-                ref,
-                self.undeclared_rounding,
-                ties=calls.tie_outputs(func),
-            )
+            produced = [(n, calls.to_cpu(t)) for n, t in calls.outputs(func, out, args, kwargs)]
         except Exception:  # noqa: BLE001 - an output the device cannot hand over: not judged
+            self.passed_by["outputs not copyable"] += 1
+            return out
+        try:
+            # CPU work: outside the dispatch modes below this one (a backend's own mode)
+            with _disable_current_modes():
+                bad = self._judge(func, args, kwargs, produced, ref)
+        except Exception:  # noqa: BLE001 - an output the gate cannot compare: not judged
             self.passed_by["outputs not comparable"] += 1
             return out
         if bad is not None:
@@ -254,6 +249,15 @@ class ShadowMode(TorchDispatchMode):
         return out
 
     # ------------------------------------------------------------------ helpers
+
+    def _judge(self, func, args, kwargs, produced, ref: calls.ReferenceCall):
+        dim = calls.unordered_dim(func, args, kwargs)
+        if dim is not None:  # outputs in no defined order: compared in value order
+            produced = calls.in_value_order(produced, dim)
+            ref = calls.ReferenceCall(
+                calls.in_value_order(ref.eager, dim), calls.in_value_order(ref.truth, dim), ref.error
+            )
+        return calls.judge(produced, ref, self.undeclared_rounding, ties=calls.tie_outputs(func))
 
     def _finding(self, func, phase, index, kind, ref_args, ref_kwargs, where, args, kwargs) -> Finding:
         return Finding(
