@@ -105,6 +105,9 @@ def test_an_error_naming_its_op_above_the_dispatcher_is_that_op_placed_in_the_mo
     assert rc.module_path.startswith("bert.encoder.layer.0.intermediate"), rc.module_path
     assert rc.source_line.startswith("modeling_bert.py:"), rc.source_line
     assert rc.error_class == "NotImplementedError" and rc.repro is None and "no repro" in rc.why
+    from harness.cli.explain import describe
+
+    assert describe(rc)[0] == "root cause: aten.gelu (error, forward, found by exception)"
 
 
 def test_an_error_naming_no_op_is_the_function_call_that_raised(lowering):
