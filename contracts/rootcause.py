@@ -30,6 +30,8 @@ ROUTES = (
     "compiled_shadow",  # the compiled graph's calls, where the backend runs them op by op
     "accuracy_minifier",  # PyTorch's repro-after-AOT minifier at the accuracy level (a dynamo backend)
     "call_journal",  # the last call the worker entered before it died (per-call journal on disk)
+    "exception",  # a call the shadow did not see raise: the op the exception names, placed by its traceback
+    "function_shadow",  # a function-level call (above the dispatcher) that lost its autograd history
 )
 
 
@@ -64,7 +66,9 @@ class Repro:
 class RootCause:
     found: bool
     why: str = ""  # found: one sentence; not found: why not (time limit, route unavailable...)
-    op: str = ""  # the overload, e.g. "aten.gelu.default"
+    # the overload, e.g. "aten.gelu.default"; a call above the dispatcher has none: its torch
+    # function, e.g. "torch.nn.functional.linear"; from an exception's message: the op it names
+    op: str = ""
     phase: str = ""  # one of PHASES
     kind: str = ""  # one of KINDS
     route: str = ""  # one of ROUTES

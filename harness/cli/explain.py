@@ -55,7 +55,8 @@ def describe(rc: Any) -> list[str]:
         if rc.gave_up:
             lines.append(f"  gave up: {rc.gave_up}")
         return lines
-    lines = [f"root cause: {rc.op} ({rc.kind}, {rc.phase} call {rc.call_index}, found by {rc.route})"]
+    call = f"{rc.phase} call {rc.call_index}" if rc.call_index is not None else rc.phase
+    lines = [f"root cause: {rc.op} ({rc.kind}, {call}, found by {rc.route})"]
     where = "  ".join(x for x in (rc.module_path, rc.source_line) if x)
     if where:
         lines.append(f"  where:    {where}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
 from contracts.rootcause import Mismatch
@@ -76,6 +77,14 @@ def decomposition(func: Any, device_key: str) -> str:
     return ""
 
 
+def mode_below() -> bool:
+    """Is a dispatch mode below the running one (a backend that computes calls in its own
+    TorchDispatchMode)? It receives each call whole, before any kernel of the device's dispatch
+    key, so the call is what the device computes: decomposing it would hand the device calls it
+    never makes (and a composite kernel its dispatch key never registered)."""
+    return torch._C._len_torch_dispatch_stack() > 0
+
+
 def fake(args: Any, kwargs: Any) -> bool:
     """A call on fake tensors (tracing): there are no values to compare."""
     from torch._subclasses.fake_tensor import FakeTensor
@@ -98,13 +107,27 @@ def call_op(func: Any, args: tuple, kwargs: dict) -> Any:
 # ------------------------------------------------------------------------------ copies
 
 
+def to_cpu(x: torch.Tensor) -> torch.Tensor:
+    """A device tensor's values in a CPU tensor (detached; strides kept where the layout is dense),
+    through `aten._to_copy`, the copy every device implements. Not `Tensor.to`: a backend that
+    computes in its own dispatch mode may lower `aten.to` as a no-op that stays on the device,
+    and a "reference" on the device would judge the device against itself. Raises when the copy
+    is not on the CPU."""
+    if x.device.type == "cpu":
+        return x.detach()
+    out = torch.ops.aten._to_copy.default(x.detach(), device=CPU)
+    if not isinstance(out, torch.Tensor) or out.device.type != "cpu":
+        raise TypeError(f"a {x.device.type} tensor copied to the CPU stayed on {out.device.type}")
+    return out
+
+
 def to_reference(value: Any, device_type: str) -> Any:
     """Device tensors copied to the CPU (detached; strides kept where the layout is dense), device
     arguments naming the device made the CPU's; everything else as is."""
 
     def move(x: Any) -> Any:
         if isinstance(x, torch.Tensor) and x.device.type == device_type:
-            return x.detach().to(CPU)
+            return to_cpu(x)
         if isinstance(x, torch.Tensor):
             return x.detach()
         if isinstance(x, torch.device) and x.type == device_type:
@@ -170,12 +193,15 @@ def recompute(
     named: Callable[[Any, tuple, dict], list[tuple[str, torch.Tensor]]] | None = None,
 ) -> ReferenceCall:
     """Run `func` (an op overload, or any callable whose outputs `named` names) on the CPU copies
-    of a device call's inputs, as the device computes."""
+    of a device call's inputs, as the device computes, on the CPU itself (no dispatch mode of the
+    backend's below)."""
     named = named or (lambda out, a, k: outputs(func, out, a, k))
 
     def run(a: tuple, k: dict) -> list[tuple[str, torch.Tensor]]:
         a, k = clone_tree(a), clone_tree(k)
-        with torch.no_grad():
+        # outside the dispatch modes below the caller's: a backend's own mode would compute the
+        # "reference" on the device (a factory call's device argument is the backend's to ignore)
+        with _disable_current_modes(), torch.no_grad():
             if rounding is not None:
                 with rounding:
                     out = call_op(func, a, k)
@@ -199,12 +225,62 @@ def recompute(
 # ------------------------------------------------------------------------------ the gate
 
 
+def tie_outputs(func: Any) -> frozenset[str]:
+    """The outputs of an overload that index its `values` output (the schema names them
+    `indices`): which of equal elements they name is the kernel's choice."""
+    try:
+        returns = func._schema.returns
+    except AttributeError:
+        return frozenset()
+    return frozenset(str(i) for i, r in enumerate(returns) if r.name == "indices")
+
+
+def unordered_dim(func: Any, args: tuple, kwargs: dict) -> int | None:
+    """The dim along which a call's `values` and `indices` outputs come in no defined order (its
+    schema's `sorted` argument is False: `topk(sorted=False)`); None when their order is defined."""
+    try:
+        schema = func._schema
+    except AttributeError:
+        return None
+    if [r.name for r in schema.returns] != ["values", "indices"]:
+        return None
+    given: dict[str, Any] = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(args) and not arg.kwarg_only:
+            given[arg.name] = args[i]
+        elif arg.name in kwargs:
+            given[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            given[arg.name] = arg.default_value
+    if given.get("sorted", True) is not False or not isinstance(given.get("dim"), int):
+        return None
+    return given["dim"]
+
+
+def in_value_order(named: list[tuple[str, torch.Tensor]] | None, dim: int) -> list | None:
+    """`values` ("0") and `indices` ("1") outputs put in ascending value order along `dim`, so two
+    kernels free to order them differently compare equal."""
+    if not named:
+        return named
+    out = dict((n, to_cpu(t)) for n, t in named)
+    values = out.get("0")
+    if values is None or values.dim() == 0:
+        return named
+    order = torch.argsort(values, dim=dim, stable=True)
+    return [(n, torch.gather(t, dim, order) if n in ("0", "1") else t) for n, t in out.items()]
+
+
 def judge(
-    device: list[tuple[str, torch.Tensor]], ref: ReferenceCall, undeclared_rounding: bool
+    device: list[tuple[str, torch.Tensor]],
+    ref: ReferenceCall,
+    undeclared_rounding: bool,
+    ties: frozenset[str] = frozenset(),
 ) -> tuple[Mismatch, dict[str, Any]] | None:
     """The first output of a device call that fails its tolerance class, with the gate's evidence;
-    None when every output passes. Integers and booleans must be equal, except where a floating
-    output of the same call agrees (a tie broken another way: max/topk/sort indices)."""
+    None when every output passes. Integers and booleans must be equal in value (an index the
+    device keeps in another integer width is the same index), except where a floating output of
+    the same call agrees, or an output of `ties` whose call's other outputs all agree (a tie broken
+    another way: max/topk/sort indices)."""
     eager = dict(ref.eager or [])
     truth = dict(ref.truth or [])
     ints: list[tuple[str, torch.Tensor, torch.Tensor]] = []
@@ -213,7 +289,7 @@ def judge(
         expected = eager.get(name)
         if expected is None:
             continue
-        actual = actual.detach().to(CPU)
+        actual = to_cpu(actual)
         if not (expected.is_floating_point() or expected.is_complex()):
             ints.append((name, actual, expected))
             continue
@@ -234,14 +310,14 @@ def judge(
             "reference": "cpu_float64" if t is not None else "cpu_float32",
             "reason": c.reason,
         }
-    for name, actual, expected in ints:
-        if (
-            actual.shape == expected.shape
-            and actual.dtype == expected.dtype
-            and torch.equal(actual, expected)
-        ):
-            continue
-        if floats_agree and actual.shape == expected.shape:
+    differ = [
+        (name, actual, expected)
+        for name, actual, expected in ints
+        if not (actual.shape == expected.shape and torch.equal(actual.to(expected.dtype), expected))
+    ]
+    values_agree = bool(ties) and all(name in ties for name, _, _ in differ)
+    for name, actual, expected in differ:
+        if (floats_agree or values_agree) and actual.shape == expected.shape:
             continue  # the values agree; which of equal elements an index names may differ
         return _mismatch(name, actual, expected, 0.0, 0.0, "exact"), {
             "method": "exact",
@@ -257,7 +333,7 @@ def _mismatch(
     shape, dtype = [int(s) for s in actual.shape], str(actual.dtype).replace("torch.", "")
     if actual.shape != ref.shape:
         return Mismatch(name, -1.0, -1.0, atol, rtol, cls, shape, dtype)
-    a, r = actual.to(torch.float64), ref.detach().to(CPU, torch.float64)
+    a, r = to_cpu(actual).to(torch.float64), to_cpu(ref).to(torch.float64)
     both = torch.isfinite(a) & torch.isfinite(r)
     diff = (a - r).abs()[both]
     max_abs = float(diff.max()) if diff.numel() else 0.0
@@ -335,6 +411,33 @@ def source_line(own: tuple[str, ...], skip: int = 2) -> str:
             fallback = _where(frame)
         frame = frame.f_back
     return fallback
+
+
+def traceback_place(exc: BaseException, model: Any, own: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(module path, source line) where an exception was raised: the innermost module of `model`
+    whose code was running (a frame whose `self` is it, named as `named_modules` names it) and
+    the innermost frame of the model's own code, else the innermost frame outside PyTorch, the
+    standard library and this project."""
+    global _FRAMEWORK
+    if not _FRAMEWORK:
+        _FRAMEWORK = _framework_dirs()
+    names = {id(m): name for name, m in model.named_modules()} if model is not None else {}
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    path, line, fallback = "", "", ""
+    for frame, lineno in reversed(frames):
+        me = frame.f_locals.get("self")
+        if not path and me is not None and id(me) in names:
+            path = names[id(me)]
+        file = frame.f_code.co_filename
+        if not line and own and file.startswith(own):
+            line = f"{os.path.basename(file)}:{lineno} in {frame.f_code.co_name}"
+        if not fallback and not file.startswith(_FRAMEWORK) and not file.startswith("<"):
+            fallback = f"{os.path.basename(file)}:{lineno} in {frame.f_code.co_name}"
+    return path, line or fallback
 
 
 def _where(frame: Any) -> str:

@@ -5,7 +5,9 @@
 
 For every stage of `LOCALIZED` that failed and is blamed `backend`, the failing step runs again on
 the device under the shadow (harness.rootcause.shadow): `forward` its eval forward, `backward`
-its training step, `numerics` both (outputs, then gradients); `compile` the compiled training
+its training step, `numerics` both (outputs, then gradients); a step that raised where the shadow
+saw no call raise is named from its exception and the calls seen above the dispatcher
+(harness.rootcause.unseen: routes `exception`, `function_shadow`); `compile` the compiled training
 step, shadowing the calls the backend runs op by op (`compiled_shadow`), then, where no call was
 found, the captured AOT graphs minimized by PyTorch's accuracy minifier (`accuracy_minifier`,
 harness.rootcause.minify). What was found is reduced to a registry entry and a standalone test,
@@ -104,6 +106,7 @@ def _localize(run: StageRun, stage: str, deadline: float, shared: dict[str, Any]
     if run.model is None:
         return RootCause.not_found("the model was not built on the device: nothing to re-run")
     searched: list[str] = []
+    erred: list[tuple[str, ShadowMode]] = []
     gave_up = ""
     for step in STEPS[stage]:
         if step == "minifier":
@@ -130,6 +133,14 @@ def _localize(run: StageRun, stage: str, deadline: float, shared: dict[str, Any]
             break
         if error:
             searched[-1] += f", ended by {error}"
+            erred.append((step, mode))
+    if not gave_up:
+        from harness.rootcause import unseen
+
+        for step, mode in erred:  # the failing call was not one the shadow saw
+            rc = unseen.root_cause(run, step, mode, searched)
+            if rc is not None:
+                return rc
     return RootCause.not_found(_why_not(searched, ""), gave_up=gave_up, searched=searched)
 
 
@@ -183,5 +194,6 @@ def _run_step(run: StageRun, step: str, mode: ShadowMode) -> str:
         else:
             steps.compiled_step(run, mode, _train(run))
     except Exception as exc:  # noqa: BLE001 - the step's own failure (the shadow may have its call)
+        mode.step_error, mode.step_phase = exc, mode.phase
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
     return ""

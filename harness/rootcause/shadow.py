@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from contracts.rootcause import Mismatch, RootCause
 from harness.rootcause import calls
+from harness.rootcause.functions import FunctionShadow
 from harness.stages.reference import DeviceRounding
 from harness.stages.run import StageRun
 from registry.encoding import encode_args
@@ -157,6 +158,12 @@ class ShadowMode(TorchDispatchMode):
         self.module_stack: list[str] = []
         self._pending: list[tuple[torch.Tensor, tuple[str, str]]] = []
         self._decomposing: set[Any] = set()
+        # the calls above the dispatcher (a backend's function-level lowerings), and the step's
+        # own exception with the phase it ended in: what a failure the shadow did not see leaves
+        self.functions = FunctionShadow(self)
+        self.step_error: BaseException | None = None
+        self.step_phase = ""
+        self.loss_without_grad = False
 
     # ------------------------------------------------------------------ the hook
 
@@ -176,7 +183,9 @@ class ShadowMode(TorchDispatchMode):
         self.counts[phase] += 1
         if self.only_compiled and phase != "compiled":
             return func(*args, **kwargs)
-        composite = calls.decomposition(func, self.device_key) if self.device_key else ""
+        composite = (
+            calls.decomposition(func, self.device_key) if self.device_key and not calls.mode_below() else ""
+        )
         if composite and func not in self._decomposing:
             self._decomposing.add(func)  # the calls the device sees are judged, one by one
             try:
@@ -220,8 +229,15 @@ class ShadowMode(TorchDispatchMode):
             self.passed_by["reference raised"] += 1
             return out
         try:
-            bad = calls.judge(calls.outputs(func, out, args, kwargs), ref, self.undeclared_rounding)
+            produced = [(n, calls.to_cpu(t)) for n, t in calls.outputs(func, out, args, kwargs)]
         except Exception:  # noqa: BLE001 - an output the device cannot hand over: not judged
+            self.passed_by["outputs not copyable"] += 1
+            return out
+        try:
+            # CPU work: outside the dispatch modes below this one (a backend's own mode)
+            with _disable_current_modes():
+                bad = self._judge(func, args, kwargs, produced, ref)
+        except Exception:  # noqa: BLE001 - an output the gate cannot compare: not judged
             self.passed_by["outputs not comparable"] += 1
             return out
         if bad is not None:
@@ -233,6 +249,15 @@ class ShadowMode(TorchDispatchMode):
         return out
 
     # ------------------------------------------------------------------ helpers
+
+    def _judge(self, func, args, kwargs, produced, ref: calls.ReferenceCall):
+        dim = calls.unordered_dim(func, args, kwargs)
+        if dim is not None:  # outputs in no defined order: compared in value order
+            produced = calls.in_value_order(produced, dim)
+            ref = calls.ReferenceCall(
+                calls.in_value_order(ref.eager, dim), calls.in_value_order(ref.truth, dim), ref.error
+            )
+        return calls.judge(produced, ref, self.undeclared_rounding, ties=calls.tie_outputs(func))
 
     def _finding(self, func, phase, index, kind, ref_args, ref_kwargs, where, args, kwargs) -> Finding:
         return Finding(

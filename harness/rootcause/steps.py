@@ -40,18 +40,27 @@ def _stopped() -> Iterator[None]:
 def eval_forward(run: StageRun, mode: ShadowMode) -> None:
     """The `forward` stage's call: eval mode, with grad (harness.stages.check._forward)."""
     mode.phase = "forward"
-    with _stopped(), device_scope(run.adapter), mode.watching(run.model), quiet_transformers(), mode:
+    with (
+        _stopped(),
+        device_scope(run.adapter),
+        mode.watching(run.model),
+        quiet_transformers(),
+        mode,
+        mode.functions,
+    ):
         torch.manual_seed(run.seed)
         run.model(**fresh(run.kwargs))
 
 
 def train_step(run: StageRun, mode: ShadowMode) -> None:
-    """The `backward` stage's step: a train-mode forward, the loss, backward."""
+    """The `backward` stage's step: a train-mode forward (its function calls checked for lost
+    autograd history), the loss, backward."""
     saved = stash_grads(run.model)
     try:
         with _stopped(), device_scope(run.adapter), train_mode(run.model), quiet_transformers():
             mode.phase = "forward"
-            with mode.watching(run.model), mode:
+            mode.functions.track_grad = True
+            with mode.watching(run.model), mode, mode.functions:
                 torch.manual_seed(run.seed)
                 output = run.model(**fresh(run.kwargs))
                 try:
@@ -59,6 +68,7 @@ def train_step(run: StageRun, mode: ShadowMode) -> None:
                 except NoLoss:
                     return
             mode.phase = "backward"
+            mode.loss_without_grad = not loss.requires_grad
             with mode:
                 loss.backward()
     finally:

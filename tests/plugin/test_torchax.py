@@ -141,3 +141,23 @@ def test_upstream_tier_runs_op_db_samples_with_honest_rows(tmp_path):
     assert results["fallback_count"].isna().all()
     _non_pass_blamed_with_evidence(results)
     _identity_recorded(runs)
+
+
+@pytest.mark.slow
+def test_a_forward_error_on_torchax_has_a_root_cause_naming_the_op_the_error_names():
+    """A model whose forward raises on torchax for an op it cannot lower: the row's root cause is
+    that op (the shadow judges torchax's calls against the CPU, not against torchax)."""
+    proc = _harness(
+        "check", "lara_mini", "--architecture", "LaraMiniForCausalLM", "--backend", "torchax",
+        "--explain", "--json",
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    row = json.loads(proc.stdout)["stages"]["forward"]
+    if row["status"] == "pass":
+        pytest.skip("this torchax lowers every op of the model: no error to localize")
+    assert row["blame"] == "backend" and row["failing_op"], row
+    rc = row["root_cause"]
+    assert rc["found"] is True, rc["why"]
+    assert rc["kind"] == "error" and rc["phase"] == "forward"
+    assert rc["op"].startswith(row["failing_op"]), (rc["op"], row["failing_op"])
+    assert rc["module_path"] and rc["source_line"]
