@@ -7,7 +7,8 @@ Examples:
     harness explain runs/u1 --case aten.gelu.default-00e710688075
 
 Prints each root cause a row carries, whichever route found it (the eager or compiled shadow, the
-accuracy minifier, the worker's call journal for a crash or hang): the op overload, the phase and
+accuracy minifier, the worker's call journal for a crash or hang, and for a backend that lowers
+above the dispatcher the raising call's exception or the function shadow): the op, the phase and
 call index, where it ran (module path, model source line), its inputs, the mismatch against its
 tolerance, the repro file and whether it is verified; and every backend-blamed failure without a
 root cause, with why not. The standalone tests of the repros are written to RUNDIR/repros/.
