@@ -15,15 +15,29 @@ A `Rules` model forbids unknown keys and is frozen; nested models derive from it
 from __future__ import annotations
 
 import functools
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from contracts.errors import RuleFileError
+
+
+def _regex(pattern: str) -> str:
+    """A broken expression is an error of the file, not of the first row it meets."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {pattern!r}: {exc}") from None
+    return pattern
+
+
+#: A regular expression in a rule file, checked when the file is loaded.
+Regex = Annotated[str, AfterValidator(_regex)]
 
 
 class Rules(BaseModel):

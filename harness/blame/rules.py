@@ -24,23 +24,10 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, ConfigDict, Field, field_validator
 
 from contracts.records import CaseOutcome
-from contracts.rulefiles import Rules, cached_rules, resource
+from contracts.rulefiles import Regex, Rules, cached_rules, resource
 from contracts.status import FAILING_VALUES, STATUS_VALUES, Blame, Status
 
 PASS = Status.PASS.value
-
-
-def _regex(pattern: str) -> str:
-    """A broken expression is an error of the file, not of the first row it meets."""
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"not a regular expression: {exc}") from None
-    return pattern
-
-
-#: a regular expression, checked when the rules are loaded
-Regex = Annotated[str, AfterValidator(_regex)]
 
 
 def _statuses(value: tuple[str, ...]) -> tuple[str, ...]:

@@ -13,12 +13,11 @@ class names to values are open by nature (a dict); their values are typed.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, JsonValue, model_validator
 
-from contracts.rulefiles import Rules, cached_rules, resource
+from contracts.rulefiles import Regex, Rules, cached_rules, resource
 from harness.build import formula
 
 SHRINK_RULES = "data/shrink_rules.yaml"
@@ -36,20 +35,10 @@ def _formula_text(value: Any) -> Any:
     return str(value) if isinstance(value, (bool, int, float)) else value
 
 
-def _regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{value!r} is not a regular expression: {exc}") from exc
-    return value
-
-
 #: A formula of the formula language, checked as the file loads.
 Formula = Annotated[str, BeforeValidator(_formula_text), AfterValidator(formula.check)]
 #: One formula or a list of them (the first whose names the config has wins).
 Formulas = Annotated[list[Formula], BeforeValidator(_as_list)]
-#: A regular expression, compiled as the file loads.
-Pattern = Annotated[str, AfterValidator(_regex)]
 #: Names written as one name or a list of them.
 NameList = Annotated[list[str], BeforeValidator(_as_list)]
 Modality = Literal["image", "video", "audio"]
@@ -262,7 +251,7 @@ class PlaceholderRule(Rules):
     boundary_fields: list[tuple[str, str]] = Field(default_factory=list)
     pass_through: list[str]
     token_fields_by_type: dict[str, list[str]] = Field(default_factory=dict)
-    count_messages: list[Pattern] = Field(default_factory=list)
+    count_messages: list[Regex] = Field(default_factory=list)
 
 
 class SyntheticAudio(Rules):
@@ -346,8 +335,8 @@ class DocstringShapes(Rules):
     dimensions: dict[str, str]  # docstring dimension name -> formula name
     integer_types: list[str]
     bool_types: list[str]
-    token_id_names: Pattern
-    mask_names: Pattern
+    token_id_names: Regex
+    mask_names: Regex
     companions: list[str]
 
 
@@ -394,7 +383,7 @@ class PlaceholderFill(Rules):
 class TrainModeRules(Rules):
     """harness/data/train_mode.yaml: what makes a shrunk config ready for a deterministic step."""
 
-    zero_fields: list[Pattern]
+    zero_fields: list[Regex]
     fill_pad_token_id: bool
     fill_placeholder_token_ids: dict[Modality, PlaceholderFill]
 
